@@ -1,0 +1,184 @@
+"""The surface a topology drives without knowing which algorithm it is.
+
+An algorithm owns its networks, its optimizers and its experience store (a replay buffer or a
+rollout buffer). It never imports MPI: where a topology needs gradients reduced across ranks it
+passes a :data:`GradSync` into :meth:`Algorithm.update`, and the algorithm calls it between
+``backward`` and the optimizer step of each network it trains.
+
+The contract, as used by :mod:`drlmpi.roles` and the topologies::
+
+    algo = DQN(spec, cfg, device="cpu", seed=0, learner=True)
+    actions, extras = algo.act(obs, env_steps, explore=True)   # simulator side
+    algo.observe(rows)                      # learner side: packed experience rows arrive
+    for _ in range(algo.updates_due(len(rows))):
+        metrics = algo.update(sync)         # one gradient update, gradients reduced by ``sync``
+    flat = algo.policy.flat.params_numpy()  # what simulators need to act (one flat buffer)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from drlmpi.comm import ExperienceLayout, FlatParams
+from drlmpi.envs import EnvSpec
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run (reported in one line before any rank starts work)."""
+
+
+class ParamGroup:
+    """One network with its optimizer; parameters and gradients live in flat buffers.
+
+    Args:
+        module: the network (its parameters are re-seated into :attr:`flat`).
+        lr: Adam learning rate.
+        max_grad_norm: clip the global gradient norm to this before stepping (``None``: no clip).
+        adam_eps: Adam's epsilon.
+        with_optimizer: ``False`` on ranks that only act (no optimizer state is allocated).
+    """
+
+    def __init__(self, module: nn.Module, lr: float, max_grad_norm: float | None = None,
+                 adam_eps: float = 1e-8, with_optimizer: bool = True) -> None:
+        self.module = module
+        self.flat = FlatParams(module)
+        self.max_grad_norm = max_grad_norm
+        self.optimizer = (
+            torch.optim.Adam(module.parameters(), lr=lr, eps=adam_eps) if with_optimizer else None
+        )
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Zero the flat gradients and backpropagate ``loss`` into them."""
+        self.flat.zero_grad()
+        loss.backward()
+
+    def apply_gradients(self) -> None:
+        """Clip (if configured) and take one optimizer step with the current gradients."""
+        if self.optimizer is None:
+            raise RuntimeError("this ParamGroup was built without an optimizer (acting only)")
+        if self.max_grad_norm is not None:
+            norm = torch.linalg.vector_norm(self.flat.grads)
+            scale = self.max_grad_norm / (norm + 1e-6)
+            if scale < 1.0:
+                self.flat.grads.mul_(scale)
+        self.optimizer.step()
+
+
+GradSync = Callable[[str, ParamGroup], None]
+"""Called as ``sync(name, group)`` after ``backward``; it must leave ``group``'s parameters
+updated. The local version just calls ``group.apply_gradients()``; distributed versions reduce
+``group.flat.grads`` across ranks first (or apply on a server and broadcast parameters)."""
+
+
+def local_sync(name: str, group: ParamGroup) -> None:
+    """The single-process :data:`GradSync`: step with this rank's own gradients."""
+    group.apply_gradients()
+
+
+def mlp(in_dim: int, out_dim: int, hidden: tuple[int, ...], activation: type[nn.Module] = nn.ReLU,
+        out_activation: type[nn.Module] | None = None) -> nn.Sequential:
+    """A plain multilayer perceptron ``in_dim -> hidden... -> out_dim``."""
+    layers: list[nn.Module] = []
+    last = in_dim
+    for width in hidden:
+        layers += [nn.Linear(last, width), activation()]
+        last = width
+    layers.append(nn.Linear(last, out_dim))
+    if out_activation is not None:
+        layers.append(out_activation())
+    return nn.Sequential(*layers)
+
+
+class Algorithm(ABC):
+    """Base class of DQN, TD3 and PPO (see the module docstring for the contract).
+
+    Subclasses set :attr:`groups` (every trained network, by name) and :attr:`policy` (the one
+    group whose flat parameters a simulator needs in order to act).
+    """
+
+    #: ``"off_policy"`` (replay; any lag is fine) or ``"on_policy"`` (rollouts of the current
+    #: policy; topologies that add policy lag must account for it).
+    kind: ClassVar[str] = "off_policy"
+    #: extra experience columns this algorithm's ``act`` fills, e.g. ``(("log_prob", 1),)``.
+    extra_columns: ClassVar[tuple[tuple[str, int], ...]] = ()
+
+    groups: dict[str, ParamGroup]
+    policy: ParamGroup
+
+    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
+                 seed: int, learner: bool) -> None:
+        self.check_spec(spec)
+        self.spec = spec
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.learner = learner
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+        self.layout = ExperienceLayout(spec.obs_dim, spec.action_dim, self.extra_columns)
+        self.updates = 0
+
+    # -- checks ---------------------------------------------------------------------------
+    @classmethod
+    def check_spec(cls, spec: EnvSpec) -> None:
+        """Raise :class:`ConfigError` if this algorithm cannot handle ``spec``'s spaces."""
+
+    # -- acting (simulator side) ------------------------------------------------------------
+    @abstractmethod
+    def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Actions for a batch of observations.
+
+        Args:
+            obs: ``(n_envs, obs_dim)`` float32.
+            env_steps: the job-wide environment step count (drives exploration schedules).
+            explore: ``False`` for greedy evaluation.
+        Returns:
+            ``actions`` ``(n_envs, action_dim)`` float32 (a discrete action as its index) and the
+            extra columns ``(n_envs, sum of extra widths)`` or ``None``.
+        """
+
+    def env_action(self, action_row: np.ndarray) -> Any:
+        """Convert one row of :meth:`act`'s output into what ``env.step`` takes."""
+        if self.spec.discrete:
+            return int(action_row[0])
+        return action_row.astype(np.float32)
+
+    # -- learning (learner side) -------------------------------------------------------------
+    @abstractmethod
+    def observe(self, rows: np.ndarray) -> None:
+        """Store packed experience rows (``(n, layout.width)`` float32)."""
+
+    @abstractmethod
+    def updates_due(self, new_steps: int) -> int:
+        """How many :meth:`update` calls the ``new_steps`` just observed entitle (UTD ratio)."""
+
+    @abstractmethod
+    def update(self, sync: GradSync = local_sync) -> dict[str, float]:
+        """One gradient update from stored experience; returns scalar metrics."""
+
+    def on_policy_loaded(self) -> None:
+        """Hook run on simulator ranks after new policy parameters were written in place."""
+
+    # -- persistence -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Every network's tensors, flat-keyed ``"<group>.<param>"`` (loads with weights_only)."""
+        out: dict[str, torch.Tensor] = {}
+        for name, group in self.groups.items():
+            for key, value in group.module.state_dict().items():
+                out[f"{name}.{key}"] = value.detach().cpu().clone()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Inverse of :meth:`state_dict` (copies in place, keeping the flat-buffer views)."""
+        for name, group in self.groups.items():
+            prefix = f"{name}."
+            sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            with torch.no_grad():
+                for key, tensor in group.module.state_dict().items():
+                    tensor.copy_(sub[key])
+        self.on_policy_loaded()

@@ -1,0 +1,134 @@
+"""Deep Q-Network with a double-DQN target (Mnih et al. 2015; van Hasselt et al. 2016).
+
+Online network ``Q_theta`` and target network ``Q_theta'``; for a minibatch of transitions
+``(s, a, r, s', terminated)``::
+
+    a*     = argmax_a Q_theta(s', a)                        (online net picks)
+    y      = r + gamma * (1 - terminated) * Q_theta'(s', a*) (target net evaluates)
+    loss   = Huber(Q_theta(s, a), y)
+
+Exploration is epsilon-greedy with epsilon decaying linearly over ``exploration_steps`` of the
+*job-wide* environment step count, so N simulators do not decay it N times too fast (the DQN
+paper's open problem with asynchronous simulators).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
+from drlmpi.envs import EnvSpec
+from drlmpi.replay import ReplayBuffer
+
+
+class DQN(Algorithm):
+    """Double DQN for discrete action spaces.
+
+    Config keys (``conf/algo/dqn.yaml`` documents each): ``hidden``, ``lr``, ``gamma``,
+    ``batch_size``, ``buffer_size``, ``learning_starts``, ``updates_per_step``,
+    ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``, ``exploration_steps``,
+    ``max_grad_norm``.
+    """
+
+    kind = "off_policy"
+
+    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
+                 seed: int = 0, learner: bool = True) -> None:
+        super().__init__(spec, cfg, device, seed, learner)
+        q_net = mlp(spec.obs_dim, spec.n_actions, tuple(cfg["hidden"])).to(self.device)
+        self.q_target = copy.deepcopy(q_net).requires_grad_(False)
+        self.q = q_net
+        self.policy = ParamGroup(q_net, cfg["lr"], cfg.get("max_grad_norm"), with_optimizer=learner)
+        self.groups = {"q": self.policy}
+        self.gamma = float(cfg["gamma"])
+        self.batch_size = int(cfg["batch_size"])
+        self.learning_starts = int(cfg["learning_starts"])
+        self.updates_per_step = float(cfg["updates_per_step"])
+        self.target_update_every = int(cfg["target_update_every"])
+        self.tau = float(cfg.get("tau", 1.0))
+        self._update_credit = 0.0
+        self.replay = (
+            ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device) if learner else None
+        )
+
+    @classmethod
+    def check_spec(cls, spec: EnvSpec) -> None:
+        if not spec.discrete:
+            raise ConfigError(
+                f"algo=dqn needs a discrete action space, but {spec.env_id} is continuous: "
+                f"use algo=td3 or algo=ppo, or a discrete env such as env=cartpole"
+            )
+
+    def epsilon(self, env_steps: int) -> float:
+        """Linear decay from ``eps_start`` to ``eps_end`` over ``exploration_steps`` steps."""
+        start, end = float(self.cfg["eps_start"]), float(self.cfg["eps_end"])
+        frac = min(1.0, env_steps / max(1, int(self.cfg["exploration_steps"])))
+        return start + frac * (end - start)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
+        q_values = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+        actions = q_values.argmax(dim=1).cpu().numpy()
+        if explore:
+            eps = self.epsilon(env_steps)
+            random_mask = self.rng.random(len(actions)) < eps
+            if random_mask.any():
+                actions[random_mask] = self.rng.integers(0, self.spec.n_actions, random_mask.sum())
+        return actions.astype(np.float32)[:, None], None
+
+    def observe(self, rows: np.ndarray) -> None:
+        self.replay.add(rows)
+
+    def updates_due(self, new_steps: int) -> int:
+        if len(self.replay) < max(self.learning_starts, self.batch_size):
+            return 0
+        self._update_credit += new_steps * self.updates_per_step
+        due = int(self._update_credit)
+        self._update_credit -= due
+        return due
+
+    def update(self, sync: GradSync = local_sync) -> dict[str, float]:
+        batch = self.replay.sample(self.batch_size, self.rng)
+        return self.update_on(batch, sync)
+
+    def update_on(self, batch: Mapping[str, torch.Tensor], sync: GradSync = local_sync) -> dict[str, float]:
+        """One update on a given minibatch (``obs``, ``action``, ``reward``, ``next_obs``,
+        ``terminated``)."""
+        actions = batch["action"].long()
+        q_taken = self.q(batch["obs"]).gather(1, actions).squeeze(1)
+        with torch.no_grad():
+            best_next = self.q(batch["next_obs"]).argmax(dim=1, keepdim=True)
+            next_q = self.q_target(batch["next_obs"]).gather(1, best_next).squeeze(1)
+            target = batch["reward"] + self.gamma * (1.0 - batch["terminated"]) * next_q
+        loss = F.smooth_l1_loss(q_taken, target)
+        self.policy.backward(loss)
+        sync("q", self.policy)
+        self.updates += 1
+        self._update_target()
+        return {"loss": float(loss.detach()), "q_mean": float(q_taken.detach().mean())}
+
+    def _update_target(self) -> None:
+        if self.tau < 1.0:
+            with torch.no_grad():
+                for target, online in zip(self.q_target.parameters(), self.q.parameters()):
+                    target.lerp_(online, self.tau)
+        elif self.updates % self.target_update_every == 0:
+            self.q_target.load_state_dict(self.q.state_dict())
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        out = super().state_dict()
+        for key, value in self.q_target.state_dict().items():
+            out[f"q_target.{key}"] = value.detach().cpu().clone()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        super().load_state_dict(state)
+        target = {k[len("q_target."):]: v for k, v in state.items() if k.startswith("q_target.")}
+        if target:
+            self.q_target.load_state_dict(target)

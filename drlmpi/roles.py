@@ -1,0 +1,275 @@
+"""The two roles every topology wires together: simulating (:class:`Actor`) and learning
+(:class:`Learner`), plus greedy evaluation and the training clock.
+
+No MPI here: a topology moves the packed rows an :class:`Actor` produces to a :class:`Learner`,
+and the learner's flat policy parameters back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from drlmpi.algos.base import Algorithm, GradSync, local_sync
+
+MAX_CHUNK_STEPS = 1_000_000  # a chunk never grows past this many rows per environment
+
+
+class Actor:
+    """Steps ``envs`` in lock step with one batched forward pass and packs experience rows.
+
+    Args:
+        envs: the environments this simulator owns.
+        algo: an algorithm instance used only for :meth:`Algorithm.act`.
+        stream_base: the job-wide id of ``envs[0]`` (ids ``stream_base + i`` tag each row's
+            environment, so a learner can rebuild per-environment sequences).
+        seed: seeds the environments' resets (``seed + i``).
+    """
+
+    def __init__(self, envs: list[gym.Env], algo: Algorithm, stream_base: int, seed: int) -> None:
+        self.envs = envs
+        self.algo = algo
+        self.layout = algo.layout
+        self.n_envs = len(envs)
+        self.streams = np.arange(stream_base, stream_base + self.n_envs, dtype=np.float32)
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+        self.episode_return = np.zeros(self.n_envs)
+        self.episode_length = np.zeros(self.n_envs, dtype=np.int64)
+        self.steps = 0  # this actor's own environment steps
+        self.episodes = 0
+        self.sim_s = 0.0  # wall time spent stepping envs and acting
+        # The job-wide step count as last published by the learner, and how to extrapolate it.
+        self._global_at_sync = 0
+        self._local_at_sync = 0
+        self._simulators = 1
+
+    def set_global_steps(self, global_steps: int, simulators: int = 1) -> None:
+        """Record the learner's job-wide step count; between syncs it is extrapolated as
+        ``global + simulators * steps since``."""
+        self._global_at_sync = int(global_steps)
+        self._local_at_sync = self.steps
+        self._simulators = max(1, simulators)
+
+    def global_steps(self) -> int:
+        """Best estimate of the job-wide environment step count (drives exploration)."""
+        return self._global_at_sync + self._simulators * (self.steps - self._local_at_sync)
+
+    def collect(self, amount: int, unit: str = "steps") -> np.ndarray:
+        """Step until ``amount`` steps (per environment) or episodes (in total) are done.
+
+        Returns the packed rows ``(n, layout.width)``, in time order per environment.
+        """
+        if unit not in ("steps", "episodes"):
+            raise ValueError(f"unit must be 'steps' or 'episodes', got {unit!r}")
+        t0 = time.perf_counter()
+        blocks: list[np.ndarray] = []
+        episodes_done = 0
+        step_rounds = 0
+        while True:
+            block, finished = self._step_all()
+            blocks.append(block)
+            episodes_done += finished
+            step_rounds += 1
+            if unit == "steps" and step_rounds >= amount:
+                break
+            if unit == "episodes" and episodes_done >= amount:
+                break
+            if step_rounds >= MAX_CHUNK_STEPS:
+                break
+        self.sim_s += time.perf_counter() - t0
+        return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
+
+    def _step_all(self) -> tuple[np.ndarray, int]:
+        """One step of every environment; returns its rows and the episodes it finished."""
+        layout = self.layout
+        rows = layout.empty(self.n_envs)
+        actions, extras = self.algo.act(self.obs, self.global_steps(), explore=True)
+        layout.column(rows, "obs")[:] = self.obs
+        layout.column(rows, "action")[:] = actions
+        layout.column(rows, "stream")[:, 0] = self.streams
+        if extras is not None:
+            start = layout.slices[self.algo.extra_columns[0][0]].start
+            rows[:, start : start + extras.shape[1]] = extras
+        finished = 0
+        for i, env in enumerate(self.envs):
+            next_obs, reward, terminated, truncated, _ = env.step(self.algo.env_action(actions[i]))
+            row = rows[i]
+            row[layout.slices["reward"]] = reward
+            row[layout.slices["next_obs"]] = next_obs
+            row[layout.slices["terminated"]] = float(terminated)
+            row[layout.slices["truncated"]] = float(truncated)
+            self.episode_return[i] += reward
+            self.episode_length[i] += 1
+            if terminated or truncated:
+                row[layout.slices["episode_return"]] = self.episode_return[i]
+                row[layout.slices["episode_length"]] = self.episode_length[i]
+                self.episode_return[i] = 0.0
+                self.episode_length[i] = 0
+                next_obs, _ = env.reset()
+                finished += 1
+            self.obs[i] = next_obs
+        self.steps += self.n_envs
+        self.episodes += finished
+        return rows, finished
+
+
+class TrainingClock:
+    """Wall-clock time of a run with evaluation pauses taken out."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.paused_s = 0.0
+
+    def elapsed(self) -> float:
+        """Seconds since start, excluding evaluation."""
+        return time.perf_counter() - self.start - self.paused_s
+
+    def wall(self) -> float:
+        """Seconds since start, including evaluation."""
+        return time.perf_counter() - self.start
+
+
+def evaluate(algo: Algorithm, envs: list[gym.Env], episodes: int, seed: int) -> np.ndarray:
+    """Greedy returns of ``episodes`` episodes, run ``len(envs)`` at a time with batched acting."""
+    returns: list[float] = []
+    next_seed = seed
+    while len(returns) < episodes:
+        batch = envs[: min(len(envs), episodes - len(returns))]
+        obs = np.stack([env.reset(seed=next_seed + i)[0] for i, env in enumerate(batch)]).astype(np.float32)
+        next_seed += len(batch)
+        totals = np.zeros(len(batch))
+        active = np.ones(len(batch), dtype=bool)
+        while active.any():
+            actions, _ = algo.act(obs, 0, explore=False)
+            for i, env in enumerate(batch):
+                if not active[i]:
+                    continue
+                obs_i, reward, terminated, truncated, _ = env.step(algo.env_action(actions[i]))
+                totals[i] += reward
+                obs[i] = obs_i
+                if terminated or truncated:
+                    active[i] = False
+        returns.extend(totals.tolist())
+    return np.asarray(returns)
+
+
+class Learner:
+    """Owns the learning algorithm, the job-wide counters, evaluation and the stop decision.
+
+    Args:
+        algo: the learner-side algorithm instance.
+        make_eval_envs: builds the evaluation environments (called once, lazily).
+        run: the ``run`` section of the config (budgets, evaluation, threshold handling).
+        reward_threshold: greedy evaluation mean that counts as solved.
+        log: receives ``log(kind, **fields)`` for episodes and evaluations (or ``None``).
+        seed: seeds evaluation episodes.
+    """
+
+    def __init__(self, algo: Algorithm, make_eval_envs: Callable[[], list[gym.Env]],
+                 run: Any, reward_threshold: float | None,
+                 log: Callable[..., None] | None = None, seed: int = 0) -> None:
+        self.algo = algo
+        self._make_eval_envs = make_eval_envs
+        self._eval_envs: list[gym.Env] | None = None
+        self.max_env_steps = int(run["max_env_steps"])
+        self.max_train_seconds = run.get("max_train_seconds")
+        self.eval_every = int(run["eval_every"])
+        self.eval_episodes = int(run["eval_episodes"])
+        self.stop_on_solve = bool(run["stop_on_solve"])
+        self.reward_threshold = reward_threshold
+        self.log = log
+        self.seed = seed
+        self.clock = TrainingClock()
+        self.env_steps = 0
+        self.episodes = 0
+        self.pending_updates = 0
+        self.learn_s = 0.0
+        self.next_eval = self.eval_every
+        self.solved_at: dict[str, float] | None = None
+        self.last_eval: float | None = None
+        self.best_eval: float | None = None
+        self.evaluations = 0
+        self.recent_returns: list[float] = []
+        self.last_metrics: dict[str, float] = {}
+
+    @property
+    def updates(self) -> int:
+        """Gradient updates done so far."""
+        return self.algo.updates
+
+    def ingest(self, rows: np.ndarray, source_rank: int) -> None:
+        """Store experience from ``source_rank``, count it, log the episodes it finished."""
+        n = rows.shape[0]
+        if n == 0:
+            return
+        self.algo.observe(rows)
+        self.env_steps += n
+        self.pending_updates += self.algo.updates_due(n)
+        layout = self.algo.layout
+        lengths = layout.column(rows, "episode_length")[:, 0]
+        for index in np.nonzero(lengths)[0]:
+            ret = float(layout.column(rows, "episode_return")[index, 0])
+            self.episodes += 1
+            self.recent_returns.append(ret)
+            if self.log is not None:
+                self.log("episode", return_=ret, length=int(lengths[index]), rank=source_rank)
+        del self.recent_returns[:-20]
+
+    def train(self, sync: GradSync = local_sync, max_updates: int | None = None) -> int:
+        """Run the updates the ingested data entitles (at most ``max_updates``); returns count."""
+        n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            self.last_metrics = self.algo.update(sync)
+        self.pending_updates -= n
+        self.learn_s += time.perf_counter() - t0
+        return n
+
+    def maybe_evaluate(self, force: bool = False) -> bool:
+        """Evaluate greedily if ``eval_every`` steps have passed; returns True if it ran.
+
+        The time spent is taken off the training clock.
+        """
+        if not force and self.env_steps < self.next_eval:
+            return False
+        while self.next_eval <= self.env_steps:
+            self.next_eval += self.eval_every
+        t0 = time.perf_counter()
+        if self._eval_envs is None:
+            self._eval_envs = self._make_eval_envs()
+        returns = evaluate(self.algo, self._eval_envs, self.eval_episodes,
+                           seed=self.seed + 1_000_000 + self.evaluations * self.eval_episodes)
+        self.evaluations += 1
+        mean = float(returns.mean())
+        self.last_eval = mean
+        self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
+        if self.log is not None:
+            self.log("eval", return_=mean, length=0, rank=-1, return_std=float(returns.std()))
+        if (self.solved_at is None and self.reward_threshold is not None
+                and mean >= self.reward_threshold):
+            self.solved_at = {
+                "train_seconds": self.clock.elapsed(),
+                "env_steps": self.env_steps,
+                "updates": self.updates,
+            }
+        self.clock.paused_s += time.perf_counter() - t0
+        return True
+
+    def stop_reason(self) -> str | None:
+        """Why the run should stop now (``None``: keep going)."""
+        if self.stop_on_solve and self.solved_at is not None:
+            return "solved"
+        if self.env_steps >= self.max_env_steps:
+            return "max_env_steps"
+        if self.max_train_seconds is not None and self.clock.elapsed() >= float(self.max_train_seconds):
+            return "max_train_seconds"
+        return None
+
+    def close(self) -> None:
+        """Close the evaluation environments."""
+        for env in self._eval_envs or []:
+            env.close()

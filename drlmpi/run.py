@@ -1,0 +1,168 @@
+"""One experiment on this MPI world: validate, build the topology, run it, summarise.
+
+:func:`validate` is called by every rank right after Hydra composed the config and before any
+communication, so a bad combination (p2p on 3 ranks, DQN on Pendulum) ends every rank with the
+same one-line message and a non-zero exit - never a hang.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from hydra.utils import get_class
+
+from drlmpi.algos.base import Algorithm, ConfigError
+from drlmpi.comm import TimedComm
+from drlmpi.envs import EnvSpec, probe_spec
+from drlmpi.metrics import format_summary, write_summary
+from drlmpi.topologies.base import RankReport, RunContext, Topology
+
+POLICY_FILE = "policy.pt"
+
+
+def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
+    """The algorithm and topology classes named by ``cfg.algo._target_`` and
+    ``cfg.topology._target_``."""
+    try:
+        algo_cls = get_class(cfg.algo._target_)
+    except Exception as exc:  # noqa: BLE001 (Hydra raises several kinds)
+        raise ConfigError(f"algo._target_={cfg.algo._target_!r} cannot be imported: {exc}") from exc
+    try:
+        topology_cls = get_class(cfg.topology._target_)
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"topology._target_={cfg.topology._target_!r} cannot be imported: {exc}") from exc
+    return algo_cls, topology_cls
+
+
+def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology], EnvSpec]:
+    """Check the whole job before it starts; raise :class:`ConfigError` with one clear line."""
+    algo_cls, topology_cls = resolve_classes(cfg)
+    topology_cls.check(world_size, algo_cls, cfg)
+    if cfg.get("world_size") is not None and int(cfg.world_size) != world_size:
+        raise ConfigError(
+            f"world_size={cfg.world_size} was asked for but this job has {world_size} rank(s)"
+        )
+    try:
+        spec = probe_spec(cfg.env.id, **dict(cfg.env.get("kwargs") or {}))
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (gymnasium raises many kinds for a bad id)
+        raise ConfigError(f"env.id={cfg.env.id!r} cannot be made: {exc}") from exc
+    algo_cls.check_spec(spec)
+    if int(cfg.env.num_envs) < 1:
+        raise ConfigError(f"env.num_envs must be >= 1, got {cfg.env.num_envs}")
+    if float(cfg.env.sim_cost_ms) < 0:
+        raise ConfigError(f"env.sim_cost_ms must be >= 0, got {cfg.env.sim_cost_ms}")
+    device = str(cfg.device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device=cuda was asked for but torch sees no CUDA device: use device=cpu")
+    return algo_cls, topology_cls, spec
+
+
+def resolve_device(cfg: Any) -> str:
+    """``cfg.device`` with ``auto`` resolved (CUDA when torch sees one)."""
+    device = str(cfg.device)
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def versions() -> dict[str, str]:
+    """Versions of the pieces that decide performance, for the summary."""
+    import gymnasium
+    import mpi4py
+    from mpi4py import MPI
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "gymnasium": gymnasium.__version__,
+        "mpi4py": mpi4py.__version__,
+        "mpi_library": MPI.Get_library_version().strip().splitlines()[0].strip(),
+        "host": platform.node(),
+    }
+
+
+def run_experiment(cfg: Any, world: Any, run_dir: Path) -> dict[str, Any] | None:
+    """Run ``cfg`` on the MPI communicator ``world``; rank 0 returns the summary."""
+    from omegaconf import open_dict
+
+    algo_cls, topology_cls, spec = validate(cfg, world.Get_size())
+    with open_dict(cfg):
+        cfg.device = resolve_device(cfg)
+    torch.set_num_threads(int(cfg.threads_per_rank))
+    comm = TimedComm(world.Dup())
+    start = time.perf_counter()
+    ctx = RunContext(cfg, comm, run_dir, spec, algo_cls)
+    topology = topology_cls(cfg.topology)
+    report = topology.run(ctx)
+    report.wall_s = time.perf_counter() - start
+    report.extra.update(comm.stats())
+    learner = report.learner
+    if learner is not None:
+        torch.save(learner.algo.state_dict(), Path(run_dir) / POLICY_FILE)
+        learner.close()
+    if ctx.log is not None:
+        ctx.log.close()
+    reports = comm.comm.gather(report.to_dict(), root=0)  # one-off metadata: pickle is fine
+    summary = None
+    if comm.rank == 0:
+        summary = build_summary(cfg, run_dir, reports, learner, world.Get_size())
+        write_summary(run_dir, summary)
+        print(format_summary(summary), flush=True)
+    comm.comm.Free()
+    return summary
+
+
+def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learner: Any,
+                  world_size: int) -> dict[str, Any]:
+    """The ``summary.json`` contents (see docs/configuration.md for each field)."""
+    if learner is None:
+        raise RuntimeError("rank 0 must hold the learner to write the summary")
+    train_s = learner.clock.elapsed()
+    wall_s = max(r["wall_s"] for r in reports)
+    solved_at = learner.solved_at or {}
+    wait_shares = [r["extra"]["mpi_wait_s"] / r["wall_s"] if r["wall_s"] > 0 else 0.0 for r in reports]
+    return {
+        "solved": learner.solved_at is not None,
+        "train_seconds_to_threshold": solved_at.get("train_seconds"),
+        "env_steps_to_threshold": solved_at.get("env_steps"),
+        "updates_to_threshold": solved_at.get("updates"),
+        "reward_threshold": learner.reward_threshold,
+        "best_eval_return": learner.best_eval,
+        "last_eval_return": learner.last_eval,
+        "evaluations": learner.evaluations,
+        "stop_reason": learner.stop_reason() or "unknown",
+        "env_steps": learner.env_steps,
+        "episodes": learner.episodes,
+        "updates": learner.updates,
+        "train_seconds": train_s,
+        "eval_seconds": learner.clock.paused_s,
+        "wall_seconds": wall_s,
+        "env_steps_per_s": learner.env_steps / train_s if train_s > 0 else 0.0,
+        "updates_per_s": learner.updates / train_s if train_s > 0 else 0.0,
+        "mpi_wait_share": float(np.mean(wait_shares)),
+        "algo": cfg.algo.name,
+        "env_id": cfg.env.id,
+        "env": cfg.env.name,
+        "topology": cfg.topology.name,
+        "world_size": world_size,
+        "seed": int(cfg.seed),
+        "sim_cost_ms": float(cfg.env.sim_cost_ms),
+        "num_envs": int(cfg.env.num_envs),
+        "device": str(cfg.device),
+        "threads_per_rank": int(cfg.threads_per_rank),
+        "run_dir": str(run_dir),
+        "per_rank": [
+            {**{k: v for k, v in r.items() if k != "extra"}, **r["extra"],
+             "mpi_wait_share": share}
+            for r, share in zip(reports, wait_shares)
+        ],
+        "versions": versions(),
+    }

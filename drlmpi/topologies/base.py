@@ -1,0 +1,189 @@
+"""What every topology receives (:class:`RunContext`) and must provide (:class:`Topology`).
+
+A topology decides who simulates, who learns and what moves when. It builds its roles through
+the context (so every topology seeds, sizes and logs them the same way) and returns a
+:class:`RankReport` from every rank; :mod:`drlmpi.run` gathers those into ``summary.json``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from drlmpi.algos.base import Algorithm, ConfigError
+from drlmpi.comm import TimedComm
+from drlmpi.envs import EnvSpec, make_env
+from drlmpi.metrics import RunLog
+from drlmpi.roles import Actor, Learner
+
+SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
+
+
+@dataclass
+class RankReport:
+    """What one rank did, for the run summary (the learner rank also returns its Learner)."""
+
+    rank: int
+    role: str
+    env_steps: int = 0
+    episodes: int = 0
+    updates: int = 0
+    simulate_s: float = 0.0
+    learn_s: float = 0.0
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+    learner: Learner | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly fields (the learner object is dropped)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "learner"}
+
+
+class RunContext:
+    """Everything a topology needs to build its roles on this rank.
+
+    Attributes:
+        cfg: the composed config (``cfg.algo``, ``cfg.env``, ``cfg.topology``, ``cfg.run``...).
+        comm: this run's communicator (a timed ``Dup`` of COMM_WORLD).
+        run_dir: the run directory shared by all ranks.
+        spec: the environment's spaces.
+        algo_cls: the algorithm class.
+    """
+
+    def __init__(self, cfg: Any, comm: TimedComm, run_dir: Path, spec: EnvSpec,
+                 algo_cls: type[Algorithm]) -> None:
+        self.cfg = cfg
+        self.comm = comm
+        self.run_dir = Path(run_dir)
+        self.spec = spec
+        self.algo_cls = algo_cls
+        self.log: RunLog | None = None
+
+    @property
+    def seed(self) -> int:
+        """This rank's base seed (``cfg.seed + SEED_STRIDE * rank``)."""
+        return int(self.cfg.seed) + SEED_STRIDE * self.comm.rank
+
+    def make_algo(self, learner: bool, device: str | None = None) -> Algorithm:
+        """An algorithm instance for this rank (acting-only ones run on the CPU)."""
+        device = device or (self.cfg.device if learner else "cpu")
+        return self.algo_cls(self.spec, self.cfg.algo, device=device, seed=self.seed,
+                             learner=learner)
+
+    def _env_kwargs(self) -> dict[str, Any]:
+        env = self.cfg.env
+        cost = float(env.sim_cost_ms)
+        per_rank = env.get("sim_cost_ms_by_rank") or {}
+        cost = float(per_rank.get(self.comm.rank, per_rank.get(str(self.comm.rank), cost)))
+        kwargs = dict(env.get("kwargs") or {})
+        return {"sim_cost_ms": cost, "max_episode_steps": env.get("max_episode_steps"), **kwargs}
+
+    def make_actor(self, simulator_index: int, algo: Algorithm | None = None) -> Actor:
+        """A simulator with ``env.num_envs`` environments and its own acting algorithm."""
+        n_envs = int(self.cfg.env.num_envs)
+        envs = [make_env(self.cfg.env.id, **self._env_kwargs()) for _ in range(n_envs)]
+        algo = algo or self.make_algo(learner=False)
+        for i, env in enumerate(envs):
+            env.action_space.seed(self.seed + i)
+        return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
+
+    def make_learner(self, algo: Algorithm | None = None, log: bool = True) -> Learner:
+        """The learner (with ``metrics.csv`` and progress output when ``log``)."""
+        algo = algo or self.make_algo(learner=True)
+        env = self.cfg.env
+        eval_kwargs = {"max_episode_steps": env.get("max_episode_steps"), **dict(env.get("kwargs") or {})}
+
+        def make_eval_envs() -> list:
+            count = min(int(self.cfg.run.eval_episodes), 10)
+            return [make_env(env.id, **eval_kwargs) for _ in range(count)]
+
+        run_log = RunLog(self.run_dir, float(self.cfg.run.progress_every_s)) if log else None
+        learner = Learner(algo, make_eval_envs, self.cfg.run, env.get("reward_threshold"),
+                          log=run_log, seed=self.seed)
+        if run_log is not None:
+            run_log.attach(learner)
+            self.log = run_log
+        return learner
+
+    def progress(self) -> None:
+        """Print a progress line if one is due (learner rank only)."""
+        if self.log is not None:
+            self.log.progress()
+
+
+class Topology(ABC):
+    """A way of wiring simulator ranks to learner ranks.
+
+    Subclasses set :attr:`name`, the accepted world sizes and, if needed, override
+    :meth:`check` to refuse algorithms they cannot drive.
+    """
+
+    name: ClassVar[str]
+    min_ranks: ClassVar[int] = 1
+    max_ranks: ClassVar[int | None] = None
+
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    @classmethod
+    def sizes_text(cls) -> str:
+        """Human text of the accepted world sizes."""
+        if cls.max_ranks == cls.min_ranks:
+            return f"exactly {cls.min_ranks} rank{'s' if cls.min_ranks > 1 else ''}"
+        if cls.max_ranks is None:
+            return f"at least {cls.min_ranks} ranks"
+        return f"{cls.min_ranks} to {cls.max_ranks} ranks"
+
+    @classmethod
+    def check(cls, world_size: int, algo_cls: type[Algorithm], cfg: Any) -> None:
+        """Raise :class:`ConfigError` if this topology cannot run this job."""
+        if world_size < cls.min_ranks or (cls.max_ranks is not None and world_size > cls.max_ranks):
+            example = cls.min_ranks if cls.min_ranks > 1 else 1
+            raise ConfigError(
+                f"topology={cls.name} needs {cls.sizes_text()}, but the job has {world_size}: "
+                f"launch it with 'mpiexec -n {example} python -m mpi4py -m drlmpi topology={cls.name}'"
+            )
+
+    @abstractmethod
+    def run(self, ctx: RunContext) -> RankReport:
+        """Run the experiment on this rank and report what it did."""
+
+
+def sync_amount(cfg: Any) -> tuple[int, str]:
+    """``(sync_every, sync_unit)`` from a topology config, validated."""
+    unit = str(cfg.get("sync_unit", "steps"))
+    if unit not in ("steps", "episodes"):
+        raise ConfigError(f"topology.sync_unit must be 'steps' or 'episodes', got {unit!r}")
+    every = int(cfg.get("sync_every", 1))
+    if every < 1:
+        raise ConfigError(f"topology.sync_every must be >= 1, got {every}")
+    return every, unit
+
+
+def control_message(stop: bool, learner: Learner) -> np.ndarray:
+    """The learner's control message ``[stop, job-wide env steps, updates]`` (int64)."""
+    return np.array([int(stop), learner.env_steps, learner.updates], dtype=np.int64)
+
+
+def simulator_report(rank: int, actor: Actor, role: str = "simulator") -> RankReport:
+    """A :class:`RankReport` for a rank that only simulated."""
+    return RankReport(rank=rank, role=role, env_steps=actor.steps, episodes=actor.episodes,
+                      simulate_s=actor.sim_s)
+
+
+def learner_report(rank: int, learner: Learner, role: str = "learner",
+                   actor: Actor | None = None) -> RankReport:
+    """A :class:`RankReport` for a rank that learned (and maybe also simulated)."""
+    return RankReport(
+        rank=rank, role=role,
+        env_steps=actor.steps if actor else 0,
+        episodes=actor.episodes if actor else 0,
+        updates=learner.updates, simulate_s=actor.sim_s if actor else 0.0,
+        learn_s=learner.learn_s, learner=learner,
+    )
+
+

@@ -1,0 +1,90 @@
+"""Star topology: one learner rank, N simulator ranks, collective rounds (DQN paper, III.C).
+
+Each round every simulator collects ``sync_every`` steps (or episodes) with the weights it has;
+the learner collects the experience with ``Gather`` (row counts) + ``Gatherv`` (the packed rows),
+broadcasts a control message and the weights with ``Bcast``, then trains in proportion to the
+data gathered (the paper's n*p: ``algo.updates_per_step`` updates per environment step) while the
+simulators collect the next round. The simulators' policy therefore lags by one round.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from drlmpi.topologies.base import (
+    RankReport,
+    RunContext,
+    Topology,
+    control_message,
+    learner_report,
+    simulator_report,
+    sync_amount,
+)
+
+LEARNER_RANK = 0
+
+
+class Star(Topology):
+    """Rank 0 learns; ranks 1..N simulate; Gatherv experience, Bcast weights."""
+
+    name = "star"
+    min_ranks = 2
+    max_ranks = None
+
+    def run(self, ctx: RunContext) -> RankReport:
+        if ctx.comm.rank == LEARNER_RANK:
+            return self._learn(ctx)
+        return self._simulate(ctx)
+
+    def _learn(self, ctx: RunContext) -> RankReport:
+        from mpi4py import MPI
+
+        comm = ctx.comm
+        learner = ctx.make_learner()
+        layout = learner.algo.layout
+        policy = learner.algo.policy.flat
+        no_rows = layout.empty(0)
+        counts = np.zeros(comm.size, dtype=np.int64)
+        comm.Bcast(policy.params_numpy(), root=LEARNER_RANK)
+        while True:
+            comm.Gather(np.zeros(1, dtype=np.int64), counts, root=LEARNER_RANK)
+            rows = layout.empty(int(counts.sum()))
+            sizes = counts * layout.width
+            displacements = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            comm.Gatherv(no_rows, [rows, sizes, displacements, MPI.FLOAT], root=LEARNER_RANK)
+            start = 0
+            for source, count in enumerate(counts):
+                if count:
+                    learner.ingest(rows[start : start + count], source_rank=source)
+                start += count
+            learner.maybe_evaluate()
+            stop = learner.stop_reason() is not None
+            comm.Bcast(control_message(stop, learner), root=LEARNER_RANK)
+            if stop:
+                break
+            comm.Bcast(policy.params_numpy(), root=LEARNER_RANK)
+            learner.train()
+            ctx.progress()
+        return learner_report(comm.rank, learner)
+
+    def _simulate(self, ctx: RunContext) -> RankReport:
+        comm = ctx.comm
+        every, unit = sync_amount(self.cfg)
+        simulators = comm.size - 1
+        actor = ctx.make_actor(simulator_index=comm.rank - 1)
+        weights = actor.algo.policy.flat.params_numpy()
+        control = np.zeros(3, dtype=np.int64)
+        comm.Bcast(weights, root=LEARNER_RANK)
+        while True:
+            rows = actor.collect(every, unit)
+            comm.Gather(np.array([rows.shape[0]], dtype=np.int64), None, root=LEARNER_RANK)
+            comm.Gatherv(rows, None, root=LEARNER_RANK)
+            comm.Bcast(control, root=LEARNER_RANK)
+            if control[0]:
+                break
+            comm.Bcast(weights, root=LEARNER_RANK)
+            actor.algo.on_policy_loaded()
+            actor.set_global_steps(int(control[1]), simulators)
+        for env in actor.envs:
+            env.close()
+        return simulator_report(comm.rank, actor)
