@@ -145,11 +145,14 @@ class ExperienceLayout:
 
 
 class TimedComm:
-    """An mpi4py communicator whose calls are timed, so a run can report its MPI wait share.
+    """An mpi4py communicator whose calls are timed and counted, for the run summary.
 
     Only the buffer (uppercase) methods that the topologies use are wrapped; anything else is
     reached through :attr:`comm`. ``wait_s`` is the wall time spent inside MPI calls, which for
-    blocking calls is mostly waiting for the peer.
+    blocking calls is mostly waiting for the peer. Every call names the ``kind`` of payload
+    (``"experience"``, ``"weights"``, ``"control"``, ``"gradients"``...) so the summary can say
+    exactly what crossed the wire: ``sent[kind]`` / ``received[kind]`` hold ``[messages, bytes]``
+    as seen by this rank.
     """
 
     def __init__(self, comm: Any) -> None:
@@ -157,10 +160,8 @@ class TimedComm:
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
         self.wait_s = 0.0
-        self.messages_sent = 0
-        self.bytes_sent = 0
-        self.messages_received = 0
-        self.bytes_received = 0
+        self.sent: dict[str, list[int]] = {}
+        self.received: dict[str, list[int]] = {}
 
     def _timed(self, fn, *args, **kwargs):
         t0 = time.perf_counter()
@@ -169,67 +170,73 @@ class TimedComm:
         finally:
             self.wait_s += time.perf_counter() - t0
 
-    def _count_send(self, buf: np.ndarray) -> None:
-        self.messages_sent += 1
-        self.bytes_sent += buf.nbytes
+    def count_sent(self, kind: str, nbytes: int, messages: int = 1) -> None:
+        """Record ``messages`` outgoing messages of ``nbytes`` bytes in total."""
+        entry = self.sent.setdefault(kind, [0, 0])
+        entry[0] += messages
+        entry[1] += int(nbytes)
 
-    def _count_recv(self, buf: np.ndarray) -> None:
-        self.messages_received += 1
-        self.bytes_received += buf.nbytes
+    def count_received(self, kind: str, nbytes: int, messages: int = 1) -> None:
+        """Record ``messages`` incoming messages of ``nbytes`` bytes in total."""
+        entry = self.received.setdefault(kind, [0, 0])
+        entry[0] += messages
+        entry[1] += int(nbytes)
 
-    def Send(self, buf: np.ndarray, dest: int, tag: int) -> None:  # noqa: N802 (MPI name)
-        self._count_send(buf)
+    def Send(self, buf: np.ndarray, dest: int, tag: int, kind: str) -> None:  # noqa: N802 (MPI name)
+        self.count_sent(kind, buf.nbytes)
         self._timed(self.comm.Send, buf, dest=dest, tag=tag)
 
-    def Recv(self, buf: np.ndarray, source: int, tag: int) -> None:  # noqa: N802
+    def Recv(self, buf: np.ndarray, source: int, tag: int, kind: str) -> None:  # noqa: N802
         self._timed(self.comm.Recv, buf, source=source, tag=tag)
-        self._count_recv(buf)
+        self.count_received(kind, buf.nbytes)
 
-    def Bcast(self, buf: np.ndarray, root: int) -> None:  # noqa: N802
-        if self.rank == root:
-            self._count_send(buf)
-        else:
-            self._count_recv(buf)
+    def Bcast(self, buf: np.ndarray, root: int, kind: str) -> None:  # noqa: N802
         self._timed(self.comm.Bcast, buf, root=root)
+        if self.rank == root:
+            self.count_sent(kind, buf.nbytes * (self.size - 1), self.size - 1)
+        else:
+            self.count_received(kind, buf.nbytes)
 
-    def Gather(self, sendbuf: np.ndarray, recvbuf: np.ndarray | None, root: int) -> None:  # noqa: N802
-        self._count_send(sendbuf)
+    def Gather(self, sendbuf: np.ndarray, recvbuf: np.ndarray | None, root: int, kind: str) -> None:  # noqa: N802
         self._timed(self.comm.Gather, sendbuf, recvbuf, root=root)
+        if self.rank == root:
+            self.count_received(kind, sendbuf.nbytes * (self.size - 1), self.size - 1)
+        else:
+            self.count_sent(kind, sendbuf.nbytes)
 
-    def Gatherv(self, sendbuf: np.ndarray, recvspec: Any, root: int) -> None:  # noqa: N802
-        self._count_send(sendbuf)
-        if self.rank == root and recvspec is not None:
-            self.messages_received += self.size - 1
-            self.bytes_received += int(np.asarray(recvspec[1]).sum()) * 4 - sendbuf.nbytes
+    def Gatherv(self, sendbuf: np.ndarray, recvspec: Any, root: int, kind: str) -> None:  # noqa: N802
         self._timed(self.comm.Gatherv, sendbuf, recvspec, root=root)
+        if self.rank == root:
+            itemsize = np.asarray(recvspec[0]).itemsize
+            total = int(np.asarray(recvspec[1]).sum()) * itemsize - sendbuf.nbytes
+            self.count_received(kind, total, self.size - 1)
+        else:
+            self.count_sent(kind, sendbuf.nbytes)
 
-    def Allreduce(self, sendbuf: Any, recvbuf: np.ndarray, op: Any) -> None:  # noqa: N802
-        self._count_send(recvbuf)
-        self._count_recv(recvbuf)
+    def Allreduce(self, sendbuf: Any, recvbuf: np.ndarray, op: Any, kind: str) -> None:  # noqa: N802
         self._timed(self.comm.Allreduce, sendbuf, recvbuf, op=op)
+        self.count_sent(kind, recvbuf.nbytes)
+        self.count_received(kind, recvbuf.nbytes)
 
-    def Allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray) -> None:  # noqa: N802
-        self._count_send(sendbuf)
-        self._count_recv(recvbuf)
+    def Allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray, kind: str) -> None:  # noqa: N802
         self._timed(self.comm.Allgather, sendbuf, recvbuf)
+        self.count_sent(kind, sendbuf.nbytes)
+        self.count_received(kind, recvbuf.nbytes - sendbuf.nbytes)
 
-    def Reduce(self, sendbuf: Any, recvbuf: np.ndarray | None, op: Any, root: int) -> None:  # noqa: N802
-        self._count_send(recvbuf if recvbuf is not None else sendbuf)
+    def Reduce(self, sendbuf: Any, recvbuf: np.ndarray | None, op: Any, root: int, kind: str) -> None:  # noqa: N802
         self._timed(self.comm.Reduce, sendbuf, recvbuf, op=op, root=root)
+        if self.rank == root:
+            self.count_received(kind, recvbuf.nbytes * (self.size - 1), self.size - 1)
+        else:
+            self.count_sent(kind, np.asarray(sendbuf).nbytes)
 
     def Barrier(self) -> None:  # noqa: N802
         self._timed(self.comm.Barrier)
 
-    def wait(self, request: Any) -> None:
+    def wait(self, request: Any) -> Any:
         """Complete one nonblocking request, timing the wait."""
-        self._timed(request.Wait)
+        return self._timed(request.Wait)
 
-    def stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, Any]:
         """Counters for the run summary."""
-        return {
-            "mpi_wait_s": self.wait_s,
-            "messages_sent": self.messages_sent,
-            "bytes_sent": self.bytes_sent,
-            "messages_received": self.messages_received,
-            "bytes_received": self.bytes_received,
-        }
+        return {"mpi_wait_s": self.wait_s, "sent": self.sent, "received": self.received}

@@ -20,8 +20,10 @@ import numpy as np
 class SimCost(gym.Wrapper):
     """Adds ``cost_ms`` milliseconds of CPU-bound busy work to every ``step``.
 
-    A busy loop (rather than ``time.sleep``) keeps the core occupied, as an expensive physics
-    simulator would: ranks oversubscribing a machine then really compete for cores.
+    The loop runs until this thread has consumed ``cost_ms`` of *CPU* time (``thread_time``),
+    not wall time: like a real physics simulator, a step costs a fixed amount of computation, so
+    ranks oversubscribing a machine really compete for cores and each step takes longer in wall
+    time when they do. A ``time.sleep`` would let ranks overlap for free.
     """
 
     def __init__(self, env: gym.Env, cost_ms: float) -> None:
@@ -29,9 +31,9 @@ class SimCost(gym.Wrapper):
         self.cost_s = cost_ms / 1000.0
 
     def step(self, action: Any):
-        deadline = time.perf_counter() + self.cost_s
+        deadline = time.thread_time() + self.cost_s
         x = 1.0
-        while time.perf_counter() < deadline:
+        while time.thread_time() < deadline:
             for _ in range(200):
                 x = x * 1.0000001 + 1e-9
         return self.env.step(action)

@@ -10,33 +10,34 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
+import logging
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
+
+logger = logging.getLogger("drlmpi")
 
 METRIC_COLUMNS = ("kind", "train_seconds", "wall_seconds", "env_steps", "updates", "return",
                   "return_std", "length", "rank")
 
 
 class RunLog:
-    """Appends metric rows to ``metrics.csv`` and prints throttled progress lines.
+    """Appends metric rows to ``metrics.csv`` and logs throttled progress lines.
 
     Args:
         run_dir: the run directory.
         learner: the :class:`drlmpi.roles.Learner` whose counters are logged (set later with
             :meth:`attach` because the learner needs the log's callback at construction).
-        progress_every_s: seconds between progress lines (0 disables them).
-        stream: where progress goes.
+        progress_every_s: seconds between progress lines (0 disables them; evaluations are
+            still logged).
     """
 
-    def __init__(self, run_dir: Path, progress_every_s: float = 5.0, stream: TextIO = sys.stdout):
+    def __init__(self, run_dir: Path, progress_every_s: float = 5.0):
         self.path = Path(run_dir) / "metrics.csv"
         self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
         self._writer = csv.writer(self._file)
         self._writer.writerow(METRIC_COLUMNS)
         self.progress_every_s = progress_every_s
-        self.stream = stream
         self._last_progress = time.perf_counter()
         self.learner: Any = None
 
@@ -76,10 +77,8 @@ class RunLog:
                     f"recent return {recent_txt} | episodes {self.learner.episodes:>6,d}")
 
     def _print(self, text: str) -> None:
-        if self.progress_every_s <= 0 and not text.startswith("eval"):
-            return
         elapsed = self.learner.clock.elapsed() if self.learner else 0.0
-        print(f"[{elapsed:7.1f}s] {text}", file=self.stream, flush=True)
+        logger.info(f"[{elapsed:7.1f}s] {text}")
 
     def close(self) -> None:
         """Flush and close ``metrics.csv``."""

@@ -20,7 +20,7 @@ from drlmpi.algos.base import Algorithm, ConfigError
 from drlmpi.comm import TimedComm
 from drlmpi.envs import EnvSpec, probe_spec
 from drlmpi.metrics import format_summary, write_summary
-from drlmpi.topologies.base import RankReport, RunContext, Topology
+from drlmpi.topologies.base import RunContext, Topology
 
 POLICY_FILE = "policy.pt"
 
@@ -148,6 +148,8 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
         "env_steps_per_s": learner.env_steps / train_s if train_s > 0 else 0.0,
         "updates_per_s": learner.updates / train_s if train_s > 0 else 0.0,
         "mpi_wait_share": float(np.mean(wait_shares)),
+        "experience_row_bytes": learner.algo.layout.width * 4,
+        "policy_param_bytes": learner.algo.policy.flat.numel * 4,
         "algo": cfg.algo.name,
         "env_id": cfg.env.id,
         "env": cfg.env.name,

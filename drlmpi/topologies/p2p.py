@@ -46,19 +46,19 @@ class PointToPoint(Topology):
         learner = ctx.make_learner()
         layout = learner.algo.layout
         policy = learner.algo.policy.flat
-        comm.Send(policy.params_numpy(), dest=SIMULATOR_RANK, tag=Tag.WEIGHTS)
+        comm.Send(policy.params_numpy(), dest=SIMULATOR_RANK, tag=Tag.WEIGHTS, kind="weights")
         status = MPI.Status()
         while True:
             comm.comm.Probe(source=SIMULATOR_RANK, tag=Tag.EXPERIENCE, status=status)
             rows = np.empty((status.Get_count(MPI.FLOAT) // layout.width, layout.width), np.float32)
-            comm.Recv(rows, source=SIMULATOR_RANK, tag=Tag.EXPERIENCE)
+            comm.Recv(rows, source=SIMULATOR_RANK, tag=Tag.EXPERIENCE, kind="experience")
             learner.ingest(rows, source_rank=SIMULATOR_RANK)
             learner.maybe_evaluate()
             stop = learner.stop_reason() is not None
-            comm.Send(control_message(stop, learner), dest=SIMULATOR_RANK, tag=Tag.CONTROL)
+            comm.Send(control_message(stop, learner), dest=SIMULATOR_RANK, tag=Tag.CONTROL, kind="control")
             if stop:
                 break
-            comm.Send(policy.params_numpy(), dest=SIMULATOR_RANK, tag=Tag.WEIGHTS)
+            comm.Send(policy.params_numpy(), dest=SIMULATOR_RANK, tag=Tag.WEIGHTS, kind="weights")
             learner.train()
             ctx.progress()
         return learner_report(comm.rank, learner)
@@ -69,14 +69,14 @@ class PointToPoint(Topology):
         actor = ctx.make_actor(simulator_index=0)
         weights = actor.algo.policy.flat.params_numpy()
         control = np.zeros(3, dtype=np.int64)
-        comm.Recv(weights, source=LEARNER_RANK, tag=Tag.WEIGHTS)
+        comm.Recv(weights, source=LEARNER_RANK, tag=Tag.WEIGHTS, kind="weights")
         while True:
             rows = actor.collect(every, unit)
-            comm.Send(rows, dest=LEARNER_RANK, tag=Tag.EXPERIENCE)
-            comm.Recv(control, source=LEARNER_RANK, tag=Tag.CONTROL)
+            comm.Send(rows, dest=LEARNER_RANK, tag=Tag.EXPERIENCE, kind="experience")
+            comm.Recv(control, source=LEARNER_RANK, tag=Tag.CONTROL, kind="control")
             if control[0]:
                 break
-            comm.Recv(weights, source=LEARNER_RANK, tag=Tag.WEIGHTS)
+            comm.Recv(weights, source=LEARNER_RANK, tag=Tag.WEIGHTS, kind="weights")
             actor.algo.on_policy_loaded()
             actor.set_global_steps(int(control[1]))
         for env in actor.envs:

@@ -45,13 +45,14 @@ class Star(Topology):
         policy = learner.algo.policy.flat
         no_rows = layout.empty(0)
         counts = np.zeros(comm.size, dtype=np.int64)
-        comm.Bcast(policy.params_numpy(), root=LEARNER_RANK)
+        comm.Bcast(policy.params_numpy(), root=LEARNER_RANK, kind="weights")
         while True:
-            comm.Gather(np.zeros(1, dtype=np.int64), counts, root=LEARNER_RANK)
+            comm.Gather(np.zeros(1, dtype=np.int64), counts, root=LEARNER_RANK, kind="counts")
             rows = layout.empty(int(counts.sum()))
             sizes = counts * layout.width
             displacements = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-            comm.Gatherv(no_rows, [rows, sizes, displacements, MPI.FLOAT], root=LEARNER_RANK)
+            comm.Gatherv(no_rows, [rows, sizes, displacements, MPI.FLOAT], root=LEARNER_RANK,
+                         kind="experience")
             start = 0
             for source, count in enumerate(counts):
                 if count:
@@ -59,10 +60,10 @@ class Star(Topology):
                 start += count
             learner.maybe_evaluate()
             stop = learner.stop_reason() is not None
-            comm.Bcast(control_message(stop, learner), root=LEARNER_RANK)
+            comm.Bcast(control_message(stop, learner), root=LEARNER_RANK, kind="control")
             if stop:
                 break
-            comm.Bcast(policy.params_numpy(), root=LEARNER_RANK)
+            comm.Bcast(policy.params_numpy(), root=LEARNER_RANK, kind="weights")
             learner.train()
             ctx.progress()
         return learner_report(comm.rank, learner)
@@ -74,15 +75,15 @@ class Star(Topology):
         actor = ctx.make_actor(simulator_index=comm.rank - 1)
         weights = actor.algo.policy.flat.params_numpy()
         control = np.zeros(3, dtype=np.int64)
-        comm.Bcast(weights, root=LEARNER_RANK)
+        comm.Bcast(weights, root=LEARNER_RANK, kind="weights")
         while True:
             rows = actor.collect(every, unit)
-            comm.Gather(np.array([rows.shape[0]], dtype=np.int64), None, root=LEARNER_RANK)
-            comm.Gatherv(rows, None, root=LEARNER_RANK)
-            comm.Bcast(control, root=LEARNER_RANK)
+            comm.Gather(np.array([rows.shape[0]], dtype=np.int64), None, root=LEARNER_RANK, kind="counts")
+            comm.Gatherv(rows, None, root=LEARNER_RANK, kind="experience")
+            comm.Bcast(control, root=LEARNER_RANK, kind="control")
             if control[0]:
                 break
-            comm.Bcast(weights, root=LEARNER_RANK)
+            comm.Bcast(weights, root=LEARNER_RANK, kind="weights")
             actor.algo.on_policy_loaded()
             actor.set_global_steps(int(control[1]), simulators)
         for env in actor.envs:

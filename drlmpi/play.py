@@ -1,0 +1,73 @@
+"""Replay a trained policy greedily: ``python -m drlmpi.play RUN_DIR [--episodes N]``.
+
+Rebuilds the algorithm from the run's ``.hydra/config.yaml``, loads ``policy.pt`` with
+``torch.load(..., weights_only=True)`` (tensors only; no arbitrary code is unpickled), runs N
+greedy episodes and prints each return and the mean. ``--render`` opens a window where a
+display is available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+
+from drlmpi.envs import env_spec, make_env
+from drlmpi.roles import evaluate
+from drlmpi.run import POLICY_FILE
+
+
+def load_policy(run_dir: Path):
+    """The algorithm of ``run_dir`` with its trained weights, on the CPU, acting only."""
+    cfg_path = run_dir / ".hydra" / "config.yaml"
+    policy_path = run_dir / POLICY_FILE
+    for path in (cfg_path, policy_path):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: is {run_dir} a finished drlmpi run directory?")
+    cfg = OmegaConf.load(cfg_path)
+    env_kwargs = dict(cfg.env.get("kwargs") or {})
+    probe = make_env(cfg.env.id, **env_kwargs)
+    spec = env_spec(probe)
+    probe.close()
+    algo = get_class(cfg.algo._target_)(spec, cfg.algo, device="cpu", seed=0, learner=False)
+    state = torch.load(policy_path, map_location="cpu", weights_only=True)
+    algo.load_state_dict(state)
+    return cfg, algo
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="python -m drlmpi.play", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a run directory written by python -m drlmpi")
+    parser.add_argument("--episodes", type=int, default=10, help="greedy episodes to play (default 10)")
+    parser.add_argument("--seed", type=int, default=12345, help="seed of the first episode")
+    parser.add_argument("--render", action="store_true", help="render to a window (needs a display)")
+    args = parser.parse_args(argv)
+    try:
+        cfg, algo = load_policy(args.run_dir)
+    except FileNotFoundError as exc:
+        print(f"drlmpi.play: error: {exc}", file=sys.stderr)
+        return 2
+    kwargs = dict(cfg.env.get("kwargs") or {})
+    if args.render:
+        kwargs["render_mode"] = "human"
+    envs = [make_env(cfg.env.id, max_episode_steps=cfg.env.get("max_episode_steps"), **kwargs)]
+    returns = []
+    for episode in range(args.episodes):
+        ret = float(evaluate(algo, envs, 1, seed=args.seed + episode)[0])
+        returns.append(ret)
+        print(f"episode {episode + 1:3d}: return {ret:9.2f}")
+    threshold = cfg.env.get("reward_threshold")
+    mean = float(np.mean(returns))
+    verdict = "" if threshold is None else (" (solved)" if mean >= threshold else f" (threshold {threshold})")
+    print(f"mean return over {args.episodes} episodes: {mean:.2f}{verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Actor packing, the simulated-cost wrapper, and learner bookkeeping (no MPI)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from drlmpi.algos.dqn import DQN
+from drlmpi.envs import env_spec, make_env
+from drlmpi.roles import Actor, Learner
+from tests.conftest import CONF
+
+
+def _algo(learner: bool = True) -> DQN:
+    cfg = OmegaConf.load(CONF / "algo" / "dqn.yaml")
+    return DQN(env_spec(make_env("CartPole-v1")), cfg, seed=0, learner=learner)
+
+
+def test_actor_packs_consistent_rows():
+    envs = [make_env("CartPole-v1") for _ in range(3)]
+    actor = Actor(envs, _algo(learner=False), stream_base=6, seed=0)
+    rows = actor.collect(40, "steps")
+    layout = actor.layout
+    assert rows.shape == (120, layout.width)
+    streams = layout.column(rows, "stream")[:, 0]
+    assert set(streams.tolist()) == {6.0, 7.0, 8.0}
+    # Within a stream, next_obs of a step is obs of the following step unless the episode ended.
+    for s in (6.0, 7.0, 8.0):
+        sub = rows[streams == s]
+        ended = (layout.column(sub, "terminated")[:, 0] + layout.column(sub, "truncated")[:, 0]) > 0
+        for t in range(len(sub) - 1):
+            if not ended[t]:
+                assert np.allclose(layout.column(sub, "next_obs")[t], layout.column(sub, "obs")[t + 1])
+            else:
+                assert layout.column(sub, "episode_length")[t, 0] > 0
+    assert actor.steps == 120
+
+
+def test_actor_collects_whole_episodes():
+    actor = Actor([make_env("CartPole-v1")], _algo(learner=False), stream_base=0, seed=1)
+    rows = actor.collect(3, "episodes")
+    lengths = actor.layout.column(rows, "episode_length")[:, 0]
+    assert np.count_nonzero(lengths) == 3
+    assert lengths.sum() == len(rows)  # the chunk ends exactly at the third episode's end
+
+
+def test_sim_cost_burns_cpu_time():
+    env = make_env("CartPole-v1", sim_cost_ms=5)
+    env.reset(seed=0)
+    cpu0 = time.process_time()
+    for _ in range(10):
+        env.step(0)
+    assert time.process_time() - cpu0 >= 0.049  # CPU work, not sleep
+
+
+def test_learner_counts_logs_and_excludes_eval_time():
+    logged = []
+    algo = _algo()
+    run = {"max_env_steps": 500, "eval_every": 200, "eval_episodes": 2, "stop_on_solve": True}
+    learner = Learner(algo, lambda: [make_env("CartPole-v1")], run, reward_threshold=475,
+                      log=lambda kind, **kw: logged.append(kind))
+    actor = Actor([make_env("CartPole-v1")], _algo(learner=False), stream_base=0, seed=0)
+    while learner.stop_reason() is None:
+        learner.ingest(actor.collect(100, "steps"), source_rank=0)
+        learner.maybe_evaluate()
+    assert learner.env_steps == 500 and learner.stop_reason() == "max_env_steps"
+    assert logged.count("eval") == 2 and "episode" in logged
+    assert learner.clock.paused_s > 0
+    assert learner.clock.elapsed() < learner.clock.wall()
