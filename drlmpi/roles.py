@@ -117,6 +117,16 @@ class Actor:
         return rows, finished
 
 
+def episode_stats(rows: np.ndarray, layout: Any) -> np.ndarray:
+    """``(k, 2)`` float32 ``[return, length]`` of the episodes that end in ``rows``."""
+    lengths = layout.column(rows, "episode_length")[:, 0]
+    ends = np.nonzero(lengths)[0]
+    out = np.empty((len(ends), 2), dtype=np.float32)
+    out[:, 0] = layout.column(rows, "episode_return")[ends, 0]
+    out[:, 1] = lengths[ends]
+    return out
+
+
 class TrainingClock:
     """Wall-clock time of a run with evaluation pauses taken out."""
 
@@ -195,29 +205,41 @@ class Learner:
         self.evaluations = 0
         self.recent_returns: list[float] = []
         self.last_metrics: dict[str, float] = {}
+        self.policy_lags: list[int] = []  # learner updates between acting and learning
+        self.topology_stats: dict[str, Any] = {}  # topology-specific figures for the summary
 
     @property
     def updates(self) -> int:
         """Gradient updates done so far."""
         return self.algo.updates
 
-    def ingest(self, rows: np.ndarray, source_rank: int) -> None:
-        """Store experience from ``source_rank``, count it, log the episodes it finished."""
+    def ingest(self, rows: np.ndarray, source_rank: int, policy_lag: int | None = None) -> None:
+        """Store experience from ``source_rank``, count it, log the episodes it finished.
+
+        ``policy_lag``: learner updates between the policy that acted and now, if known.
+        """
         n = rows.shape[0]
         if n == 0:
             return
         self.algo.observe(rows)
         self.env_steps += n
         self.pending_updates += self.algo.updates_due(n)
-        layout = self.algo.layout
-        lengths = layout.column(rows, "episode_length")[:, 0]
-        for index in np.nonzero(lengths)[0]:
-            ret = float(layout.column(rows, "episode_return")[index, 0])
-            self.episodes += 1
-            self.recent_returns.append(ret)
-            if self.log is not None:
-                self.log("episode", return_=ret, length=int(lengths[index]), rank=source_rank)
+        if policy_lag is not None:
+            self.policy_lags.append(int(policy_lag))
+        self.log_episodes(rows, source_rank)
+
+    def log_episodes(self, rows: np.ndarray, source_rank: int) -> None:
+        """Count and log the episodes that ``rows`` finished (without storing the rows)."""
+        for ret, length in episode_stats(rows, self.algo.layout):
+            self.record_episode(float(ret), int(length), source_rank)
+
+    def record_episode(self, episode_return: float, length: int, source_rank: int) -> None:
+        """Count and log one finished training episode run by ``source_rank``."""
+        self.episodes += 1
+        self.recent_returns.append(episode_return)
         del self.recent_returns[:-20]
+        if self.log is not None:
+            self.log("episode", return_=episode_return, length=length, rank=source_rank)
 
     def train(self, sync: GradSync = local_sync, max_updates: int | None = None) -> int:
         """Run the updates the ingested data entitles (at most ``max_updates``); returns count."""

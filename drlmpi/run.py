@@ -106,7 +106,8 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path) -> dict[str, Any] | None
     report.extra.update(comm.stats())
     learner = report.learner
     if learner is not None:
-        torch.save(learner.algo.state_dict(), Path(run_dir) / POLICY_FILE)
+        if comm.rank == 0:
+            torch.save(learner.algo.state_dict(), Path(run_dir) / POLICY_FILE)
         learner.close()
     if ctx.log is not None:
         ctx.log.close()
@@ -148,6 +149,10 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
         "env_steps_per_s": learner.env_steps / train_s if train_s > 0 else 0.0,
         "updates_per_s": learner.updates / train_s if train_s > 0 else 0.0,
         "mpi_wait_share": float(np.mean(wait_shares)),
+        "updates_per_env_step": learner.updates / learner.env_steps if learner.env_steps else 0.0,
+        "policy_lag_mean": float(np.mean(learner.policy_lags)) if learner.policy_lags else None,
+        "policy_lag_max": int(np.max(learner.policy_lags)) if learner.policy_lags else None,
+        "topology_stats": learner.topology_stats,
         "experience_row_bytes": learner.algo.layout.width * 4,
         "policy_param_bytes": learner.algo.policy.flat.numel * 4,
         "algo": cfg.algo.name,

@@ -161,6 +161,13 @@ class Algorithm(ABC):
     def update(self, sync: GradSync = local_sync) -> dict[str, float]:
         """One gradient update from stored experience; returns scalar metrics."""
 
+    def sync_schedule(self, update_index: int) -> tuple[str, ...]:
+        """Names of the groups :meth:`update` number ``update_index`` (0-based) will pass to
+        ``sync``, in order. A parameter server that computes no gradients itself follows this
+        schedule to take part in the same collectives; override it when an update does not
+        step every group (TD3's delayed actor)."""
+        return tuple(self.groups)
+
     def on_policy_loaded(self) -> None:
         """Hook run on simulator ranks after new policy parameters were written in place."""
 

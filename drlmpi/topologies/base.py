@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from drlmpi.algos.base import Algorithm, ConfigError
 from drlmpi.comm import TimedComm
@@ -68,11 +69,21 @@ class RunContext:
         """This rank's base seed (``cfg.seed + SEED_STRIDE * rank``)."""
         return int(self.cfg.seed) + SEED_STRIDE * self.comm.rank
 
-    def make_algo(self, learner: bool, device: str | None = None) -> Algorithm:
-        """An algorithm instance for this rank (acting-only ones run on the CPU)."""
+    def make_algo(self, learner: bool, device: str | None = None,
+                  shared_init: bool = False) -> Algorithm:
+        """An algorithm instance for this rank (acting-only ones run on the CPU).
+
+        ``shared_init``: build the networks from the job's base seed, identical on every rank
+        (data-parallel topologies), then reseed exploration per rank.
+        """
         device = device or (self.cfg.device if learner else "cpu")
-        return self.algo_cls(self.spec, self.cfg.algo, device=device, seed=self.seed,
+        init_seed = int(self.cfg.seed) if shared_init else self.seed
+        algo = self.algo_cls(self.spec, self.cfg.algo, device=device, seed=init_seed,
                              learner=learner)
+        if shared_init:
+            algo.rng = np.random.default_rng(self.seed)
+            torch.manual_seed(self.seed)
+        return algo
 
     def _env_kwargs(self) -> dict[str, Any]:
         env = self.cfg.env

@@ -1,0 +1,101 @@
+"""Decentralized topology: N peers, every rank simulates and learns (the TD3 slides' and the
+PPO-Tetris plan's data-parallel scheme).
+
+Each round every rank collects ``sync_every`` steps into its own replay/rollout storage; the
+ranks agree (one ``Allgather`` of three integers) on the job-wide step count and on how many
+updates all of them can run; then every update averages the gradients of all ranks with ONE
+collective on ONE flat buffer per network (``topology.reduce``: ``allreduce`` or ``allgather``)
+and steps identical optimizers, so parameters stay identical - verified with a checksum
+``Allgather`` every ``check_every`` updates and at the end.
+
+Each update averages N minibatches of ``algo.batch_size`` (an effective batch of N x batch_size)
+and the job does ``updates_per_step`` updates per *rank-local* environment step, i.e.
+``updates_per_step / N`` per job-wide step, with the same number of sampled transitions per
+environment step as one rank alone.
+"""
+
+from __future__ import annotations
+
+from drlmpi.algos.base import ConfigError
+from drlmpi.roles import episode_stats
+from drlmpi.topologies.base import (
+    RankReport,
+    RunContext,
+    Topology,
+    control_message,
+    learner_report,
+    sync_amount,
+)
+from drlmpi.topologies.gradients import (
+    AllgatherSync,
+    AllreduceSync,
+    broadcast_all_params,
+    check_identical_params,
+    close_actor,
+    exchange_round_counts,
+    gather_episodes,
+)
+
+ROOT = 0
+REDUCTIONS = {"allreduce": AllreduceSync, "allgather": AllgatherSync}
+
+
+class Allgather(Topology):
+    """N peers averaging gradients; rank 0 also evaluates, logs and decides when to stop."""
+
+    name = "allgather"
+    min_ranks = 1
+    max_ranks = None
+
+    @classmethod
+    def check(cls, world_size, algo_cls, cfg) -> None:
+        super().check(world_size, algo_cls, cfg)
+        reduce = cfg.topology.get("reduce", "allreduce")
+        if reduce not in REDUCTIONS:
+            raise ConfigError(f"topology.reduce must be one of {sorted(REDUCTIONS)}, got {reduce!r}")
+        if int(cfg.topology.get("check_every", 0)) < 0:
+            raise ConfigError("topology.check_every must be >= 0 (0 checks only at the end)")
+
+    def run(self, ctx: RunContext) -> RankReport:
+        comm = ctx.comm
+        every, unit = sync_amount(self.cfg)
+        check_every = int(self.cfg.get("check_every", 0))
+        is_root = comm.rank == ROOT
+        algo = ctx.make_algo(learner=True, shared_init=True)
+        learner = ctx.make_learner(algo, log=is_root)
+        actor = ctx.make_actor(simulator_index=comm.rank)
+        sync = REDUCTIONS[self.cfg.get("reduce", "allreduce")](comm)
+        broadcast_all_params(comm, algo, root=ROOT)
+        actor.algo.policy.flat.load_params(algo.policy.flat.params_numpy())
+        next_check = check_every
+        while True:
+            actor.set_global_steps(learner.env_steps, comm.size)
+            rows = actor.collect(every, unit)
+            algo.observe(rows)
+            learner.pending_updates += algo.updates_due(len(rows))
+            table = exchange_round_counts(comm, len(rows), learner.pending_updates,
+                                          len(episode_stats(rows, algo.layout)))
+            if is_root:
+                learner.log_episodes(rows, ROOT)
+            gather_episodes(comm, rows, algo.layout, table[:, 2], ROOT, learner)
+            learner.env_steps += int(table[:, 0].sum())
+            learner.train(sync, max_updates=int(table[:, 1].min()))
+            if check_every and algo.updates >= next_check:
+                check_identical_params(comm, algo)
+                next_check = algo.updates + check_every
+            actor.algo.policy.flat.load_params(algo.policy.flat.params_numpy())
+            actor.algo.on_policy_loaded()
+            stop = False
+            if is_root:
+                learner.maybe_evaluate()
+                stop = learner.stop_reason() is not None
+            control = control_message(stop, learner)
+            comm.Bcast(control, root=ROOT, kind="control")
+            if control[0]:
+                break
+            ctx.progress()
+        check_identical_params(comm, algo)
+        learner.topology_stats["reduce"] = self.cfg.get("reduce", "allreduce")
+        learner.topology_stats["params_checked_identical"] = True
+        close_actor(actor)
+        return learner_report(comm.rank, learner, role="peer", actor=actor)
