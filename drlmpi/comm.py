@@ -28,11 +28,10 @@ from torch import nn
 class Tag(IntEnum):
     """Point-to-point message tags (one per message kind, so a stray message never matches)."""
 
-    EXPERIENCE_COUNT = 11
     EXPERIENCE = 12
     WEIGHTS = 21
     CONTROL = 22
-    GRADIENTS = 31
+    DONE = 41
 
 
 class FlatParams:
@@ -144,6 +143,21 @@ class ExperienceLayout:
         return np.zeros((n, self.width), dtype=np.float32)
 
 
+class PackedMessage:
+    """An int64 header and a float32 payload in ONE contiguous byte buffer: one message.
+
+    Used where a receive must be posted before the sender's counts are known (the asynchronous
+    topology's pre-posted ``Irecv``): the layout is fixed, the header says what the payload is.
+    """
+
+    def __init__(self, header_len: int, payload_shape: tuple[int, ...]) -> None:
+        header_bytes = 8 * header_len
+        payload_len = int(np.prod(payload_shape))
+        self.buffer = np.zeros(header_bytes + 4 * payload_len, dtype=np.uint8)
+        self.header = self.buffer[:header_bytes].view(np.int64)
+        self.payload = self.buffer[header_bytes:].view(np.float32).reshape(payload_shape)
+
+
 class TimedComm:
     """An mpi4py communicator whose calls are timed and counted, for the run summary.
 
@@ -236,6 +250,12 @@ class TimedComm:
     def wait(self, request: Any) -> Any:
         """Complete one nonblocking request, timing the wait."""
         return self._timed(request.Wait)
+
+    def waitany(self, requests: list[Any]) -> int:
+        """Block until one of ``requests`` completes; its index (timed as MPI wait)."""
+        from mpi4py import MPI
+
+        return self._timed(MPI.Request.Waitany, requests)
 
     def stats(self) -> dict[str, Any]:
         """Counters for the run summary."""

@@ -116,4 +116,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{summary['mpi_wait_share']:.1%}",
         f"  outputs: {summary['run_dir']}",
     ]
+    if summary.get("idle_ranks"):
+        lines.append(f"  warning: rank(s) {summary['idle_ranks']} were busy less than 20% of the time "
+                     f"(see per_rank busy_share and mpi_wait_share in summary.json)")
     return "\n".join(lines)

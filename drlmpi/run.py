@@ -23,6 +23,7 @@ from drlmpi.metrics import format_summary, write_summary
 from drlmpi.topologies.base import RunContext, Topology
 
 POLICY_FILE = "policy.pt"
+IDLE_BUSY_SHARE = 0.2  # a rank busy (simulating or learning) less than this share of its wall time
 
 
 def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
@@ -130,6 +131,12 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
     wall_s = max(r["wall_s"] for r in reports)
     solved_at = learner.solved_at or {}
     wait_shares = [r["extra"]["mpi_wait_s"] / r["wall_s"] if r["wall_s"] > 0 else 0.0 for r in reports]
+    per_rank = [
+        {**{k: v for k, v in r.items() if k != "extra"}, **r["extra"], "mpi_wait_share": share,
+         # The TD3 slides' health check: a rank that neither simulated nor learned much is idle.
+         "busy_share": (r["simulate_s"] + r["learn_s"]) / r["wall_s"] if r["wall_s"] > 0 else 0.0}
+        for r, share in zip(reports, wait_shares)
+    ]
     return {
         "solved": learner.solved_at is not None,
         "train_seconds_to_threshold": solved_at.get("train_seconds"),
@@ -166,10 +173,7 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
         "device": str(cfg.device),
         "threads_per_rank": int(cfg.threads_per_rank),
         "run_dir": str(run_dir),
-        "per_rank": [
-            {**{k: v for k, v in r.items() if k != "extra"}, **r["extra"],
-             "mpi_wait_share": share}
-            for r, share in zip(reports, wait_shares)
-        ],
+        "per_rank": per_rank,
+        "idle_ranks": [r["rank"] for r in per_rank if r["busy_share"] < IDLE_BUSY_SHARE],
         "versions": versions(),
     }

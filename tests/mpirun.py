@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,4 +61,19 @@ def run_job(ranks: int, overrides: list[str], run_dir: Path, timeout: float = 18
             f"job hung: {' '.join(cmd)} still running after {timeout} s\n"
             f"--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}"
         ) from None
+    _assert_no_rank_left(proc.pid, cmd)
     return JobResult(proc.returncode, stdout, stderr, Path(run_dir))
+
+
+def _assert_no_rank_left(session_id: int, cmd: list[str]) -> None:
+    """Fail if any process of the job's session (a rank, the launcher) outlived the job."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            os.killpg(session_id, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            os.killpg(session_id, signal.SIGKILL)
+            raise AssertionError(f"a process of {' '.join(cmd)} was still alive after the job ended")
+        time.sleep(0.1)

@@ -14,8 +14,8 @@ import pytest
 
 from tests.mpirun import run_job
 
-BUDGET = ["run.max_env_steps=7000", "run.eval_every=1000", "run.progress_every_s=0",
-          "run.stop_on_solve=false"]
+BUDGET = ["run.max_env_steps=8000", "run.eval_every=1000", "run.progress_every_s=0",
+          "run.stop_on_solve=false", "algo.learning_starts=500"]
 
 SUMMARY_KEYS = {
     "solved", "train_seconds_to_threshold", "env_steps_to_threshold", "updates_to_threshold",
@@ -24,29 +24,38 @@ SUMMARY_KEYS = {
     "best_eval_return", "stop_reason",
 }
 
-# (topology, ranks, ranks that simulate)
+# (topology overrides, ranks, ranks that simulate, what carries experience to rank 0)
 CASES = [
-    ("sequential", 1, [0]),
-    ("p2p", 2, [1]),
-    ("star", 2, [1]),
-    ("star", 3, [1, 2]),
+    ("sequential", 1, [0], None),
+    ("p2p", 2, [1], "experience"),
+    ("star", 2, [1], "experience"),
+    ("star", 3, [1, 2], "experience"),
+    ("star", 4, [1, 2, 3], "experience"),
+    ("star topology.payload=gradients", 3, [1, 2], "gradients"),
+    ("async", 2, [1], "experience"),
+    ("async", 3, [1, 2], "experience"),
+    ("async", 4, [1, 2, 3], "experience"),
+    ("allgather", 2, [0, 1], "gradients"),
+    ("allgather", 3, [0, 1, 2], "gradients"),
+    ("allgather topology.reduce=allgather", 4, [0, 1, 2, 3], "gradients"),
 ]
 
 
-@pytest.mark.parametrize(("topology", "ranks", "simulators"), CASES,
-                         ids=[f"{t}-n{n}" for t, n, _ in CASES])
-def test_topology_contract(tmp_path, topology, ranks, simulators):
+@pytest.mark.parametrize(("topology", "ranks", "simulators", "carrier"), CASES,
+                         ids=[f"{t.split()[-1].replace('topology.', '')}-n{n}" for t, n, _, _ in CASES])
+def test_topology_contract(tmp_path, topology, ranks, simulators, carrier):
     run_dir = tmp_path / "run"
-    job = run_job(ranks, [f"topology={topology}", *BUDGET], run_dir, timeout=240)
+    overrides = [f"topology={topology.split()[0]}", *topology.split()[1:]]
+    job = run_job(ranks, [*overrides, *BUDGET], run_dir, timeout=300)
     assert job.returncode == 0, job.stderr[-3000:]
     summary = job.summary()
 
     # The summary is complete and describes this job.
     assert SUMMARY_KEYS <= summary.keys()
-    assert summary["topology"] == topology
+    assert summary["topology"] == overrides[0].split("=")[1]
     assert summary["world_size"] == ranks == len(summary["per_rank"])
     assert summary["stop_reason"] == "max_env_steps"
-    assert summary["env_steps"] >= 7000
+    assert summary["env_steps"] >= 8000
     for key in ("torch", "mpi4py", "mpi_library"):
         assert summary["versions"][key]
 
@@ -64,17 +73,28 @@ def test_topology_contract(tmp_path, topology, ranks, simulators):
     per_rank = {r["rank"]: r for r in summary["per_rank"]}
     assert sum(per_rank[r]["env_steps"] for r in simulators) == summary["env_steps"]
 
-    # What crossed the wire: exactly the experience rows counted, and weights to each simulator.
+    # What crossed the wire.
     row_bytes = summary["experience_row_bytes"]
-    if ranks > 1:
+    if carrier == "experience":
+        # Exactly the experience rows counted (async adds a 32-byte header per chunk), and
+        # whole weight buffers to each simulator.
+        header = 32 if summary["topology"] == "async" else 0
         learner = per_rank[0]
-        assert learner["received"]["experience"][1] == summary["env_steps"] * row_bytes
+        messages, nbytes = learner["received"]["experience"]
+        assert nbytes == summary["env_steps"] * row_bytes + messages * header
         for r in simulators:
-            sent = per_rank[r]["sent"]["experience"][1]
-            assert sent == per_rank[r]["env_steps"] * row_bytes
+            messages, nbytes = per_rank[r]["sent"]["experience"]
+            assert nbytes == per_rank[r]["env_steps"] * row_bytes + messages * header
             weights = per_rank[r]["received"]["weights"]
             assert weights[0] >= 1
-            assert weights[1] == weights[0] * summary["policy_param_bytes"]
+            assert weights[1] == weights[0] * (summary["policy_param_bytes"] + header)
+    elif carrier == "gradients":
+        # No experience moves; every learning rank sent gradients; nobody sent rows.
+        for rank in per_rank.values():
+            assert "experience" not in rank["sent"] and "experience" not in rank["received"]
+        for r in simulators:
+            messages, nbytes = per_rank[r]["sent"]["gradients"]
+            assert messages >= per_rank[r]["updates"] > 0
     else:
         assert per_rank[0]["received"] == {} and per_rank[0]["sent"] == {}
 
@@ -84,10 +104,57 @@ def test_topology_contract(tmp_path, topology, ranks, simulators):
     assert max(evals) >= max(60.0, 2.0 * evals[0]), evals
 
 
+def test_async_learner_does_not_wait_for_a_slow_simulator(tmp_path):
+    """Rank 1 spends 4 ms of CPU per step; rank 2 is fast. The run finishes and the fast
+    simulator contributes more."""
+    job = run_job(3, ["topology=async", "env.sim_cost_ms_by_rank={1: 4}", "run.max_env_steps=6000",
+                      "run.progress_every_s=0", "run.stop_on_solve=false"], tmp_path / "run",
+                  timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    summary = job.summary()
+    per_rank = {r["rank"]: r for r in summary["per_rank"]}
+    assert per_rank[2]["env_steps"] > 2 * per_rank[1]["env_steps"] > 0
+    chunks = summary["topology_stats"]["chunks_received"]
+    assert chunks["2"] > 2 * chunks["1"] > 0
+    assert summary["policy_lag_max"] is not None and summary["policy_lag_mean"] >= 0
+
+
+def test_async_discards_chunks_beyond_max_policy_lag(tmp_path):
+    job = run_job(3, ["topology=async", "topology.utd_mode=free", "topology.max_policy_lag=0",
+                      "topology.publish_every=1000", "run.max_env_steps=6000",
+                      "run.progress_every_s=0", "run.stop_on_solve=false"], tmp_path / "run",
+                  timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    summary = job.summary()
+    stats = summary["topology_stats"]
+    assert stats["utd_mode"] == "free" and stats["discarded_chunks"] > 0
+    assert summary["policy_lag_max"] == 0  # every chunk it learned from was fresh
+
+
+def test_allgather_keeps_parameters_identical(tmp_path):
+    job = run_job(3, ["topology=allgather", "topology.check_every=50", "run.max_env_steps=4000",
+                      "run.progress_every_s=0", "run.stop_on_solve=false",
+                      "algo.learning_starts=300"], tmp_path / "run", timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    summary = job.summary()
+    checksums = summary["topology_stats"]["param_checksums_per_rank"]
+    assert len(checksums) == 3 and checksums[0] == checksums[1] == checksums[2]
+    per_rank = summary["per_rank"]
+    assert all(r["updates"] == per_rank[0]["updates"] > 100 for r in per_rank)
+    # check_every=50: many checksum collectives happened, each one 3 x 8 bytes per group.
+    assert per_rank[0]["sent"]["checksums"][0] >= per_rank[0]["updates"] // 50
+
+
+def test_async_rejects_episode_chunks(tmp_path):
+    job = run_job(2, ["topology=async", "topology.sync_unit=episodes"], tmp_path / "run", timeout=60)
+    assert job.returncode == 2 and "use topology.sync_unit=steps" in job.stderr
+
+
 @pytest.mark.parametrize(("topology", "ranks", "expected"), [
     ("p2p", 3, "topology=p2p needs exactly 2 ranks, but the job has 3"),
     ("star", 1, "topology=star needs at least 2 ranks, but the job has 1"),
     ("sequential", 2, "topology=sequential needs exactly 1 rank, but the job has 2"),
+    ("async", 1, "topology=async needs at least 2 ranks, but the job has 1"),
 ])
 def test_wrong_world_size_fails_fast(tmp_path, topology, ranks, expected):
     job = run_job(ranks, [f"topology={topology}"], tmp_path / "run", timeout=60)

@@ -161,6 +161,13 @@ class Algorithm(ABC):
     def update(self, sync: GradSync = local_sync) -> dict[str, float]:
         """One gradient update from stored experience; returns scalar metrics."""
 
+    def ready_to_update(self) -> bool:
+        """Whether :meth:`update` can run now regardless of new data (a free-running learner
+        asks this). Default: a replay holding at least ``max(learning_starts, batch_size)``."""
+        replay = getattr(self, "replay", None)
+        needed = max(int(getattr(self, "learning_starts", 0)), int(getattr(self, "batch_size", 1)))
+        return replay is not None and len(replay) >= needed
+
     def sync_schedule(self, update_index: int) -> tuple[str, ...]:
         """Names of the groups :meth:`update` number ``update_index`` (0-based) will pass to
         ``sync``, in order. A parameter server that computes no gradients itself follows this

@@ -94,8 +94,11 @@ class Allgather(Topology):
             if control[0]:
                 break
             ctx.progress()
-        check_identical_params(comm, algo)
-        learner.topology_stats["reduce"] = self.cfg.get("reduce", "allreduce")
-        learner.topology_stats["params_checked_identical"] = True
+        checksums = check_identical_params(comm, algo)
+        learner.topology_stats.update({
+            "reduce": self.cfg.get("reduce", "allreduce"),
+            "param_checksums_per_rank": checksums.tolist(),
+            "params_identical": True,
+        })
         close_actor(actor)
         return learner_report(comm.rank, learner, role="peer", actor=actor)

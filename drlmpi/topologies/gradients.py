@@ -110,8 +110,11 @@ def broadcast_all_params(comm: TimedComm, algo: Algorithm, root: int = 0) -> Non
         group.flat.load_params(params)
 
 
-def check_identical_params(comm: TimedComm, algo: Algorithm) -> None:
-    """Raise ``RuntimeError`` on every rank if any rank's parameters differ from the others'."""
+def check_identical_params(comm: TimedComm, algo: Algorithm) -> np.ndarray:
+    """Raise ``RuntimeError`` on every rank if any rank's parameters differ from the others'.
+
+    Returns the ``(size, groups)`` table of checksums (identical rows).
+    """
     local = np.array([g.flat.checksum() for g in algo.groups.values()], dtype=np.float64)
     gathered = np.empty((comm.size, local.size), dtype=np.float64)
     comm.Allgather(local, gathered, kind="checksums")
@@ -120,6 +123,7 @@ def check_identical_params(comm: TimedComm, algo: Algorithm) -> None:
             f"parameters diverged across ranks after {algo.updates} updates: checksums per rank "
             f"{gathered.tolist()}"
         )
+    return gathered
 
 
 def exchange_round_counts(comm: TimedComm, new_steps: int, due: int, episodes: int) -> np.ndarray:

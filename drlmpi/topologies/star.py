@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from drlmpi.algos.base import ConfigError
+from drlmpi.topologies import param_server
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
@@ -22,6 +24,7 @@ from drlmpi.topologies.base import (
 )
 
 LEARNER_RANK = 0
+PAYLOADS = ("experience", "gradients")
 
 
 class Star(Topology):
@@ -31,7 +34,18 @@ class Star(Topology):
     min_ranks = 2
     max_ranks = None
 
+    @classmethod
+    def check(cls, world_size, algo_cls, cfg) -> None:
+        super().check(world_size, algo_cls, cfg)
+        payload = cfg.topology.get("payload", "experience")
+        if payload not in PAYLOADS:
+            raise ConfigError(f"topology.payload must be one of {PAYLOADS}, got {payload!r}")
+
     def run(self, ctx: RunContext) -> RankReport:
+        if self.cfg.get("payload", "experience") == "gradients":
+            if ctx.comm.rank == LEARNER_RANK:
+                return param_server.serve(ctx)
+            return param_server.work(ctx)
         if ctx.comm.rank == LEARNER_RANK:
             return self._learn(ctx)
         return self._simulate(ctx)

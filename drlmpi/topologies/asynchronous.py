@@ -1,0 +1,302 @@
+"""Asynchronous topology: 1 learner + N simulators, nonblocking point-to-point messages.
+
+The DQN paper's section III.D, which failed there on pickled weights with nonblocking calls;
+here every message is a fixed-layout byte buffer (:class:`~drlmpi.comm.PackedMessage`).
+
+Simulator (ranks 1..N), in a loop: collect ``sync_every`` steps; ``Isend`` the chunk (header:
+policy version, rows, sequence number) from a pool of ``slots`` buffers, re-using a buffer only
+after its request completed; ``Test`` the pre-posted weights ``Irecv`` and, while one has
+arrived, load it (the newest wins) and re-post. A simulator waits only when all its ``slots``
+sends are still in flight.
+
+Learner (rank 0): ``slots`` pre-posted ``Irecv`` per simulator; ``Testsome`` between every update
+(``Waitany`` when it has nothing to do), so it never waits for the slowest simulator; it
+publishes weights with ``Isend`` every ``publish_every`` updates to every simulator whose previous
+weights send has completed (the others get the next publication).
+
+* ``max_policy_lag`` (learner updates between the weights that acted and the update that would
+  learn from the chunk): an older chunk is discarded (counted, its episodes still logged). The
+  observed lag (mean, max) is in the summary.
+* ``utd_mode=ratio``: ``algo.updates_per_step`` updates per received step, held by
+  back-pressure (when more than ``max_pending_updates`` are owed the learner stops re-posting
+  receives and the simulators' sends wait). ``utd_mode=free``: the learner trains continuously
+  once its replay is ready; the ratio that results is recorded (off-policy algorithms only).
+* Exploration uses the job-wide step count the learner publishes with the weights.
+* Shutdown: the learner completes its weight sends, then sends each simulator a final weights
+  message with the stop flag (same tag, so it arrives after every earlier one); simulators
+  complete their outstanding sends, report how many chunks they sent (``DONE``) and stop; the
+  learner keeps receiving until every chunk is accounted for, then cancels its remaining
+  receives. No request is left pending at ``MPI_Finalize``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from drlmpi.algos.base import ConfigError
+from drlmpi.comm import PackedMessage, Tag
+from drlmpi.topologies.base import (
+    RankReport,
+    RunContext,
+    Topology,
+    learner_report,
+    simulator_report,
+)
+
+LEARNER_RANK = 0
+HEADER = 4  # experience: [policy version, rows, sequence, simulator steps]; weights: [stop, job steps, version, 0]
+UTD_MODES = ("ratio", "free")
+
+
+class Asynchronous(Topology):
+    """Learner and simulators never wait for each other (within bounded lag and buffering)."""
+
+    name = "async"
+    min_ranks = 2
+    max_ranks = None
+
+    @classmethod
+    def check(cls, world_size, algo_cls, cfg) -> None:
+        super().check(world_size, algo_cls, cfg)
+        topo = cfg.topology
+        if topo.get("sync_unit", "steps") != "steps":
+            raise ConfigError("topology=async sends fixed-size chunks: use topology.sync_unit=steps")
+        if topo.get("utd_mode", "ratio") not in UTD_MODES:
+            raise ConfigError(f"topology.utd_mode must be one of {UTD_MODES}, got {topo.utd_mode!r}")
+        for key in ("publish_every", "slots", "sync_every"):
+            if int(topo.get(key, 1)) < 1:
+                raise ConfigError(f"topology.{key} must be >= 1, got {topo.get(key)}")
+        lag = topo.get("max_policy_lag")
+        if algo_cls.kind == "on_policy":
+            if lag is None:
+                raise ConfigError(
+                    f"topology=async with the on-policy algo={cfg.algo.name} needs a bound on policy "
+                    f"lag: set topology.max_policy_lag (e.g. 2 x topology.publish_every)")
+            if topo.get("utd_mode", "ratio") == "free":
+                raise ConfigError(f"topology.utd_mode=free is for off-policy algorithms, not {cfg.algo.name}")
+
+    def run(self, ctx: RunContext) -> RankReport:
+        if ctx.comm.rank == LEARNER_RANK:
+            return _AsyncLearner(ctx, self.cfg).run()
+        return _AsyncSimulator(ctx, self.cfg).run()
+
+
+class _AsyncLearner:
+    def __init__(self, ctx: RunContext, cfg) -> None:
+        self.ctx = ctx
+        self.comm = ctx.comm
+        self.learner = ctx.make_learner()
+        self.algo = self.learner.algo
+        self.sims = list(range(1, self.comm.size))
+        self.slots = int(cfg.slots)
+        self.chunk_rows = int(cfg.sync_every) * int(ctx.cfg.env.num_envs)
+        self.publish_every = int(cfg.publish_every)
+        self.max_lag = None if cfg.get("max_policy_lag") is None else int(cfg.max_policy_lag)
+        self.free = cfg.get("utd_mode", "ratio") == "free"
+        self.max_pending = int(cfg.get("max_pending_updates") or 0) or max(
+            1, int(2 * self.chunk_rows * float(ctx.cfg.algo.get("updates_per_step", 1.0))))
+        width = self.algo.layout.width
+        # Receive slots: index i -> simulator self.slot_sim[i].
+        self.slot_msgs = [PackedMessage(HEADER, (self.chunk_rows, width))
+                          for _ in self.sims for _ in range(self.slots)]
+        self.slot_sim = [s for s in self.sims for _ in range(self.slots)]
+        self.requests: list = [None] * len(self.slot_msgs)
+        self.unposted: list[int] = []
+        numel = self.algo.policy.flat.numel
+        self.out = {s: PackedMessage(HEADER, (numel,)) for s in self.sims}
+        self.out_req: dict = {s: None for s in self.sims}
+        self.chunks = {s: 0 for s in self.sims}
+        self.last_heard = {s: time.perf_counter() for s in self.sims}
+        self.discarded = 0
+        self.skipped_publications = 0
+        self.publications = 0
+
+    # -- receiving --------------------------------------------------------------------------
+    def _post(self, i: int) -> None:
+        msg = self.slot_msgs[i]
+        self.requests[i] = self.comm.comm.Irecv(msg.buffer, source=self.slot_sim[i], tag=Tag.EXPERIENCE)
+
+    def _repost_allowed(self) -> bool:
+        return self.free or self.learner.pending_updates <= self.max_pending
+
+    def _handle(self, i: int, stopping: bool = False) -> None:
+        sim, msg = self.slot_sim[i], self.slot_msgs[i]
+        self.comm.count_received("experience", msg.buffer.nbytes)
+        self.chunks[sim] += 1
+        self.last_heard[sim] = time.perf_counter()
+        rows = msg.payload[: int(msg.header[1])]
+        lag = self.algo.updates - int(msg.header[0])
+        learner = self.learner
+        if stopping:
+            pass  # the run is over: count the chunk, learn nothing from it
+        elif self.max_lag is not None and lag > self.max_lag:
+            self.discarded += 1
+            learner.env_steps += len(rows)
+            learner.log_episodes(rows, sim)
+        else:
+            learner.ingest(rows, sim, policy_lag=lag)
+        if stopping or self._repost_allowed():
+            self._post(i)
+        else:
+            self.requests[i] = None
+            self.unposted.append(i)
+
+    def _poll(self, block: bool) -> None:
+        from mpi4py import MPI
+
+        active = [r if r is not None else MPI.REQUEST_NULL for r in self.requests]
+        if block and any(r is not None for r in self.requests):
+            done = [self.comm.waitany(active)]
+        else:
+            done = MPI.Request.Testsome(active) or []
+        for i in done:
+            if i != MPI.UNDEFINED:
+                self.requests[i] = None
+                self._handle(i)
+        if self.unposted and self._repost_allowed():
+            for i in self.unposted:
+                self._post(i)
+            self.unposted.clear()
+
+    # -- publishing -------------------------------------------------------------------------
+    def _publish(self, stop: bool = False) -> None:
+        params = self.algo.policy.flat.params_numpy()
+        for sim in self.sims:
+            req = self.out_req[sim]
+            if req is not None:
+                if stop:
+                    self.comm.wait(req)
+                elif not req.Test():
+                    self.skipped_publications += 1
+                    continue
+            msg = self.out[sim]
+            msg.header[:] = (int(stop), self.learner.env_steps, self.algo.updates, 0)
+            msg.payload[:] = params
+            self.comm.count_sent("weights", msg.buffer.nbytes)
+            self.out_req[sim] = self.comm.comm.Isend(msg.buffer, dest=sim, tag=Tag.WEIGHTS)
+        self.publications += 1
+
+    # -- main loop --------------------------------------------------------------------------
+    def run(self) -> RankReport:
+        learner, algo = self.learner, self.algo
+        for i in range(len(self.slot_msgs)):
+            self._post(i)
+        self._publish()
+        since_publish = 0
+        while learner.stop_reason() is None:
+            can_train = (algo.ready_to_update() if self.free else learner.pending_updates > 0)
+            self._poll(block=not can_train)
+            if can_train:
+                if self.free:
+                    t0 = time.perf_counter()
+                    learner.last_metrics = algo.update()
+                    learner.learn_s += time.perf_counter() - t0
+                else:
+                    learner.train(max_updates=1)
+                since_publish += 1
+                if since_publish >= self.publish_every:
+                    self._publish()
+                    since_publish = 0
+            learner.maybe_evaluate()
+            self.ctx.progress()
+        self._shutdown()
+        now = time.perf_counter()
+        learner.topology_stats.update({
+            "utd_mode": "free" if self.free else "ratio",
+            "max_policy_lag": self.max_lag,
+            "discarded_chunks": self.discarded,
+            "chunks_received": {str(s): c for s, c in self.chunks.items()},
+            "last_heard_s_ago": {str(s): round(now - t, 3) for s, t in self.last_heard.items()},
+            "publications": self.publications,
+            "skipped_publications": self.skipped_publications,
+        })
+        return learner_report(self.comm.rank, learner)
+
+    def _shutdown(self) -> None:
+        from mpi4py import MPI
+
+        for i in self.unposted:  # lift back-pressure so blocked simulators can finish
+            self._post(i)
+        self.unposted.clear()
+        self._publish(stop=True)
+        done_msgs = {s: np.zeros(1, dtype=np.int64) for s in self.sims}
+        done_reqs = {s: self.comm.comm.Irecv(done_msgs[s], source=s, tag=Tag.DONE) for s in self.sims}
+        finished: set[int] = set()
+        while len(finished) < len(self.sims):
+            active = [r if r is not None else MPI.REQUEST_NULL for r in self.requests]
+            for i in MPI.Request.Testsome(active) or []:
+                if i != MPI.UNDEFINED:
+                    self.requests[i] = None
+                    self._handle(i, stopping=True)
+            for s, req in done_reqs.items():
+                if s not in finished and req.Test() and self.chunks[s] >= int(done_msgs[s][0]):
+                    finished.add(s)
+        for i, req in enumerate(self.requests):
+            if req is not None:
+                req.Cancel()
+                req.Wait()
+                self.requests[i] = None
+        for sim, req in self.out_req.items():
+            if req is not None:
+                self.comm.wait(req)
+
+
+class _AsyncSimulator:
+    def __init__(self, ctx: RunContext, cfg) -> None:
+        self.ctx = ctx
+        self.comm = ctx.comm
+        self.every = int(cfg.sync_every)
+        self.slots = int(cfg.slots)
+        self.actor = ctx.make_actor(simulator_index=self.comm.rank - 1)
+        self.algo = self.actor.algo
+        rows = self.every * int(ctx.cfg.env.num_envs)
+        self.pool = [PackedMessage(HEADER, (rows, self.algo.layout.width)) for _ in range(self.slots)]
+        self.pool_req: list = [None] * self.slots
+        self.weights = PackedMessage(HEADER, (self.algo.policy.flat.numel,))
+        self.version = 0
+        self.sent = 0
+
+    def _receive_weights(self, request) -> tuple[object, bool]:
+        """Load every weights message that has arrived; returns (re-posted request, stop)."""
+        while True:
+            self.comm.count_received("weights", self.weights.buffer.nbytes)
+            self.algo.policy.flat.load_params(self.weights.payload)
+            self.algo.on_policy_loaded()
+            self.version = int(self.weights.header[2])
+            self.actor.set_global_steps(int(self.weights.header[1]), self.comm.size - 1)
+            if self.weights.header[0]:
+                return None, True
+            request = self.comm.comm.Irecv(self.weights.buffer, source=LEARNER_RANK, tag=Tag.WEIGHTS)
+            if not request.Test():
+                return request, False
+
+    def run(self) -> RankReport:
+        comm = self.comm
+        first = comm.comm.Irecv(self.weights.buffer, source=LEARNER_RANK, tag=Tag.WEIGHTS)
+        comm.wait(first)
+        request, stop = self._receive_weights(None)
+        slot = 0
+        while not stop:
+            rows = self.actor.collect(self.every, "steps")
+            if self.pool_req[slot] is not None:
+                comm.wait(self.pool_req[slot])  # all slots in flight: the learner is behind
+            msg = self.pool[slot]
+            msg.header[:] = (self.version, len(rows), self.sent, self.actor.steps)
+            msg.payload[: len(rows)] = rows
+            comm.count_sent("experience", msg.buffer.nbytes)
+            self.pool_req[slot] = comm.comm.Isend(msg.buffer, dest=LEARNER_RANK, tag=Tag.EXPERIENCE)
+            self.sent += 1
+            slot = (slot + 1) % self.slots
+            if request.Test():
+                request, stop = self._receive_weights(request)
+        for req in self.pool_req:
+            if req is not None:
+                comm.wait(req)
+        comm.Send(np.array([self.sent], dtype=np.int64), dest=LEARNER_RANK, tag=Tag.DONE, kind="control")
+        for env in self.actor.envs:
+            env.close()
+        report = simulator_report(comm.rank, self.actor)
+        report.extra["chunks_sent"] = self.sent
+        return report
