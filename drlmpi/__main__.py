@@ -43,7 +43,7 @@ def _prepare_single_run(argv: list[str]) -> list[str]:
     extra = [f"hydra.job.name=rank{rank}"]
     if rank != 0:
         extra.append("hydra.output_subdir=null")
-    return argv + extra
+    return extra + argv  # before the user's overrides (argparse stops at options such as --cfg)
 
 
 def _task(cfg) -> int:

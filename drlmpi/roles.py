@@ -266,6 +266,9 @@ class Learner:
         returns = evaluate(self.algo, self._eval_envs, self.eval_episodes,
                            seed=self.seed + 1_000_000 + self.evaluations * self.eval_episodes)
         self.evaluations += 1
+        # Take the evaluation off the clock *before* recording anything, so neither the
+        # metrics row nor the time to threshold includes it.
+        self.clock.paused_s += time.perf_counter() - t0
         mean = float(returns.mean())
         self.last_eval = mean
         self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
@@ -278,7 +281,6 @@ class Learner:
                 "env_steps": self.env_steps,
                 "updates": self.updates,
             }
-        self.clock.paused_s += time.perf_counter() - t0
         return True
 
     def stop_reason(self) -> str | None:

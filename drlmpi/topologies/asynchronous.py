@@ -5,28 +5,30 @@ here every message is a fixed-layout byte buffer (:class:`~drlmpi.comm.PackedMes
 
 Simulator (ranks 1..N), in a loop: collect ``sync_every`` steps; ``Isend`` the chunk (header:
 policy version, rows, sequence number) from a pool of ``slots`` buffers, re-using a buffer only
-after its request completed; ``Test`` the pre-posted weights ``Irecv`` and, while one has
-arrived, load it (the newest wins) and re-post. A simulator waits only when all its ``slots``
-sends are still in flight.
+after its request completed; ``Test`` the pre-posted weights and control ``Irecv``s and load
+whatever arrived (the newest weights win). A simulator sends a chunk only while it holds a
+*credit*; it starts with ``slots`` and the learner grants one back per chunk it has taken in.
 
-Learner (rank 0): ``slots`` pre-posted ``Irecv`` per simulator; ``Testsome`` between every update
-(``Waitany`` when it has nothing to do), so it never waits for the slowest simulator; it
-publishes weights with ``Isend`` every ``publish_every`` updates to every simulator whose previous
-weights send has completed (the others get the next publication).
+Learner (rank 0): ``slots`` ``Irecv`` per simulator, always re-posted, so every chunk in flight
+has a receive waiting (no chunk ever blocks the channel behind it); ``Testsome`` between every
+update (``Waitany`` only when it has nothing else to do), so it never waits for the slowest
+simulator; it publishes weights with ``Isend`` every ``publish_every`` updates to every
+simulator whose previous weights send has completed (the others get the next publication).
 
 * ``max_policy_lag`` (learner updates between the weights that acted and the update that would
   learn from the chunk): an older chunk is discarded (counted, its episodes still logged). The
   observed lag (mean, max) is in the summary.
-* ``utd_mode=ratio``: ``algo.updates_per_step`` updates per received step, held by
-  back-pressure (when more than ``max_pending_updates`` are owed the learner stops re-posting
-  receives and the simulators' sends wait). ``utd_mode=free``: the learner trains continuously
-  once its replay is ready; the ratio that results is recorded (off-policy algorithms only).
+* ``utd_mode=ratio``: ``algo.updates_per_step`` updates per received step, held by credits:
+  while more than ``max_pending_updates`` updates are owed, the learner withholds credits and
+  simulators that run out wait. ``utd_mode=free``: credits come back at once and the learner
+  trains continuously once its replay is ready; the ratio that results is recorded
+  (off-policy algorithms only).
 * Exploration uses the job-wide step count the learner publishes with the weights.
-* Shutdown: the learner completes its weight sends, then sends each simulator a final weights
-  message with the stop flag (same tag, so it arrives after every earlier one); simulators
-  complete their outstanding sends, report how many chunks they sent (``DONE``) and stop; the
-  learner keeps receiving until every chunk is accounted for, then cancels its remaining
-  receives. No request is left pending at ``MPI_Finalize``.
+* Shutdown: the learner sends each simulator a control message ``[STOP, weights messages sent
+  to it]``; the simulator completes its outstanding chunk sends, receives the weights still in
+  flight, reports how many chunks it sent (``DONE``) and stops; the learner keeps receiving
+  until every chunk is accounted for, then cancels its remaining receives. No request is left
+  pending at ``MPI_Finalize``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ from drlmpi.topologies.base import (
 )
 
 LEARNER_RANK = 0
-HEADER = 4  # experience: [policy version, rows, sequence, simulator steps]; weights: [stop, job steps, version, 0]
+# Headers: experience [policy version, rows, sequence, simulator steps]; weights [0, job steps,
+# version, 0].
+HEADER = 4
+CREDIT, STOP = 1, 2  # control message kinds: [CREDIT, credit limit] or [STOP, weights messages sent]
 UTD_MODES = ("ratio", "free")
 
 
@@ -98,28 +103,30 @@ class _AsyncLearner:
         self.max_pending = int(cfg.get("max_pending_updates") or 0) or max(
             1, int(2 * self.chunk_rows * float(ctx.cfg.algo.get("updates_per_step", 1.0))))
         width = self.algo.layout.width
-        # Receive slots: index i -> simulator self.slot_sim[i].
+        # Receive slots: index i -> simulator self.slot_sim[i]; always re-posted.
         self.slot_msgs = [PackedMessage(HEADER, (self.chunk_rows, width))
                           for _ in self.sims for _ in range(self.slots)]
         self.slot_sim = [s for s in self.sims for _ in range(self.slots)]
         self.requests: list = [None] * len(self.slot_msgs)
-        self.unposted: list[int] = []
         numel = self.algo.policy.flat.numel
-        self.out = {s: PackedMessage(HEADER, (numel,)) for s in self.sims}
-        self.out_req: dict = {s: None for s in self.sims}
+        self.weights_out = {s: PackedMessage(HEADER, (numel,)) for s in self.sims}
+        self.weights_req: dict = {s: None for s in self.sims}
+        self.weights_sent = {s: 0 for s in self.sims}
+        self.control_out = {s: np.zeros(2, dtype=np.int64) for s in self.sims}
+        self.control_req: dict = {s: None for s in self.sims}
+        self.credit_limit = {s: self.slots for s in self.sims}  # chunks each sim may have sent
+        self.owed_credits = {s: 0 for s in self.sims}
         self.chunks = {s: 0 for s in self.sims}
         self.last_heard = {s: time.perf_counter() for s in self.sims}
         self.discarded = 0
         self.skipped_publications = 0
         self.publications = 0
+        self.steps_after_stop = 0
 
     # -- receiving --------------------------------------------------------------------------
     def _post(self, i: int) -> None:
-        msg = self.slot_msgs[i]
-        self.requests[i] = self.comm.comm.Irecv(msg.buffer, source=self.slot_sim[i], tag=Tag.EXPERIENCE)
-
-    def _repost_allowed(self) -> bool:
-        return self.free or self.learner.pending_updates <= self.max_pending
+        self.requests[i] = self.comm.comm.Irecv(self.slot_msgs[i].buffer, source=self.slot_sim[i],
+                                                tag=Tag.EXPERIENCE)
 
     def _handle(self, i: int, stopping: bool = False) -> None:
         sim, msg = self.slot_sim[i], self.slot_msgs[i]
@@ -129,53 +136,64 @@ class _AsyncLearner:
         rows = msg.payload[: int(msg.header[1])]
         lag = self.algo.updates - int(msg.header[0])
         learner = self.learner
-        if stopping:
-            pass  # the run is over: count the chunk, learn nothing from it
+        if stopping:  # the run is over: count the chunk, learn nothing from it
+            self.steps_after_stop += len(rows)
         elif self.max_lag is not None and lag > self.max_lag:
             self.discarded += 1
             learner.env_steps += len(rows)
             learner.log_episodes(rows, sim)
         else:
             learner.ingest(rows, sim, policy_lag=lag)
-        if stopping or self._repost_allowed():
-            self._post(i)
-        else:
-            self.requests[i] = None
-            self.unposted.append(i)
+        self._post(i)
+        if not stopping:
+            self.owed_credits[sim] += 1
 
     def _poll(self, block: bool) -> None:
         from mpi4py import MPI
 
-        active = [r if r is not None else MPI.REQUEST_NULL for r in self.requests]
-        if block and any(r is not None for r in self.requests):
-            done = [self.comm.waitany(active)]
+        if block:
+            done = [self.comm.waitany(self.requests)]
         else:
-            done = MPI.Request.Testsome(active) or []
+            done = MPI.Request.Testsome(self.requests) or []
         for i in done:
             if i != MPI.UNDEFINED:
-                self.requests[i] = None
                 self._handle(i)
-        if self.unposted and self._repost_allowed():
-            for i in self.unposted:
-                self._post(i)
-            self.unposted.clear()
+        self._grant_credits()
+
+    def _send_control(self, sim: int, kind: int, value: int, wait: bool = False) -> bool:
+        req = self.control_req[sim]
+        if req is not None:
+            if wait:
+                self.comm.wait(req)
+            elif not req.Test():
+                return False
+        self.control_out[sim][:] = (kind, value)
+        self.comm.count_sent("control", 16)
+        self.control_req[sim] = self.comm.comm.Isend(self.control_out[sim], dest=sim, tag=Tag.CONTROL)
+        return True
+
+    def _grant_credits(self) -> None:
+        if not self.free and self.learner.pending_updates > self.max_pending:
+            return  # the learner is behind: simulators that run out of credit wait
+        for sim, owed in self.owed_credits.items():
+            if owed and self._send_control(sim, CREDIT, self.credit_limit[sim] + owed):
+                self.credit_limit[sim] += owed
+                self.owed_credits[sim] = 0
 
     # -- publishing -------------------------------------------------------------------------
-    def _publish(self, stop: bool = False) -> None:
+    def _publish(self) -> None:
         params = self.algo.policy.flat.params_numpy()
         for sim in self.sims:
-            req = self.out_req[sim]
-            if req is not None:
-                if stop:
-                    self.comm.wait(req)
-                elif not req.Test():
-                    self.skipped_publications += 1
-                    continue
-            msg = self.out[sim]
-            msg.header[:] = (int(stop), self.learner.env_steps, self.algo.updates, 0)
+            req = self.weights_req[sim]
+            if req is not None and not req.Test():
+                self.skipped_publications += 1
+                continue
+            msg = self.weights_out[sim]
+            msg.header[:] = (0, self.learner.env_steps, self.algo.updates, 0)
             msg.payload[:] = params
             self.comm.count_sent("weights", msg.buffer.nbytes)
-            self.out_req[sim] = self.comm.comm.Isend(msg.buffer, dest=sim, tag=Tag.WEIGHTS)
+            self.weights_req[sim] = self.comm.comm.Isend(msg.buffer, dest=sim, tag=Tag.WEIGHTS)
+            self.weights_sent[sim] += 1
         self.publications += 1
 
     # -- main loop --------------------------------------------------------------------------
@@ -208,6 +226,7 @@ class _AsyncLearner:
             "max_policy_lag": self.max_lag,
             "discarded_chunks": self.discarded,
             "chunks_received": {str(s): c for s, c in self.chunks.items()},
+            "steps_after_stop": self.steps_after_stop,
             "last_heard_s_ago": {str(s): round(now - t, 3) for s, t in self.last_heard.items()},
             "publications": self.publications,
             "skipped_publications": self.skipped_publications,
@@ -217,28 +236,22 @@ class _AsyncLearner:
     def _shutdown(self) -> None:
         from mpi4py import MPI
 
-        for i in self.unposted:  # lift back-pressure so blocked simulators can finish
-            self._post(i)
-        self.unposted.clear()
-        self._publish(stop=True)
+        for sim in self.sims:
+            self._send_control(sim, STOP, self.weights_sent[sim], wait=True)
         done_msgs = {s: np.zeros(1, dtype=np.int64) for s in self.sims}
         done_reqs = {s: self.comm.comm.Irecv(done_msgs[s], source=s, tag=Tag.DONE) for s in self.sims}
         finished: set[int] = set()
         while len(finished) < len(self.sims):
-            active = [r if r is not None else MPI.REQUEST_NULL for r in self.requests]
-            for i in MPI.Request.Testsome(active) or []:
+            for i in MPI.Request.Testsome(self.requests) or []:
                 if i != MPI.UNDEFINED:
-                    self.requests[i] = None
                     self._handle(i, stopping=True)
             for s, req in done_reqs.items():
                 if s not in finished and req.Test() and self.chunks[s] >= int(done_msgs[s][0]):
                     finished.add(s)
-        for i, req in enumerate(self.requests):
-            if req is not None:
-                req.Cancel()
-                req.Wait()
-                self.requests[i] = None
-        for sim, req in self.out_req.items():
+        for req in self.requests:
+            req.Cancel()
+            req.Wait()
+        for req in [*self.weights_req.values(), *self.control_req.values()]:
             if req is not None:
                 self.comm.wait(req)
 
@@ -255,33 +268,61 @@ class _AsyncSimulator:
         self.pool = [PackedMessage(HEADER, (rows, self.algo.layout.width)) for _ in range(self.slots)]
         self.pool_req: list = [None] * self.slots
         self.weights = PackedMessage(HEADER, (self.algo.policy.flat.numel,))
+        self.control = np.zeros(2, dtype=np.int64)
+        self.credit_limit = self.slots
         self.version = 0
         self.sent = 0
+        self.weights_received = 0
+        self.stop_after_weights: int | None = None  # set by STOP: weights messages to expect
+        self.unsent_steps = 0
 
-    def _receive_weights(self, request) -> tuple[object, bool]:
-        """Load every weights message that has arrived; returns (re-posted request, stop)."""
-        while True:
-            self.comm.count_received("weights", self.weights.buffer.nbytes)
-            self.algo.policy.flat.load_params(self.weights.payload)
-            self.algo.on_policy_loaded()
-            self.version = int(self.weights.header[2])
-            self.actor.set_global_steps(int(self.weights.header[1]), self.comm.size - 1)
-            if self.weights.header[0]:
-                return None, True
-            request = self.comm.comm.Irecv(self.weights.buffer, source=LEARNER_RANK, tag=Tag.WEIGHTS)
-            if not request.Test():
-                return request, False
+    def _load_weights(self) -> None:
+        self.comm.count_received("weights", self.weights.buffer.nbytes)
+        self.weights_received += 1
+        self.algo.policy.flat.load_params(self.weights.payload)
+        self.algo.on_policy_loaded()
+        self.version = int(self.weights.header[2])
+        self.actor.set_global_steps(int(self.weights.header[1]), self.comm.size - 1)
+
+    def _post_weights(self):
+        return self.comm.comm.Irecv(self.weights.buffer, source=LEARNER_RANK, tag=Tag.WEIGHTS)
+
+    def _post_control(self):
+        return self.comm.comm.Irecv(self.control, source=LEARNER_RANK, tag=Tag.CONTROL)
+
+    def _on_control(self) -> bool:
+        """Apply a control message; True if it was STOP (no control receive is re-posted)."""
+        self.comm.count_received("control", 16)
+        kind, value = int(self.control[0]), int(self.control[1])
+        if kind == STOP:
+            self.stop_after_weights = value
+            return True
+        self.credit_limit = max(self.credit_limit, value)
+        return False
 
     def run(self) -> RankReport:
+        from mpi4py import MPI
+
         comm = self.comm
-        first = comm.comm.Irecv(self.weights.buffer, source=LEARNER_RANK, tag=Tag.WEIGHTS)
-        comm.wait(first)
-        request, stop = self._receive_weights(None)
+        weights_req = self._post_weights()
+        comm.wait(weights_req)  # start from the learner's initial weights
+        self._load_weights()
+        weights_req, control_req = self._post_weights(), self._post_control()
         slot = 0
-        while not stop:
+        while self.stop_after_weights is None:
             rows = self.actor.collect(self.every, "steps")
+            while self.sent >= self.credit_limit and self.stop_after_weights is None:
+                index = comm.waitany([control_req, weights_req])  # out of credit: wait
+                if index == 0:
+                    control_req = None if self._on_control() else self._post_control()
+                else:
+                    self._load_weights()
+                    weights_req = self._post_weights()
+            if self.stop_after_weights is not None:
+                self.unsent_steps = len(rows)  # simulated, but the run ended before it could go
+                break
             if self.pool_req[slot] is not None:
-                comm.wait(self.pool_req[slot])  # all slots in flight: the learner is behind
+                comm.wait(self.pool_req[slot])
             msg = self.pool[slot]
             msg.header[:] = (self.version, len(rows), self.sent, self.actor.steps)
             msg.payload[: len(rows)] = rows
@@ -289,14 +330,25 @@ class _AsyncSimulator:
             self.pool_req[slot] = comm.comm.Isend(msg.buffer, dest=LEARNER_RANK, tag=Tag.EXPERIENCE)
             self.sent += 1
             slot = (slot + 1) % self.slots
-            if request.Test():
-                request, stop = self._receive_weights(request)
+            while weights_req.Test():  # newest weights win
+                self._load_weights()
+                weights_req = self._post_weights()
+            while control_req is not None and control_req.Test():
+                control_req = None if self._on_control() else self._post_control()
         for req in self.pool_req:
             if req is not None:
                 comm.wait(req)
+        while self.weights_received < self.stop_after_weights:
+            comm.wait(weights_req)
+            self._load_weights()
+            weights_req = (self._post_weights() if self.weights_received < self.stop_after_weights
+                           else MPI.REQUEST_NULL)
+        if weights_req != MPI.REQUEST_NULL:
+            weights_req.Cancel()
+            weights_req.Wait()
         comm.Send(np.array([self.sent], dtype=np.int64), dest=LEARNER_RANK, tag=Tag.DONE, kind="control")
         for env in self.actor.envs:
             env.close()
         report = simulator_report(comm.rank, self.actor)
-        report.extra["chunks_sent"] = self.sent
+        report.extra.update({"chunks_sent": self.sent, "unsent_steps": self.unsent_steps})
         return report
