@@ -1,0 +1,243 @@
+"""Twin Delayed DDPG, TD3 (Fujimoto et al. 2018), for continuous (Box) action spaces.
+
+Actor ``mu_phi`` (tanh output scaled to the Box bounds), twin critics ``Q_theta1``, ``Q_theta2``
+and their target copies ``mu_phi'``, ``Q_theta1'``, ``Q_theta2'``. For a minibatch
+``(s, a, r, s', terminated)``::
+
+    eps  = clip(N(0, policy_noise * h), -noise_clip * h, noise_clip * h)   (h = half action range)
+    a'   = clip(mu_phi'(s') + eps, low, high)                            (target policy smoothing)
+    y    = r + gamma * (1 - terminated) * min(Q_theta1'(s', a'), Q_theta2'(s', a'))
+    L_Q  = MSE(Q_theta1(s, a), y) + MSE(Q_theta2(s, a), y)                  (every update)
+    L_mu = -mean Q_theta1(s, mu_phi(s))                                   (every policy_delay)
+
+The actor and the three target networks (Polyak ``tau``) are updated only on every
+``policy_delay``-th update, so the sequence of gradient reductions (``critic`` every update, then
+``actor`` on delayed updates: :meth:`TD3.sync_schedule`) is a function of the update counter
+alone and is the same on every rank. Noise comes from torch's global generator and exploration
+from ``self.rng``, both of which a topology may reseed per rank.
+
+Exploration: uniform random actions while the job-wide step count is below ``learning_starts``,
+then the greedy action plus Gaussian noise of standard deviation ``exploration_noise * h``,
+clipped to the bounds. The clipped (executed) action is what is stored, as in the paper's code.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
+from drlmpi.envs import EnvSpec
+from drlmpi.replay import ReplayBuffer
+
+
+class ScaledTanhActor(nn.Module):
+    """``obs -> center + half_range * tanh(mlp(obs))``: deterministic actions inside the Box."""
+
+    def __init__(self, obs_dim: int, low: np.ndarray, high: np.ndarray, hidden: tuple[int, ...]):
+        super().__init__()
+        self.net = mlp(obs_dim, len(low), hidden, out_activation=nn.Tanh)
+        low_t = torch.as_tensor(low, dtype=torch.float32)
+        high_t = torch.as_tensor(high, dtype=torch.float32)
+        # Buffers, not parameters: constants that never travel with the flat parameters.
+        self.register_buffer("center", (high_t + low_t) / 2.0)
+        self.register_buffer("half_range", (high_t - low_t) / 2.0)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.center + self.half_range * self.net(obs)
+
+
+class TwinCritic(nn.Module):
+    """Two independent Q-networks ``Q(s, a)`` evaluated on the same input."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        self.q1 = mlp(obs_dim + action_dim, 1, hidden)
+        self.q2 = mlp(obs_dim + action_dim, 1, hidden)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.cat([obs, action], dim=1)
+        return self.q1(x).squeeze(1), self.q2(x).squeeze(1)
+
+    def q1_value(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.q1(torch.cat([obs, action], dim=1)).squeeze(1)
+
+
+class TD3(Algorithm):
+    """TD3 for Box action spaces.
+
+    Config keys (``conf/algo/td3.yaml`` documents each): ``hidden``, ``actor_lr``, ``critic_lr``,
+    ``gamma``, ``tau``, ``batch_size``, ``buffer_size``, ``learning_starts``,
+    ``updates_per_step``, ``policy_delay``, ``policy_noise``, ``noise_clip``,
+    ``exploration_noise``, ``max_grad_norm``.
+    """
+
+    kind = "off_policy"
+
+    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
+                 seed: int = 0, learner: bool = True) -> None:
+        super().__init__(spec, cfg, device, seed, learner)
+        hidden = tuple(int(h) for h in cfg["hidden"])
+        self.low = np.asarray(spec.action_low, dtype=np.float32)
+        self.high = np.asarray(spec.action_high, dtype=np.float32)
+        self.half_range = (self.high - self.low) / 2.0
+        actor = ScaledTanhActor(spec.obs_dim, self.low, self.high, hidden).to(self.device)
+        # Targets are deep-copied before ParamGroup re-seats the online parameters.
+        self.actor_target = copy.deepcopy(actor).requires_grad_(False)
+        self.actor = actor
+        max_grad_norm = cfg.get("max_grad_norm")
+        self.policy = ParamGroup(actor, float(cfg["actor_lr"]), max_grad_norm, with_optimizer=learner)
+        self.groups = {"actor": self.policy}
+        if learner:
+            critic = TwinCritic(spec.obs_dim, spec.action_dim, hidden).to(self.device)
+            self.critic_target = copy.deepcopy(critic).requires_grad_(False)
+            self.critic = critic
+            self.groups["critic"] = ParamGroup(critic, float(cfg["critic_lr"]), max_grad_norm)
+            self.replay = ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device)
+        else:  # acting only: the critic is never used
+            self.critic = self.critic_target = None
+            self.replay = None
+        self.gamma = float(cfg["gamma"])
+        self.tau = float(cfg["tau"])
+        self.batch_size = int(cfg["batch_size"])
+        self.learning_starts = int(cfg["learning_starts"])
+        self.updates_per_step = float(cfg["updates_per_step"])
+        self.policy_delay = int(cfg["policy_delay"])
+        self.policy_noise = float(cfg["policy_noise"])
+        self.noise_clip = float(cfg["noise_clip"])
+        self.exploration_noise = float(cfg["exploration_noise"])
+        if self.policy_delay < 1:
+            raise ConfigError(f"algo.policy_delay must be >= 1, got {self.policy_delay}")
+        self._half_range_t = torch.as_tensor(self.half_range, device=self.device)
+        self._low_t = torch.as_tensor(self.low, device=self.device)
+        self._high_t = torch.as_tensor(self.high, device=self.device)
+        self._update_credit = 0.0
+        self._last_actor_loss = float("nan")
+
+    @classmethod
+    def check_spec(cls, spec: EnvSpec) -> None:
+        if spec.discrete:
+            raise ConfigError(
+                f"algo=td3 needs a continuous (Box) action space, but {spec.env_id} is discrete: "
+                f"use algo=dqn or algo=ppo, or a continuous env such as env=pendulum"
+            )
+        if not all(np.isfinite(spec.action_low)) or not all(np.isfinite(spec.action_high)):
+            raise ConfigError(
+                f"algo=td3 needs finite action bounds (its tanh actor is scaled to them), but "
+                f"{spec.env_id} has low={spec.action_low} high={spec.action_high}: use algo=ppo"
+            )
+
+    # -- acting -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
+        n = obs.shape[0]
+        if explore and env_steps < self.learning_starts:
+            actions = self.rng.uniform(self.low, self.high, size=(n, self.spec.action_dim))
+            return actions.astype(np.float32), None
+        actions = self.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
+        if explore and self.exploration_noise > 0:
+            noise = self.rng.normal(0.0, 1.0, size=actions.shape) * (self.exploration_noise * self.half_range)
+            actions = np.clip(actions + noise, self.low, self.high)
+        return actions.astype(np.float32), None
+
+    def env_action(self, action_row: np.ndarray) -> np.ndarray:
+        return np.clip(action_row, self.low, self.high).astype(np.float32)
+
+    # -- learning -----------------------------------------------------------------------------
+    def observe(self, rows: np.ndarray) -> None:
+        self.replay.add(rows)
+
+    def updates_due(self, new_steps: int) -> int:
+        if len(self.replay) < max(self.learning_starts, self.batch_size):
+            return 0
+        self._update_credit += new_steps * self.updates_per_step
+        due = int(self._update_credit)
+        self._update_credit -= due
+        return due
+
+    def sync_schedule(self, update_index: int) -> tuple[str, ...]:
+        """``("critic",)``, plus ``"actor"`` on every ``policy_delay``-th update (1-based)."""
+        if (update_index + 1) % self.policy_delay == 0:
+            return ("critic", "actor")
+        return ("critic",)
+
+    def smoothing_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """Target policy smoothing noise, ``N(0, policy_noise * h)`` clipped to ``+-noise_clip * h``."""
+        noise = torch.randn(shape, device=self.device) * self.policy_noise
+        noise = noise.clamp(-self.noise_clip, self.noise_clip)
+        return noise * self._half_range_t
+
+    @torch.no_grad()
+    def target_q(self, reward: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
+                 noise: torch.Tensor | None = None) -> torch.Tensor:
+        """The TD3 target ``r + gamma (1 - terminated) min_i Q_i'(s', clip(mu'(s') + eps))``."""
+        next_action = self.actor_target(next_obs)
+        if noise is None:
+            noise = self.smoothing_noise(tuple(next_action.shape))
+        next_action = torch.maximum(torch.minimum(next_action + noise, self._high_t), self._low_t)
+        q1, q2 = self.critic_target(next_obs, next_action)
+        return reward + self.gamma * (1.0 - terminated) * torch.minimum(q1, q2)
+
+    def update(self, sync: GradSync = local_sync) -> dict[str, float]:
+        batch = self.replay.sample(self.batch_size, self.rng)
+        return self.update_on(batch, sync)
+
+    def update_on(self, batch: Mapping[str, torch.Tensor], sync: GradSync = local_sync) -> dict[str, float]:
+        """One update on a given minibatch (``obs``, ``action``, ``reward``, ``next_obs``,
+        ``terminated``): a critic step, plus an actor step and target updates when the update
+        counter reaches a multiple of ``policy_delay``."""
+        critic_group = self.groups["critic"]
+        actor_updated = "actor" in self.sync_schedule(self.updates)
+        target = self.target_q(batch["reward"], batch["next_obs"], batch["terminated"])
+        q1, q2 = self.critic(batch["obs"], batch["action"])
+        critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
+        critic_group.backward(critic_loss)
+        sync("critic", critic_group)
+        self.updates += 1
+        if actor_updated:
+            self.critic.requires_grad_(False)  # the actor loss must not write critic gradients
+            try:
+                actor_loss = -self.critic.q1_value(batch["obs"], self.actor(batch["obs"])).mean()
+                self.policy.backward(actor_loss)
+            finally:
+                self.critic.requires_grad_(True)
+            sync("actor", self.policy)
+            self._last_actor_loss = float(actor_loss.detach())
+            self._update_targets()
+        return {
+            "critic_loss": float(critic_loss.detach()),
+            "actor_loss": self._last_actor_loss,
+            "q_mean": float(q1.detach().mean()),
+        }
+
+    @torch.no_grad()
+    def _update_targets(self) -> None:
+        for target_net, online in ((self.actor_target, self.actor), (self.critic_target, self.critic)):
+            for t, p in zip(target_net.parameters(), online.parameters()):
+                t.lerp_(p, self.tau)
+
+    # -- persistence --------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        out = super().state_dict()
+        targets = {"actor_target": self.actor_target, "critic_target": self.critic_target}
+        for prefix, net in targets.items():
+            if net is None:
+                continue
+            for key, value in net.state_dict().items():
+                out[f"{prefix}.{key}"] = value.detach().cpu().clone()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
+        # An acting-only instance has no critic: load just the groups it has.
+        super().load_state_dict(state)
+        targets = {"actor_target": self.actor_target, "critic_target": self.critic_target}
+        for prefix, net in targets.items():
+            sub = {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+            if net is not None and sub:
+                net.load_state_dict(sub)
