@@ -32,14 +32,49 @@ def _launch_time_resolver(fmt: str = "%Y-%m-%d_%H-%M-%S") -> str:
     return _launch_time.strftime(fmt)
 
 
-def _prepare_single_run(argv: list[str]) -> list[str]:
-    """Share one launch time and run directory across ranks; per-rank Hydra settings."""
-    global _launch_time
-    from mpi4py import MPI
+# Environment variables by which MPI launchers (MPICH/Hydra, Open MPI, PMIx/Slurm, Cray PALS)
+# tell a process it is one rank of a job.
+LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PALS_RANK",
+                      "MPI_LOCALNRANKS")
 
-    world = MPI.COMM_WORLD
-    _launch_time = world.bcast(_launch_time if world.Get_rank() == 0 else None, root=0)
-    rank = world.Get_rank()
+
+def under_mpi_launcher() -> bool:
+    """Whether this process was started by an MPI launcher (else it is a singleton)."""
+    return any(v in os.environ for v in LAUNCHER_VARIABLES)
+
+
+def _requested_world_size(argv: list[str]) -> int | None:
+    for arg in argv:
+        if arg.startswith("world_size="):
+            value = arg.split("=", 1)[1]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
+    """``python -m drlmpi world_size=N`` started alone: re-execute under ``mpiexec -n N``."""
+    cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv]
+    print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
+    try:
+        os.execvp(cmd[0], cmd)
+    except FileNotFoundError:
+        sys.exit("drlmpi: error: world_size>1 needs 'mpiexec' on PATH (pip install mpich), or "
+                 "start the job with your MPI launcher")
+
+
+def _prepare_single_run(argv: list[str]) -> list[str]:
+    """Share one launch time and run directory across ranks; per-rank Hydra settings.
+
+    A singleton (no MPI launcher) needs no broadcast and does not initialise MPI here.
+    """
+    global _launch_time
+    rank = 0
+    if under_mpi_launcher():
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        _launch_time = world.bcast(_launch_time if world.Get_rank() == 0 else None, root=0)
+        rank = world.Get_rank()
     extra = [f"hydra.job.name=rank{rank}"]
     if rank != 0:
         extra.append("hydra.output_subdir=null")
@@ -84,7 +119,12 @@ def main(argv: list[str] | None = None) -> None:
     from omegaconf import OmegaConf
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not _is_multirun(argv) and not any(a in ("--help", "-h", "--hydra-help") for a in argv):
+    single = not _is_multirun(argv) and not any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c",
+                                                                  "--info") for a in argv)
+    if single:
+        ranks = _requested_world_size(argv)
+        if ranks is not None and ranks > 1 and not under_mpi_launcher():
+            _relaunch_under_mpiexec(argv, ranks)
         argv = _prepare_single_run(argv)
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
     sys.argv = [sys.argv[0], *argv]

@@ -187,6 +187,7 @@ class Learner:
         self._eval_envs: list[gym.Env] | None = None
         self.max_env_steps = int(run["max_env_steps"])
         self.max_train_seconds = run.get("max_train_seconds")
+        self.max_episodes = run.get("max_episodes")
         self.eval_every = int(run["eval_every"])
         self.eval_episodes = int(run["eval_episodes"])
         self.stop_on_solve = bool(run["stop_on_solve"])
@@ -289,6 +290,8 @@ class Learner:
             return "solved"
         if self.env_steps >= self.max_env_steps:
             return "max_env_steps"
+        if self.max_episodes is not None and self.episodes >= int(self.max_episodes):
+            return "max_episodes"
         if self.max_train_seconds is not None and self.clock.elapsed() >= float(self.max_train_seconds):
             return "max_train_seconds"
         return None

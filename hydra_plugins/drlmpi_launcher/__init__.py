@@ -1,0 +1,1 @@
+"""Hydra launcher plugin that runs every multirun job as its own MPI job (``hydra/launcher=mpi``)."""
