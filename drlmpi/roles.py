@@ -207,6 +207,9 @@ class Learner:
         self.recent_returns: list[float] = []
         self.last_metrics: dict[str, float] = {}
         self.policy_lags: list[int] = []  # learner updates between acting and learning
+        # Seconds spent inside MPI so far (set by the topology): MPI time during updates (gradient
+        # collectives) is counted as MPI wait, not as learning.
+        self.mpi_clock: Callable[[], float] = lambda: 0.0
         self.topology_stats: dict[str, Any] = {}  # topology-specific figures for the summary
 
     @property
@@ -245,11 +248,11 @@ class Learner:
     def train(self, sync: GradSync = local_sync, max_updates: int | None = None) -> int:
         """Run the updates the ingested data entitles (at most ``max_updates``); returns count."""
         n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
-        t0 = time.perf_counter()
+        t0, mpi0 = time.perf_counter(), self.mpi_clock()
         for _ in range(n):
             self.last_metrics = self.algo.update(sync)
         self.pending_updates -= n
-        self.learn_s += time.perf_counter() - t0
+        self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
         return n
 
     def maybe_evaluate(self, force: bool = False) -> bool:

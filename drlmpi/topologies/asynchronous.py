@@ -100,8 +100,10 @@ class _AsyncLearner:
         self.publish_every = int(cfg.publish_every)
         self.max_lag = None if cfg.get("max_policy_lag") is None else int(cfg.max_policy_lag)
         self.free = cfg.get("utd_mode", "ratio") == "free"
-        self.max_pending = int(cfg.get("max_pending_updates") or 0) or max(
-            1, int(2 * self.chunk_rows * float(ctx.cfg.algo.get("updates_per_step", 1.0))))
+        # Owed updates above which credits are withheld: configured, or twice the most updates
+        # one chunk has entitled so far (PPO owes a whole rollout's minibatches at once).
+        self.max_pending_setting = int(cfg.get("max_pending_updates") or 0)
+        self.most_owed_by_a_chunk = 1
         width = self.algo.layout.width
         # Receive slots: index i -> simulator self.slot_sim[i]; always re-posted.
         self.slot_msgs = [PackedMessage(HEADER, (self.chunk_rows, width))
@@ -143,7 +145,9 @@ class _AsyncLearner:
             learner.env_steps += len(rows)
             learner.log_episodes(rows, sim)
         else:
+            before = learner.pending_updates
             learner.ingest(rows, sim, policy_lag=lag)
+            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, learner.pending_updates - before)
         self._post(i)
         if not stopping:
             self.owed_credits[sim] += 1
@@ -171,6 +175,10 @@ class _AsyncLearner:
         self.comm.count_sent("control", 16)
         self.control_req[sim] = self.comm.comm.Isend(self.control_out[sim], dest=sim, tag=Tag.CONTROL)
         return True
+
+    @property
+    def max_pending(self) -> int:
+        return self.max_pending_setting or 2 * self.most_owed_by_a_chunk
 
     def _grant_credits(self) -> None:
         if not self.free and self.learner.pending_updates > self.max_pending:

@@ -115,6 +115,7 @@ class RunContext:
         run_log = RunLog(self.run_dir, float(self.cfg.run.progress_every_s)) if log else None
         learner = Learner(algo, make_eval_envs, self.cfg.run, env.get("reward_threshold"),
                           log=run_log, seed=self.seed)
+        learner.mpi_clock = lambda: self.comm.wait_s
         if run_log is not None:
             run_log.attach(learner)
             self.log = run_log

@@ -57,9 +57,9 @@ def serve(ctx: RunContext) -> RankReport:
                    kind="control")
         if stop:
             break
-        t0 = time.perf_counter()
+        t0, mpi0 = time.perf_counter(), comm.wait_s
         serve_updates(comm, algo, n_updates, workers)
-        learner.learn_s += time.perf_counter() - t0
+        learner.learn_s += (time.perf_counter() - t0) - (comm.wait_s - mpi0)
         ctx.progress()
     learner.topology_stats.update({"payload": "gradients", "rounds": rounds})
     return learner_report(comm.rank, learner, role="server")

@@ -1,0 +1,39 @@
+"""``python -m drlmpi.report PATH [PATH ...] [--out DIR] [--baseline sequential]``.
+
+Exit status 0 when the report was written, 2 (one line on stderr) when no run is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from drlmpi.report import NoRunsError, build_report
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m drlmpi.report",
+        description="Tables (report.md, table.csv, runs.csv) and plots (PNG) from drlmpi run directories.")
+    parser.add_argument("paths", nargs="+", type=Path,
+                        help="run directories, or folders holding them at any depth (e.g. a multirun sweep)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first PATH>/report)")
+    parser.add_argument("--baseline", default="sequential",
+                        help="topology label that speedups are relative to (default: sequential)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        report = build_report(args.paths, args.out, args.baseline)
+    except NoRunsError as exc:
+        print(f"drlmpi.report: {exc}", file=sys.stderr)
+        return 2
+    print(report.text_summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

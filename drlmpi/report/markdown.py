@@ -1,0 +1,164 @@
+"""``report.md``: the main table, the DQN paper's runtime-table layout, missing runs, failed jobs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from drlmpi.report.jobs import Job
+from drlmpi.report.runs import MissingRun, RunSet
+from drlmpi.report.tables import Group, paper_columns, paper_header
+
+# (row key, header, decimals; None = as is, "%" = share as percent)
+MAIN_COLUMNS: list[tuple[str, str, Any]] = [
+    ("env", "env", None), ("algo", "algo", None), ("topology", "topology", None),
+    ("world_size", "ranks", None), ("n", "n", None), ("solved", "solved", None),
+    ("max_env_steps", "budget (steps)", None),
+    ("train_s_mean", "train s", 1), ("threshold_s_mean", "to threshold s", 1),
+    ("threshold_steps_mean", "to threshold steps", 0),
+    ("speedup_fixed", "speedup (fixed budget)", 2), ("efficiency_fixed", "efficiency", 2),
+    ("speedup_threshold", "speedup (to threshold)", 2), ("efficiency_threshold", "efficiency (thr.)", 2),
+    ("env_steps_per_s", "env steps/s", 0), ("updates_per_s", "updates/s", 1),
+    ("mpi_wait_share", "MPI wait", "%"), ("policy_lag_mean", "policy lag", 1),
+]
+PLOTS = {
+    "return_vs_time.png": "Greedy evaluation return vs training wall-clock",
+    "return_vs_steps.png": "Greedy evaluation return vs job-wide environment steps",
+    "speedup.png": "Speedup vs ranks (thick: fixed budget, thin dashed: to threshold; dotted: ideal)",
+    "time_breakdown.png": "Where rank time goes, per topology",
+}
+
+
+def fmt(value: Any, digits: Any = None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str) or digits is None:
+        return str(value)
+    if digits == "%":
+        return f"{100 * float(value):.0f}%"
+    return f"{float(value):,.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def main_table(groups: list[Group]) -> list[str]:
+    return table([h for _, h, _ in MAIN_COLUMNS],
+                 [[fmt(g.row[k], d) for k, _, d in MAIN_COLUMNS] for g in groups])
+
+
+def paper_table(columns: list[Group], baselines: dict) -> list[str]:
+    header = [""] + [paper_header(g, baselines) for g in columns]
+    rows = [
+        ["t(s)"] + [fmt(g.row["train_s_mean"], 1) for g in columns],
+        ["Speedup"] + [fmt(g.row["speedup_fixed"], 2) for g in columns],
+        ["t to threshold (s)"] + [fmt(g.row["threshold_s_mean"], 1) for g in columns],
+        ["Speedup to threshold"] + [fmt(g.row["speedup_threshold"], 2) for g in columns],
+        ["n (solved)"] + [f"{g.row['n']} ({g.row['solved']})" for g in columns],
+    ]
+    return table(header, rows)
+
+
+def paper_tables(groups: list[Group], baselines: dict, baseline: str) -> list[str]:
+    by_pair: dict[tuple[str, str], list[Group]] = defaultdict(list)
+    for g in groups:
+        by_pair[g.pair].append(g)
+    out = ["## Runtime tables in the DQN paper's layout", "",
+           f"`Standard` = {baseline} on the fewest ranks, `2 Processes` = p2p, `MP(n)` = star with n "
+           "ranks (1 learner + n-1 simulators); other topologies are columns `label(ranks)` of the "
+           "second table. `t(s)` = mean training seconds (fixed budget), `Speedup` = Standard's t(s) / "
+           "t(s); the threshold rows use the solved runs only.", ""]
+    for (env, algo), pair_groups in by_pair.items():
+        main, other = paper_columns(pair_groups, baselines)
+        out += [f"### {env} / {algo}", ""]
+        if main:
+            out += paper_table(main, baselines) + [""]
+        if other:
+            out += ["Other topologies:", ""] + paper_table(other, baselines) + [""]
+    return out
+
+
+def _code_block(text: str, indent: str = "  ") -> list[str]:
+    return [indent + "```", *(indent + line for line in text.splitlines()), indent + "```"]
+
+
+def missing_section(missing: list[MissingRun]) -> list[str]:
+    out = [f"## Missing or partial runs ({len(missing)})", ""]
+    if not missing:
+        return out + ["None: every run directory has a summary.json.", ""]
+    out += ["Run directories without a readable `summary.json` (crashed, killed or still running); "
+            "not in the tables or plots.", ""]
+    for m in missing:
+        ws = "?" if m.world_size is None else m.world_size
+        out.append(f"- `{m.path}`: {m.algo} / {m.env} / {m.topology}, {ws} rank(s), seed {m.seed} "
+                   f"- {m.reason}")
+        if m.launcher:
+            out.append(f"  - launcher (jobs.json): {m.launcher}")
+        if m.overrides:
+            out.append("  - overrides: `" + " ".join(m.overrides) + "`")
+        if m.last_eval:
+            out.append(f"  - metrics.csv {m.last_eval}")
+        if m.log_tail:
+            out += ["  - tail of rank0.log:", *_code_block(m.log_tail, "    ")]
+        else:
+            rank0 = m.path / "rank0.log"
+            out.append("  - rank0.log " + ("is empty" if rank0.is_file() else "not found"))
+        if m.job_log_tail:
+            out += ["  - tail of job.log (the launcher's capture of every rank's output):",
+                    *_code_block(m.job_log_tail, "    ")]
+    return out + [""]
+
+
+def jobs_section(failed: list[Job], skipped: list[Job]) -> list[str]:
+    out = []
+    if failed:
+        out += [f"## Failed launcher jobs ({len(failed)})", "",
+                "Entries of the launcher's `jobs.json` that failed (non-zero return code).", ""]
+        for job in failed:
+            out.append(f"- {job.describe()}: `{' '.join(job.overrides) or '(no overrides)'}`"
+                       f" - run dir `{job.run_dir or '?'}` (from `{job.source}`)")
+            if job.reason:
+                out.append(f"  - reason: {job.reason}")
+            if job.log_tail:
+                out += ["  - log tail:", *_code_block(job.log_tail, "    ")]
+        out.append("")
+    if skipped:
+        out += [f"## Skipped launcher jobs ({len(skipped)})", "",
+                "Combinations the launcher refused before starting any rank.", ""]
+        out += [f"- `{' '.join(job.overrides) or '(no overrides)'}`: {job.reason}" for job in skipped]
+        out.append("")
+    return out
+
+
+def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
+           notes: list[str], inputs: list[Path]) -> str:
+    out = ["# drlmpi report", "",
+           f"Inputs: {', '.join(f'`{p}`' for p in inputs)}. {len(runset.runs)} complete run(s) in "
+           f"{len(groups)} group(s), {len(runset.missing)} missing/partial, "
+           f"{len(runset.failed_jobs)} failed and {len(runset.skipped_jobs)} skipped launcher job(s). "
+           f"Baseline: `{baseline}`.", "",
+           "## Results per (env, algo, topology, ranks)", "",
+           "Means over the runs (seeds) of each group; time/steps to threshold over solved runs only. "
+           "Speedup = baseline mean / group mean; efficiency = speedup / ranks. "
+           "See docs/report.md for every column.", ""]
+    out += main_table(groups) + [""] if groups else ["No complete runs.", ""]
+    if notes:
+        out += ["**Comparability warnings**: the means and speedups above mix runs whose settings "
+                "differ:", ""]
+        out += [f"- {n}" for n in notes] + [""]
+    if groups:
+        out += paper_tables(groups, baselines, baseline)
+    out += ["## Plots", ""]
+    for name, title in PLOTS.items():
+        out += [f"### {title}", "", f"![{title}]({name})", ""]
+    out += missing_section(runset.missing)
+    out += jobs_section(runset.failed_jobs, runset.skipped_jobs)
+    if runset.warnings:
+        out += ["## Warnings", ""] + [f"- {w}" for w in runset.warnings] + [""]
+    return "\n".join(out)

@@ -1,0 +1,219 @@
+"""The report's PNG plots (matplotlib Agg, no pyplot state): one subplot per env+algo each.
+
+* ``return_vs_time.png`` / ``return_vs_steps.png``: eval return vs ``train_seconds`` / ``env_steps``;
+  thin lines are single runs, thick lines the mean over seeds on a common grid;
+* ``speedup.png``: speedup vs ranks per topology, with the ideal line y = x;
+* ``time_breakdown.png``: simulate / learn / MPI wait / other as shares of rank wall time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from drlmpi.report.tables import TOPOLOGY_ORDER, Group
+
+PLOT_FILES = ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png")
+LINESTYLES = ["-", "--", ":", "-."]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+BREAKDOWN = [("simulate", "simulate_s", "tab:blue"), ("learn", "learn_s", "tab:orange"),
+             ("MPI wait", "mpi_wait_s", "tab:red")]
+DPI = 110
+
+
+def topology_color(label: str) -> str:
+    """One colour per topology label, the same in every plot."""
+    palette = [f"C{i}" for i in range(10)]
+    if label in TOPOLOGY_ORDER:
+        return palette[TOPOLOGY_ORDER.index(label) % 10]
+    return palette[(len(TOPOLOGY_ORDER) + sum(map(ord, label))) % 10]
+
+
+def by_pair(groups: list[Group]) -> dict[tuple[str, str], list[Group]]:
+    pairs: dict[tuple[str, str], list[Group]] = defaultdict(list)
+    for g in groups:
+        pairs[g.pair].append(g)
+    return dict(sorted(pairs.items()))
+
+
+def _figure(n_panels: int, width: float = 7.0, height: float = 4.6):
+    ncols = 1 if n_panels <= 1 else 2
+    nrows = max(1, math.ceil(n_panels / ncols))
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _save(fig: Figure, path: Path) -> None:
+    fig.savefig(path, dpi=DPI)
+
+
+def _empty(path: Path, title: str) -> None:
+    fig, axes = _figure(1)
+    axes[0].set_title(title)
+    axes[0].text(0.5, 0.5, "no complete runs", ha="center", va="center", transform=axes[0].transAxes)
+    axes[0].set_axis_off()
+    _save(fig, path)
+
+
+def mean_curve(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of step functions on the union of their x values, where every curve has begun.
+
+    Each curve holds its last value after its end (a run stopped at the threshold keeps its
+    final policy)."""
+    grid = np.unique(np.concatenate([x for x, _ in curves]))
+    values = np.full((len(curves), len(grid)), np.nan)
+    for i, (x, y) in enumerate(curves):
+        order = np.argsort(x, kind="stable")
+        x, y = x[order], y[order]
+        idx = np.searchsorted(x, grid, side="right") - 1
+        values[i, idx >= 0] = y[idx[idx >= 0]]
+    ok = ~np.isnan(values).any(axis=0)
+    return grid[ok], values[:, ok].mean(axis=0)
+
+
+def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what: str) -> None:
+    """Eval return vs column ``column`` of ``Run.evals`` (0: train_seconds, 1: env_steps)."""
+    pairs = by_pair(groups)
+    title = f"Greedy evaluation return vs {what}"
+    if not pairs:
+        return _empty(path, title)
+    fig, axes = _figure(len(pairs))
+    fig.suptitle(title)
+    for ax, ((env, algo), pair_groups) in zip(axes, pairs.items()):
+        sizes = sorted({g.world_size for g in pair_groups})
+        drawn = 0
+        for g in pair_groups:
+            style = dict(color=topology_color(g.topology),
+                         linestyle=LINESTYLES[sizes.index(g.world_size) % len(LINESTYLES)],
+                         marker=MARKERS[sizes.index(g.world_size) % len(MARKERS)], markersize=3)
+            curves = [(r.evals[:, column], r.evals[:, 2]) for r in g.runs if len(r.evals)]
+            if not curves:
+                continue
+            drawn += 1
+            if len(curves) == 1:
+                ax.plot(*curves[0], label=g.name, linewidth=1.6, **style)
+                continue
+            for x, y in curves:
+                ax.plot(x, y, color=style["color"], linestyle=style["linestyle"], linewidth=0.7, alpha=0.35)
+            ax.plot(*mean_curve(curves), label=f"{g.name} mean of {len(curves)}", linewidth=2.0, **style)
+        thresholds = {r.summary.get("reward_threshold") for g in pair_groups for r in g.runs} - {None}
+        for thr in sorted(thresholds):
+            ax.axhline(float(thr), color="black", linestyle=(0, (4, 3)), linewidth=1.0,
+                       label=f"threshold {float(thr):g}")
+        if not drawn:
+            ax.text(0.5, 0.5, "no eval rows in metrics.csv", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(f"{env} / {algo}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("eval return (mean over eval episodes)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    _save(fig, path)
+
+
+def plot_speedup(groups: list[Group], baselines: dict, baseline: str, path: Path) -> None:
+    pairs = by_pair(groups)
+    title = "Speedup vs ranks (thick: fixed budget t(s), thin dashed: time to threshold)"
+    if not pairs:
+        return _empty(path, title)
+    fig, axes = _figure(len(pairs))
+    fig.suptitle(title)
+    for ax, ((env, algo), pair_groups) in zip(axes, pairs.items()):
+        ax.set_title(f"{env} / {algo}")
+        ax.set_xlabel("ranks (world size)")
+        ax.set_ylabel(f"speedup vs {baseline}")
+        ax.grid(alpha=0.3)
+        base = baselines.get((env, algo))
+        if base is None:
+            ax.text(0.5, 0.5, f"no {baseline} run: speedup n/a", ha="center", va="center",
+                    transform=ax.transAxes)
+            continue
+        top = max(g.world_size for g in pair_groups)
+        ax.plot([1, max(top, 2)], [1, max(top, 2)], color="grey", linestyle=":", label="ideal (y = x)")
+        ax.plot([base.world_size], [1.0], marker="*", markersize=12, color="black", linestyle="none",
+                label=f"{baseline} (baseline)")
+        labels: dict[str, list[Group]] = defaultdict(list)
+        for g in pair_groups:
+            if g is not base:
+                labels[g.topology].append(g)
+        for label, gs in labels.items():
+            gs.sort(key=lambda g: g.world_size)
+            color = topology_color(label)
+            # fixed budget: thick, pale, filled; to threshold: thin, dashed, hollow, drawn on top,
+            # so both stay visible where they coincide (stop_on_solve runs)
+            for key, suffix, style in (
+                    ("speedup_fixed", "", dict(linestyle="-", linewidth=3.0, alpha=0.55, markersize=9,
+                                                markerfacecolor=color)),
+                    ("speedup_threshold", " (to threshold)", dict(linestyle="--", linewidth=1.3,
+                                                                   markersize=5, markerfacecolor="white"))):
+                pts = [(g.world_size, g.row[key]) for g in gs if isinstance(g.row[key], float)]
+                if pts:
+                    xs, ys = zip(*pts)
+                    ax.plot(xs, ys, color=color, marker="o", label=label + suffix, **style)
+        ax.set_xticks(sorted({g.world_size for g in pair_groups} | {1}))
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, loc="best")
+    _save(fig, path)
+
+
+def breakdown_shares(group: Group) -> dict[str, float]:
+    """simulate / learn / MPI wait / other as shares of the rank wall time summed over ranks and runs."""
+    sums = defaultdict(float)
+    for run in group.runs:
+        for rank in run.summary.get("per_rank") or []:
+            for _, field, _ in BREAKDOWN:
+                sums[field] += float(rank.get(field) or 0.0)
+            sums["wall_s"] += float(rank.get("wall_s") or 0.0)
+    wall = sums["wall_s"]
+    shares = {name: (sums[field] / wall if wall > 0 else 0.0) for name, field, _ in BREAKDOWN}
+    shares["other"] = max(0.0, 1.0 - sum(shares.values())) if wall > 0 else 0.0
+    return shares
+
+
+def plot_breakdown(groups: list[Group], path: Path) -> None:
+    pairs = by_pair(groups)
+    title = "Time breakdown: shares of rank wall time (summed over ranks and seeds)"
+    if not pairs:
+        return _empty(path, title)
+    fig, axes = _figure(len(pairs))
+    fig.suptitle(title)
+    colors = {name: color for name, _, color in BREAKDOWN} | {"other": "lightgrey"}
+    overlap = False
+    for ax, ((env, algo), pair_groups) in zip(axes, pairs.items()):
+        shares = [breakdown_shares(g) for g in pair_groups]
+        x = np.arange(len(pair_groups))
+        bottom = np.zeros(len(pair_groups))
+        for name in colors:
+            heights = np.array([s[name] for s in shares])
+            ax.bar(x, heights, bottom=bottom, color=colors[name], label=name, width=0.7)
+            bottom += heights
+        for xi, total in zip(x, bottom):
+            if total > 1.01:
+                overlap = True
+                ax.text(xi, total, f"{total:.2f}", ha="center", va="bottom", fontsize=7)
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+        ax.set_ylim(0, max(1.08, float(bottom.max()) * 1.08))
+        ax.set_xticks(x, [g.name for g in pair_groups], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("share of rank wall time")
+        ax.set_title(f"{env} / {algo}")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    if overlap:
+        fig.suptitle(title + "\nbars above the dashed line: MPI wait also counted inside learn "
+                     "(gradient sync within the update)", fontsize=10)
+    _save(fig, path)
+
+
+def write_plots(groups: list[Group], baselines: dict, baseline: str, out: Path) -> list[Path]:
+    paths = [out / name for name in PLOT_FILES]
+    plot_returns(groups, paths[0], 0, "training wall-clock (s, evaluation excluded)", "training time")
+    plot_returns(groups, paths[1], 1, "environment steps (job-wide)", "environment steps")
+    plot_speedup(groups, baselines, baseline, paths[2])
+    plot_breakdown(groups, paths[3])
+    return paths

@@ -1,0 +1,285 @@
+"""Find and read run directories: complete runs, missing/partial runs, failed launcher jobs.
+
+A *run directory* is a folder holding ``summary.json``, ``.hydra/config.yaml`` or a launcher's
+``job.log``. Folders
+are searched at any depth (a Hydra multirun sweep nests them); the search does not descend into
+a run directory. A run directory without a readable ``summary.json`` is a *missing* run; a
+``jobs.json`` (written by the sweep launcher) anywhere in the tree adds its non-zero-return
+jobs as *failed jobs*.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from drlmpi.report.jobs import JOB_LOG, JOBS_FILE, Job, job_log_command, override_value, read_jobs
+
+SUMMARY = "summary.json"
+HYDRA_CONFIG = Path(".hydra") / "config.yaml"
+LOG_TAIL_LINES = 6
+
+# topology name -> (key in summary topology_stats / config topology, value, label suffix)
+VARIANTS: dict[str, tuple[str, str, str]] = {
+    "star": ("payload", "gradients", "gradients"),
+    "allgather": ("reduce", "allgather", "allgather"),
+    "async": ("utd_mode", "free", "free"),
+}
+# Rank counts implied by a topology when nothing else tells (missing runs only).
+FIXED_WORLD_SIZE = {"sequential": 1, "p2p": 2}
+
+
+@dataclass
+class Run:
+    """One complete run (a readable ``summary.json``)."""
+
+    path: Path
+    summary: dict[str, Any]
+    config: dict[str, Any]
+    env: str            # env name, plus [sim=...] when a simulated cost was set
+    algo: str
+    topology: str       # topology label, e.g. star[gradients]
+    world_size: int
+    seed: Any
+    evals: np.ndarray   # (n, 3): train_seconds, env_steps, return of each eval row
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.env, self.algo, self.topology, self.world_size)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self.summary.get(name, default)
+        return default if value is None else value
+
+
+@dataclass
+class MissingRun:
+    """A run directory without a (readable) ``summary.json``."""
+
+    path: Path
+    env: str
+    algo: str
+    topology: str
+    world_size: int | None
+    seed: Any
+    overrides: list[str]
+    reason: str
+    log_tail: str
+    last_eval: str = ""
+    job_log_tail: str = ""
+    launcher: str = ""    # the jobs.json record of this directory, e.g. "failed, return code 1"
+
+
+@dataclass
+class RunSet:
+    runs: list[Run] = field(default_factory=list)
+    missing: list[MissingRun] = field(default_factory=list)
+    jobs: list[Job] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def failed_jobs(self) -> list[Job]:
+        return [j for j in self.jobs if j.failed]
+
+    @property
+    def skipped_jobs(self) -> list[Job]:
+        return [j for j in self.jobs if j.skipped]
+
+    def empty(self) -> bool:
+        return not (self.runs or self.missing or self.jobs)
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _dig(mapping: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(mapping, dict):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def topology_label(name: str, stats: dict[str, Any] | None, topo_cfg: dict[str, Any] | None) -> str:
+    """``star`` -> ``star[gradients]`` etc.: the variant read from ``topology_stats``, else the config."""
+    variant = VARIANTS.get(name)
+    if variant is None:
+        return name
+    key, value, suffix = variant
+    stats = stats or {}
+    found = stats.get(key, (topo_cfg or {}).get(key))
+    return f"{name}[{suffix}]" if found == value else name
+
+
+def env_label(name: str, sim_cost_ms: Any, env_cfg: dict[str, Any] | None) -> str:
+    """The env name, plus ``[sim=Xms]`` when a simulated step cost makes it another regime."""
+    parts = []
+    try:
+        cost = float(sim_cost_ms or 0)
+    except (TypeError, ValueError):
+        cost = 0.0
+    if cost > 0:
+        parts.append(f"sim={cost:g}ms")
+    by_rank = (env_cfg or {}).get("sim_cost_ms_by_rank")
+    if by_rank:
+        parts.append("sim_by_rank=" + ",".join(f"{k}:{v}" for k, v in sorted(by_rank.items(), key=str)))
+    return f"{name}[{' '.join(parts)}]" if parts else str(name)
+
+
+def read_evals(path: Path) -> np.ndarray:
+    """Eval rows of ``metrics.csv`` as (train_seconds, env_steps, return); empty if unreadable."""
+    rows = []
+    try:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get("kind") != "eval":
+                    continue
+                try:
+                    rows.append((float(row["train_seconds"]), float(row["env_steps"]), float(row["return"])))
+                except (KeyError, TypeError, ValueError):
+                    continue  # a truncated last line of a killed run
+    except OSError:
+        pass
+    return np.array(rows, dtype=float).reshape(-1, 3)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _world_size_of_missing(run_dir: Path, config: dict[str, Any], topology: str,
+                           launched: int | None) -> int | None:
+    if config.get("world_size") is not None:
+        return int(config["world_size"])
+    if launched is not None:
+        return launched
+    if topology.split("[")[0] in FIXED_WORLD_SIZE:
+        return FIXED_WORLD_SIZE[topology.split("[")[0]]
+    # Otherwise the highest rank log: a lower bound (only ranks that started wrote one).
+    logs = (re.fullmatch(r"rank(\d+)\.log", p.name) for p in run_dir.glob("rank*.log"))
+    ranks = [int(m.group(1)) for m in logs if m]
+    return max(ranks) + 1 if ranks else None
+
+
+def load_run(run_dir: Path) -> Run | MissingRun:
+    """Read one run directory."""
+    config = read_yaml(run_dir / HYDRA_CONFIG)
+    config = config if isinstance(config, dict) else {}
+    reason = ""
+    summary = None
+    if (run_dir / SUMMARY).is_file():
+        try:
+            summary = json.loads((run_dir / SUMMARY).read_text())
+            if not isinstance(summary, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            summary, reason = None, f"summary.json unreadable ({exc})"
+    else:
+        reason = "no summary.json"
+    if summary is not None:
+        topology = topology_label(str(summary.get("topology", _dig(config, "topology", "name"))),
+                                  summary.get("topology_stats"), config.get("topology"))
+        return Run(
+            path=run_dir, summary=summary, config=config,
+            env=env_label(summary.get("env", _dig(config, "env", "name")),
+                          summary.get("sim_cost_ms", _dig(config, "env", "sim_cost_ms")), config.get("env")),
+            algo=str(summary.get("algo", _dig(config, "algo", "name"))),
+            topology=topology, world_size=int(summary.get("world_size") or 1),
+            seed=summary.get("seed", config.get("seed")),
+            evals=read_evals(run_dir / "metrics.csv"),
+        )
+    overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml")
+    launched, cmd_overrides = job_log_command(run_dir)
+    overrides = [str(o) for o in overrides] if isinstance(overrides, list) else cmd_overrides
+
+    def what(group: str, key: str = "name") -> Any:  # from the config, else the overrides
+        value = _dig(config, group, key) if key else config.get(group)
+        return value if value is not None else override_value(overrides, group)
+
+    topology = topology_label(str(what("topology") or "?"), None, config.get("topology"))
+    evals = read_evals(run_dir / "metrics.csv")
+    last = ""
+    if len(evals):
+        t, steps, ret = evals[-1]
+        last = f"last eval: return {ret:g} at {steps:.0f} env steps, {t:.1f} s"
+    return MissingRun(
+        path=run_dir,
+        env=env_label(what("env") or "?", _dig(config, "env", "sim_cost_ms"), config.get("env")),
+        algo=str(what("algo") or "?"), topology=topology,
+        world_size=_world_size_of_missing(run_dir, config, topology, launched),
+        seed="?" if what("seed", "") is None else what("seed", ""),
+        overrides=overrides, reason=reason, log_tail=log_tail(run_dir / "rank0.log"), last_eval=last,
+        job_log_tail=log_tail(run_dir / JOB_LOG),
+    )
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / SUMMARY).is_file() or (path / HYDRA_CONFIG).is_file() or (path / JOB_LOG).is_file()
+
+
+def label_swept_num_envs(runs: list[Run]) -> None:
+    """Where runs of one env+algo differ in ``num_envs`` (the PPO-Tetris ranks x envs grid),
+    make it part of the env label (``cartpole[envs=4]``) so each setting is its own group."""
+    by_pair: dict[tuple[str, str], set[Any]] = {}
+    for run in runs:
+        by_pair.setdefault((run.env, run.algo), set()).add(run.get("num_envs"))
+    for run in runs:
+        if len(by_pair[(run.env, run.algo)]) > 1:
+            envs = f"envs={run.get('num_envs')}"
+            run.env = f"{run.env[:-1]} {envs}]" if run.env.endswith("]") else f"{run.env}[{envs}]"
+
+
+def discover(paths: list[Path]) -> RunSet:
+    """Every run directory and ``jobs.json`` under ``paths`` (each directory read once)."""
+    found = RunSet()
+    seen: set[Path] = set()
+    for root in paths:
+        root = Path(root)
+        if not root.is_dir():
+            found.warnings.append(f"{root}: not a directory, skipped")
+            continue
+        for dirpath, dirnames, filenames in os.walk(root):
+            here = Path(dirpath)
+            real = here.resolve()
+            if real in seen:
+                dirnames[:] = []
+                continue
+            seen.add(real)
+            if JOBS_FILE in filenames:
+                jobs, warning = read_jobs(here / JOBS_FILE)
+                found.jobs.extend(jobs)
+                if warning:
+                    found.warnings.append(warning)
+            if is_run_dir(here):
+                dirnames[:] = []
+                item = load_run(here)
+                (found.runs if isinstance(item, Run) else found.missing).append(item)
+                continue
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    found.runs.sort(key=lambda r: str(r.path))
+    found.missing.sort(key=lambda r: str(r.path))
+    label_swept_num_envs(found.runs)
+    by_dir = {job.resolved_dir(): job for job in found.jobs}
+    for m in found.missing:
+        job = by_dir.get(m.path.resolve())
+        if job is not None:
+            m.launcher = job.describe() + (f": {job.reason}" if job.reason else "")
+            m.world_size = job.ranks if job.ranks is not None else m.world_size
+    return found

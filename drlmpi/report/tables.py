@@ -1,0 +1,225 @@
+"""Group runs by (env, algo, topology label, world size), average seeds, compute speedups.
+
+Speedups compare group means with the baseline group of the same env+algo (the baseline topology
+label at its smallest world size, i.e. ``sequential`` on 1 rank):
+
+* fixed budget: ``mean(baseline train_seconds) / mean(train_seconds)`` (the DQN paper's t(s));
+* to threshold: ``mean(baseline train_seconds_to_threshold) / mean(train_seconds_to_threshold)``,
+  each mean over the solved runs only;
+* parallel efficiency: speedup / world size (speedup / (world size / baseline world size) when the
+  baseline runs on more than one rank).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drlmpi.report.runs import Run
+
+TOPOLOGY_ORDER = ["sequential", "p2p", "star", "star[gradients]", "async", "async[free]",
+                  "allgather", "allgather[allgather]"]
+
+TABLE_COLUMNS = [
+    "env", "algo", "topology", "world_size", "n", "solved", "seeds", "max_env_steps",
+    "train_s_mean", "train_s_std", "threshold_s_mean", "threshold_steps_mean",
+    "speedup_fixed", "efficiency_fixed", "speedup_threshold", "efficiency_threshold",
+    "env_steps_per_s", "updates_per_s", "mpi_wait_share", "policy_lag_mean",
+]
+RUN_COLUMNS = [
+    "run_dir", "env", "algo", "topology", "world_size", "seed", "solved", "stop_reason",
+    "train_seconds", "train_seconds_to_threshold", "env_steps_to_threshold", "updates_to_threshold",
+    "env_steps", "updates", "env_steps_per_s", "updates_per_s", "mpi_wait_share", "policy_lag_mean",
+    "best_eval_return", "reward_threshold", "sim_cost_ms", "num_envs", "max_env_steps",
+]
+
+
+def _budget(run: Run) -> Any:
+    return (run.config.get("run") or {}).get("max_env_steps", "?")
+
+
+def _num_key(text: str) -> tuple:
+    return (0, float(text), "") if text.replace(".", "", 1).isdigit() else (1, 0.0, text)
+
+
+def topology_rank(label: str) -> tuple[int, str]:
+    return (TOPOLOGY_ORDER.index(label) if label in TOPOLOGY_ORDER else len(TOPOLOGY_ORDER), label)
+
+
+def _mean(values: list[Any]) -> float | None:
+    values = [float(v) for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+@dataclass
+class Group:
+    env: str
+    algo: str
+    topology: str
+    world_size: int
+    runs: list[Run] = field(default_factory=list)
+    row: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.env, self.algo)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topology}({self.world_size})"
+
+    def sort_key(self) -> tuple:
+        return (self.env, self.algo, topology_rank(self.topology), self.world_size)
+
+    def solved_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.get("solved", False)]
+
+    def train_mean(self) -> float | None:
+        return _mean([r.get("train_seconds") for r in self.runs])
+
+    def threshold_mean(self) -> float | None:
+        return _mean([r.get("train_seconds_to_threshold") for r in self.solved_runs()])
+
+
+def group_runs(runs: list[Run]) -> list[Group]:
+    groups: dict[tuple, Group] = {}
+    for run in runs:
+        if run.key not in groups:
+            groups[run.key] = Group(*run.key)
+        groups[run.key].runs.append(run)
+    return sorted(groups.values(), key=Group.sort_key)
+
+
+def find_baselines(groups: list[Group], baseline: str) -> dict[tuple[str, str], Group]:
+    """Per env+algo, the ``baseline`` group with the fewest ranks."""
+    found: dict[tuple[str, str], Group] = {}
+    for g in groups:
+        if g.topology == baseline and (g.pair not in found or g.world_size < found[g.pair].world_size):
+            found[g.pair] = g
+    return found
+
+
+def speedup(base: float | None, value: float | None, no_base: str, no_value: str) -> float | str:
+    if base is None:
+        return no_base
+    if value is None or value <= 0:
+        return no_value
+    return base / value
+
+
+def efficiency(s: float | str, rank_ratio: float) -> float | str:
+    """speedup / (ranks / baseline ranks): speedup / world size for a 1-rank baseline."""
+    return s / rank_ratio if isinstance(s, float) else s
+
+
+def build_table(groups: list[Group], baseline: str) -> list[dict[str, Any]]:
+    """Fill ``group.row`` for every group (and return the rows, in table order)."""
+    baselines = find_baselines(groups, baseline)
+    no_run = f"n/a (no {baseline} run)"
+    for g in groups:
+        runs, base = g.runs, baselines.get(g.pair)
+        ratio = g.world_size / base.world_size if base is not None else 1.0
+        if base is None:
+            fixed = thr = no_run
+        else:
+            fixed = speedup(base.train_mean(), g.train_mean(), no_run, "n/a (no train time)")
+            thr = speedup(base.threshold_mean(), g.threshold_mean(),
+                          f"n/a ({baseline} not solved)", "n/a (not solved)")
+        train = [float(r.get("train_seconds")) for r in runs if r.get("train_seconds") is not None]
+        g.row = {
+            "env": g.env, "algo": g.algo, "topology": g.topology, "world_size": g.world_size,
+            "n": len(runs), "solved": len(g.solved_runs()),
+            "seeds": " ".join(str(s) for s in sorted({r.seed for r in runs}, key=str)),
+            "max_env_steps": "/".join(sorted({str(_budget(r)) for r in runs}, key=_num_key)),
+            "train_s_mean": g.train_mean(),
+            "train_s_std": float(np.std(train, ddof=1)) if len(train) > 1 else None,
+            "threshold_s_mean": g.threshold_mean(),
+            "threshold_steps_mean": _mean([r.get("env_steps_to_threshold") for r in g.solved_runs()]),
+            "speedup_fixed": fixed, "efficiency_fixed": efficiency(fixed, ratio),
+            "speedup_threshold": thr, "efficiency_threshold": efficiency(thr, ratio),
+            "env_steps_per_s": _mean([r.get("env_steps_per_s") for r in runs]),
+            "updates_per_s": _mean([r.get("updates_per_s") for r in runs]),
+            "mpi_wait_share": _mean([r.get("mpi_wait_share") for r in runs]),
+            "policy_lag_mean": _mean([r.get("policy_lag_mean") for r in runs]),
+        }
+    return [g.row for g in groups]
+
+
+def run_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    rows = []
+    for r in runs:
+        row = {c: r.summary.get(c) for c in RUN_COLUMNS}
+        row.update(run_dir=str(r.path), env=r.env, algo=r.algo, topology=r.topology,
+                   world_size=r.world_size, seed=r.seed,
+                   max_env_steps=_budget(r))
+        rows.append(row)
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: "" if row.get(c) is None else row.get(c) for c in columns})
+
+
+# Settings that make runs of one env+algo incomparable when they differ (from config / summary).
+COMPARED_SETTINGS = {
+    "run.max_env_steps": lambda r: (r.config.get("run") or {}).get("max_env_steps"),
+    "run.max_train_seconds": lambda r: (r.config.get("run") or {}).get("max_train_seconds"),
+    "run.stop_on_solve": lambda r: (r.config.get("run") or {}).get("stop_on_solve"),
+    "run.eval_every": lambda r: (r.config.get("run") or {}).get("eval_every"),
+    "env.num_envs": lambda r: r.summary.get("num_envs"),
+    "device": lambda r: r.summary.get("device"),
+    "threads_per_rank": lambda r: r.summary.get("threads_per_rank"),
+}
+
+
+def comparability_notes(groups: list[Group]) -> list[str]:
+    """One line per env+algo and setting whose value differs between its runs."""
+    by_pair: dict[tuple[str, str], list[Group]] = defaultdict(list)
+    for g in groups:
+        by_pair[g.pair].append(g)
+    notes = []
+    for (env, algo), pair_groups in by_pair.items():
+        for setting, read in COMPARED_SETTINGS.items():
+            where: dict[str, list[str]] = defaultdict(list)
+            for g in pair_groups:
+                for r in g.runs:
+                    where[repr(read(r))].append(f"{g.name} seed {r.seed}")
+            if len(where) > 1:
+                parts = "; ".join(f"{value}: {', '.join(runs)}" for value, runs in sorted(where.items()))
+                notes.append(f"{env}/{algo}: `{setting}` differs between runs - {parts}")
+    return notes
+
+
+def paper_columns(groups: list[Group], baselines: dict[tuple[str, str], Group]
+                  ) -> tuple[list[Group], list[Group]]:
+    """Columns of the DQN paper's runtime table (Standard, 2 Processes, MP(n)) and the others,
+    for the groups of one env+algo. The baseline group heads both lists."""
+    main, other = [], []
+    for g in sorted(groups, key=Group.sort_key):
+        if baselines.get(g.pair) is g:
+            continue
+        if (g.topology == "p2p" and g.world_size == 2) or g.topology == "star":
+            main.append(g)
+        else:
+            other.append(g)
+    base = [baselines[groups[0].pair]] if groups and groups[0].pair in baselines else []
+    return base + main, (base + other) if other else []
+
+
+def paper_header(g: Group, baselines: dict[tuple[str, str], Group]) -> str:
+    if baselines.get(g.pair) is g:
+        return "Standard"
+    if g.topology == "p2p" and g.world_size == 2:
+        return "2 Processes"
+    if g.topology == "star":
+        return f"MP({g.world_size})"
+    return g.name

@@ -1,0 +1,245 @@
+"""drlmpi.report on synthetic run directories (no MPI, no training)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from drlmpi.report import build_report
+from drlmpi.report.__main__ import main
+from drlmpi.report.plots import PLOT_FILES, mean_curve
+from tests.conftest import REPO
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+THRESHOLD = 475.0
+
+# (topology, world size) -> train_seconds per seed (seeds 0 and 1); every run solves at 90% of it.
+TIMES = {("sequential", 1): [100.0, 120.0], ("p2p", 2): [60.0, 66.0],
+         ("star", 2): [80.0, 90.0], ("star", 3): [50.0, 70.0]}
+TOPOLOGY_TARGETS = {"sequential": "Sequential", "p2p": "PointToPoint", "star": "Star"}
+
+
+def _config_yaml(topology: str, seed: int, algo: str = "dqn", env: str = "cartpole",
+                 extra_topology: str = "", max_env_steps: int = 100000) -> str:
+    return (f"seed: {seed}\ndevice: cpu\nthreads_per_rank: 1\nworld_size: null\n"
+            f"run:\n  max_env_steps: {max_env_steps}\n  eval_every: 2000\n  stop_on_solve: true\n"
+            f"algo:\n  name: {algo}\n"
+            f"env:\n  name: {env}\n  id: CartPole-v1\n  reward_threshold: {THRESHOLD}\n  sim_cost_ms: 0\n"
+            f"topology:\n  _target_: drlmpi.topologies.{topology}.{TOPOLOGY_TARGETS.get(topology, 'X')}\n"
+            f"  name: {topology}\n{extra_topology}")
+
+
+def make_run(root, name, topology, world_size, seed, train_s, *, algo="dqn", env="cartpole",
+             stats=None, solved=True, lag=None, extra_topology=""):
+    """A run directory as drlmpi writes it: summary.json, metrics.csv, .hydra/config.yaml."""
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(_config_yaml(topology, seed, algo, env, extra_topology))
+    (run / ".hydra" / "overrides.yaml").write_text(f"- topology={topology}\n- seed={seed}\n")
+    steps = 20000 + 1000 * world_size
+    tts = 0.9 * train_s if solved else None
+    per_rank = []
+    for r in range(world_size):
+        learner = r == 0
+        per_rank.append({"rank": r, "role": "learner" if learner else "simulator",
+                         "simulate_s": 0.1 * train_s if (not learner or world_size == 1) else 0.0,
+                         "learn_s": 0.7 * train_s if learner else 0.0,
+                         "mpi_wait_s": 0.0 if world_size == 1 else 0.2 * train_s,
+                         "wall_s": train_s + 1.0, "env_steps": steps, "episodes": 100, "updates": steps // 2})
+    summary = {
+        "solved": solved, "train_seconds_to_threshold": tts,
+        "env_steps_to_threshold": steps if solved else None,
+        "updates_to_threshold": steps // 2 if solved else None,
+        "reward_threshold": THRESHOLD, "best_eval_return": 500.0 if solved else 200.0,
+        "last_eval_return": 500.0 if solved else 200.0, "evaluations": 10,
+        "stop_reason": "solved" if solved else "max_env_steps", "env_steps": steps, "episodes": 100,
+        "updates": steps // 2, "train_seconds": train_s, "eval_seconds": 1.0, "wall_seconds": train_s + 1.0,
+        "env_steps_per_s": steps / train_s, "updates_per_s": steps / 2 / train_s,
+        "mpi_wait_share": 0.0 if world_size == 1 else 0.2, "policy_lag_mean": lag,
+        "topology_stats": stats or {}, "algo": algo, "env_id": "CartPole-v1", "env": env,
+        "topology": topology, "world_size": world_size, "seed": seed, "sim_cost_ms": 0.0, "num_envs": 1,
+        "device": "cpu", "threads_per_rank": 1, "run_dir": str(run), "per_rank": per_rank,
+    }
+    (run / "summary.json").write_text(json.dumps(summary))
+    with open(run / "metrics.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["kind", "train_seconds", "wall_seconds", "env_steps", "updates", "return",
+                         "return_std", "length", "rank"])
+        writer.writerow(["episode", 0.5, 0.5, 20, 0, 20.0, "", 20, 1])
+        for i, frac in enumerate((0.3, 0.6, 0.9)):
+            ret = 500.0 if (frac == 0.9 and solved) else 100.0 * (i + 1)
+            t = frac * train_s
+            writer.writerow(["eval", t, t + 0.1, int(frac * steps), 0, ret, 3.0, 0, -1])
+    (run / "rank0.log").write_text("[drlmpi] start\n[drlmpi] eval: mean return 500.0\n")
+    return run
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A sweep folder: runs nested two levels deep (as Hydra multirun does), one partial run,
+    a star[gradients] variant and a jobs.json with one failed job."""
+    root = tmp_path_factory.mktemp("synthetic") / "sweep"
+    for (topology, ws), times in TIMES.items():
+        for seed, t in enumerate(times):
+            make_run(root / f"{topology}_{ws}", str(seed), topology, ws, seed, t)
+    make_run(root, "grad_2", "star", 2, 0, 200.0, stats={"payload": "gradients", "rounds": 10})
+    partial = root / "star_3" / "2"
+    (partial / ".hydra").mkdir(parents=True)
+    (partial / ".hydra" / "config.yaml").write_text(_config_yaml("star", 7))
+    (partial / "rank0.log").write_text("line one\nTraceback (most recent call last):\nRuntimeError: boom\n")
+    # a job that died before Hydra wrote .hydra/: only the launcher's job.log
+    early = root / "3_dqn_cartpole_star_n4"
+    early.mkdir()
+    (early / "job.log").write_text("$ mpiexec -n 4 python -m mpi4py -m drlmpi topology=star seed=5 "
+                                   f"hydra.run.dir={early} hydra.mode=RUN\nmpiexec: no such host\n")
+    # records as hydra_plugins/drlmpi_launcher writes them (relative run_dir resolved at the root)
+    (root / "jobs.json").write_text(json.dumps([
+        {"job": 0, "overrides": ["topology=star", "seed=7"], "run_dir": "star_3/2", "ranks": 3,
+         "status": "failed", "returncode": 1, "log_tail": "RuntimeError: boom"},
+        {"job": 1, "overrides": ["topology=p2p", "seed=0"], "run_dir": str(root / "p2p_2" / "0"),
+         "ranks": 2, "status": "ok", "returncode": 0},
+        {"job": 2, "overrides": ["topology=p2p", "world_size=4"], "run_dir": str(root / "never"),
+         "status": "skipped", "returncode": None, "reason": "topology=p2p needs exactly 2 ranks"},
+        {"job": 3, "overrides": ["topology=star", "seed=5"], "run_dir": str(early), "ranks": 4,
+         "status": "failed", "returncode": 143, "log_tail": "mpiexec: no such host"},
+    ]))
+    return root
+
+
+@pytest.fixture(scope="module")
+def sweep_out(sweep, tmp_path_factory):
+    """The report of ``sweep``, written once through the command-line entry point."""
+    out = tmp_path_factory.mktemp("report") / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    return out
+
+
+def _table(out):
+    with open(out / "table.csv", newline="") as f:
+        return {(r["env"], r["algo"], r["topology"], int(r["world_size"])): r for r in csv.DictReader(f)}
+
+
+def test_table_has_every_key_and_correct_speedups(sweep_out):
+    out = sweep_out
+    rows = _table(out)
+    expected = {("cartpole", "dqn", t, ws) for t, ws in TIMES} | {("cartpole", "dqn", "star[gradients]", 2)}
+    assert set(rows) == expected
+    seq = np.mean(TIMES[("sequential", 1)])
+    for (topology, ws), times in TIMES.items():
+        row = rows[("cartpole", "dqn", topology, ws)]
+        assert int(row["n"]) == 2 and int(row["solved"]) == 2
+        assert float(row["train_s_mean"]) == pytest.approx(np.mean(times))
+        assert float(row["speedup_fixed"]) == pytest.approx(seq / np.mean(times))
+        assert float(row["efficiency_fixed"]) == pytest.approx(seq / np.mean(times) / ws)
+        # every run solves at 90 % of its training time
+        assert float(row["threshold_s_mean"]) == pytest.approx(0.9 * np.mean(times))
+        assert float(row["speedup_threshold"]) == pytest.approx(seq / np.mean(times))
+        assert float(row["efficiency_threshold"]) == pytest.approx(seq / np.mean(times) / ws)
+    assert float(rows[("cartpole", "dqn", "star[gradients]", 2)]["speedup_fixed"]) == pytest.approx(seq / 200)
+    assert len(list(csv.DictReader(open(out / "runs.csv")))) == 2 * len(TIMES) + 1
+
+
+def test_markdown_lists_missing_and_failed_runs_and_paper_layout(sweep, sweep_out):
+    text = (sweep_out / "report.md").read_text()
+    partial = str(sweep / "star_3" / "2")
+    assert "Missing or partial runs (2)" in text
+    assert f"- `{partial}`: dqn / cartpole / star, 3 rank(s), seed 7 - no summary.json" in text
+    assert "RuntimeError: boom" in text and "launcher (jobs.json): failed, return code 1" in text
+    early = sweep / "3_dqn_cartpole_star_n4"
+    assert f"- `{early}`: ? / ? / star, 4 rank(s), seed 5 - no summary.json" in text
+    assert "mpiexec: no such host" in text and "overrides: `topology=star seed=5`" in text
+    assert "Failed launcher jobs (2)" in text and "topology=star seed=7" in text
+    assert "Skipped launcher jobs (1)" in text and "needs exactly 2 ranks" in text
+    lines = text.splitlines()
+    assert "|  | Standard | 2 Processes | MP(2) | MP(3) |" in lines
+    assert "|  | Standard | star[gradients](2) |" in lines
+    seq = np.mean(TIMES[("sequential", 1)])
+    t_row = lines[lines.index("|  | Standard | 2 Processes | MP(2) | MP(3) |") + 2]
+    speed_row = lines[lines.index("|  | Standard | 2 Processes | MP(2) | MP(3) |") + 3]
+    order = [("sequential", 1), ("p2p", 2), ("star", 2), ("star", 3)]
+    assert t_row == "| t(s) | " + " | ".join(f"{np.mean(TIMES[k]):.1f}" for k in order) + " |"
+    assert speed_row == "| Speedup | " + " | ".join(f"{seq / np.mean(TIMES[k]):.2f}" for k in order) + " |"
+
+
+def test_plots_are_valid_pngs(sweep_out):
+    for name in PLOT_FILES:
+        path = sweep_out / name
+        assert path.read_bytes()[:8] == PNG_SIGNATURE
+        image = imread(path)
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_default_out_is_first_path_slash_report(tmp_path, capsys):
+    run = make_run(tmp_path / "runs", "only", "sequential", 1, 0, 10.0)
+    partial = tmp_path / "runs" / "partial"
+    (partial / ".hydra").mkdir(parents=True)
+    (partial / ".hydra" / "config.yaml").write_text(_config_yaml("p2p", 3))
+    assert main([str(tmp_path / "runs")]) == 0
+    assert (tmp_path / "runs" / "report" / "report.md").is_file()
+    printed = capsys.readouterr().out
+    assert "1 complete run(s)" in printed and "1 missing/partial" in printed
+    assert f"missing: {partial} (dqn/cartpole/p2p, 2 rank(s), seed 3" in printed
+    assert str(tmp_path / "runs" / "report" / "report.md") in printed
+    # a second report over the same folder ignores the first report's files
+    assert main([str(tmp_path / "runs")]) == 0 and run.is_dir()
+
+
+def test_no_baseline_says_na_and_variants_are_labelled(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "a", "star", 3, 0, 50.0, algo="ppo")
+    make_run(root, "b", "allgather", 2, 0, 40.0, algo="ppo", stats={"reduce": "allgather"})
+    make_run(root, "c", "async", 3, 0, 30.0, algo="ppo", stats={"utd_mode": "free"}, lag=3.5)
+    # the variant read from the config when topology_stats lacks it
+    make_run(root, "d", "star", 2, 0, 30.0, algo="ppo", extra_topology="  payload: gradients\n")
+    rows = _table(build_report([root], tmp_path / "out").out)
+    assert {k[2] for k in rows} == {"star", "allgather[allgather]", "async[free]", "star[gradients]"}
+    for row in rows.values():
+        assert row["speedup_fixed"] == "n/a (no sequential run)"
+        assert row["efficiency_threshold"] == "n/a (no sequential run)"
+    assert float(rows[("cartpole", "ppo", "async[free]", 3)]["policy_lag_mean"]) == 3.5
+
+
+def test_unsolved_runs_are_left_out_of_time_to_threshold(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "s0", "sequential", 1, 0, 100.0)
+    make_run(root, "p0", "p2p", 2, 0, 50.0)
+    make_run(root, "p1", "p2p", 2, 1, 70.0, solved=False)
+    rows = _table(build_report([root], tmp_path / "out").out)
+    p2p = rows[("cartpole", "dqn", "p2p", 2)]
+    assert int(p2p["solved"]) == 1
+    assert float(p2p["threshold_s_mean"]) == pytest.approx(45.0)
+    assert float(p2p["speedup_threshold"]) == pytest.approx(90.0 / 45.0)
+    assert float(p2p["speedup_fixed"]) == pytest.approx(100.0 / 60.0)
+
+
+def test_one_run_dir_as_path_and_overlapping_paths_read_once(tmp_path):
+    run = make_run(tmp_path, "only", "sequential", 1, 0, 10.0)
+    report = build_report([run, tmp_path], tmp_path / "out")
+    assert len(report.runset.runs) == 1 and report.rows[0]["speedup_fixed"] == 1.0
+
+
+def test_empty_dir_exits_2(tmp_path, capsys):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    assert main([str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("drlmpi.report: no run directories") and "\n" not in err
+    assert not (tmp_path / "empty" / "report").exists()
+
+
+def test_module_entry_point_exit_code(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "drlmpi.report", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "no run directories" in proc.stderr
+
+
+def test_mean_curve_holds_last_value_and_starts_when_all_have():
+    grid, mean = mean_curve([(np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0])),
+                             (np.array([2.0, 4.0]), np.array([0.0, 40.0]))])
+    assert grid.tolist() == [2.0, 3.0, 4.0]
+    assert mean.tolist() == [10.0, 15.0, 35.0]
