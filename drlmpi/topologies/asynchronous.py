@@ -43,6 +43,7 @@ from drlmpi.topologies.base import (
     RankReport,
     RunContext,
     Topology,
+    finish_training,
     learner_report,
     simulator_report,
 )
@@ -228,6 +229,7 @@ class _AsyncLearner:
             learner.maybe_evaluate()
             self.ctx.progress()
         self._shutdown()
+        finish_training(learner)
         now = time.perf_counter()
         learner.topology_stats.update({
             "utd_mode": "free" if self.free else "ratio",

@@ -159,6 +159,7 @@ class Topology(ABC):
                 f"topology={cls.name} needs {cls.sizes_text()}, but the job has {world_size}: "
                 f"launch it with 'mpiexec -n {example} python -m mpi4py -m drlmpi topology={cls.name}'"
             )
+        sync_amount(cfg.topology)  # every rank checks the exchange size before any message
 
     @abstractmethod
     def run(self, ctx: RunContext) -> RankReport:
@@ -179,6 +180,14 @@ def sync_amount(cfg: Any) -> tuple[int, str]:
 def control_message(stop: bool, learner: Learner) -> np.ndarray:
     """The learner's control message ``[stop, job-wide env steps, updates]`` (int64)."""
     return np.array([int(stop), learner.env_steps, learner.updates], dtype=np.int64)
+
+
+def finish_training(learner: Learner) -> None:
+    """At a budget stop, run the updates the last data entitled (as the sequential loop does),
+    so topologies do the same number of updates for the same experience. After a solve they
+    would be wasted, so they are skipped."""
+    if learner.stop_reason() != "solved":
+        learner.train()
 
 
 def simulator_report(rank: int, actor: Actor, role: str = "simulator") -> RankReport:

@@ -18,6 +18,7 @@ from drlmpi.topologies.base import (
     RunContext,
     Topology,
     control_message,
+    finish_training,
     learner_report,
     simulator_report,
     sync_amount,
@@ -57,6 +58,7 @@ class PointToPoint(Topology):
             stop = learner.stop_reason() is not None
             comm.Send(control_message(stop, learner), dest=SIMULATOR_RANK, tag=Tag.CONTROL, kind="control")
             if stop:
+                finish_training(learner)
                 break
             comm.Send(policy.params_numpy(), dest=SIMULATOR_RANK, tag=Tag.WEIGHTS, kind="weights")
             learner.train()

@@ -18,6 +18,7 @@ from drlmpi.topologies.base import (
     RunContext,
     Topology,
     control_message,
+    finish_training,
     learner_report,
     simulator_report,
     sync_amount,
@@ -76,6 +77,7 @@ class Star(Topology):
             stop = learner.stop_reason() is not None
             comm.Bcast(control_message(stop, learner), root=LEARNER_RANK, kind="control")
             if stop:
+                finish_training(learner)
                 break
             comm.Bcast(policy.params_numpy(), root=LEARNER_RANK, kind="weights")
             learner.train()
