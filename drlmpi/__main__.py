@@ -43,6 +43,28 @@ def under_mpi_launcher() -> bool:
     return any(v in os.environ for v in LAUNCHER_VARIABLES)
 
 
+def yield_when_oversubscribed() -> None:
+    """Ask the MPI library to yield the core while it waits, when this host has more ranks than
+    cores (must run before MPI is initialised).
+
+    MPICH and Open MPI busy-poll while a rank waits in a receive or collective. With more ranks
+    than cores a waiting simulator then steals the learner's core: on 2 cores, star with 4 ranks
+    ran at half the throughput (250 vs 487 updates/s) until waiting ranks yielded. Setting
+    ``DRLMPI_YIELD=0`` or ``=1`` forces the choice; the libraries' own variables, if set, win.
+    """
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") \
+        or os.environ.get("PMI_SIZE")
+    forced = os.environ.get("DRLMPI_YIELD")
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        cores = os.cpu_count() or 1
+    oversubscribed = local is not None and local.isdigit() and int(local) > cores
+    if forced == "1" or (forced != "0" and oversubscribed):
+        os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")  # MPICH
+        os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # Open MPI
+
+
 def _requested_world_size(argv: list[str]) -> int | None:
     for arg in argv:
         if arg.startswith("world_size="):
@@ -70,6 +92,7 @@ def _prepare_single_run(argv: list[str]) -> list[str]:
     global _launch_time
     rank = 0
     if under_mpi_launcher():
+        yield_when_oversubscribed()
         from mpi4py import MPI
 
         world = MPI.COMM_WORLD

@@ -247,7 +247,8 @@ def run_drlmpi(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any
     cmd = [sys.executable, "-m", "drlmpi", f"seed={seed}", f"hydra.run.dir={run_dir}",
            "run.progress_every_s=0", f"run.max_env_steps={args.budget}",
            f"run.eval_every={args.eval_every}", f"run.eval_episodes={args.eval_episodes}",
-           f"env.reward_threshold={args.threshold}", "threads_per_rank=1", "device=cpu"]
+           f"env.reward_threshold={args.threshold}", "threads_per_rank=1", "device=cpu",
+           *args.drlmpi_extra]
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=REPO_ROOT, env=_child_env(), capture_output=True, text=True,
@@ -404,6 +405,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run before it is killed")
     p.add_argument("--keep-runs", action="store_true", help="keep the drlmpi run directories")
+    p.add_argument("--drlmpi-extra", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="extra drlmpi overrides, e.g. algo.double_q=false for SB3's plain DQN target")
     p.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args(argv)

@@ -90,3 +90,19 @@ def test_acting_only_instance_allocates_no_learner_state(cfg, spec):
 def test_refuses_continuous_actions(cfg):
     with pytest.raises(ConfigError, match="algo=dqn needs a discrete action space.*algo=td3"):
         DQN(probe_spec("Pendulum-v1"), cfg)
+
+
+def test_plain_dqn_target_uses_the_target_nets_maximum(cfg, spec):
+    cfg.double_q = False
+    cfg.target_update_every = 10_000
+    algo = DQN(spec, cfg, seed=0)
+    with torch.no_grad():
+        for p in algo.q_target.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    batch = {"obs": torch.randn(8, 4), "action": torch.zeros(8, 1), "reward": torch.zeros(8),
+             "next_obs": torch.randn(8, 4), "terminated": torch.zeros(8)}
+    with torch.no_grad():
+        y = 0.99 * algo.q_target(batch["next_obs"]).max(1).values
+        q = algo.q(batch["obs"])[:, 0]
+        expected = torch.nn.functional.smooth_l1_loss(q, y)
+    assert algo.update_on(batch)["loss"] == pytest.approx(float(expected), rel=1e-5)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.mpirun import REPO
 
@@ -89,3 +92,31 @@ def test_world_size_alone_relaunches_under_mpiexec(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "starting mpiexec -n 2" in proc.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2
+
+
+def test_sweep_then_report_tables_and_plots(tmp_path):
+    """Two topologies x two sizes with tiny budgets, then python -m drlmpi.report on the sweep."""
+    proc = _sweep(tmp_path, "topology=sequential,p2p", "world_size=1,2", "run.max_env_steps=1200",
+                  "run.eval_every=400", "run.progress_every_s=0", "algo.learning_starts=200",
+                  "run.stop_on_solve=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "report"
+    report = subprocess.run([sys.executable, "-m", "drlmpi.report", str(tmp_path / "sweep"),
+                             "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    with open(out / "table.csv") as f:
+        rows = {(r["topology"], int(r["world_size"])): r for r in csv.DictReader(f)}
+    assert set(rows) == {("sequential", 1), ("p2p", 2)}  # every job that could run; 2 skipped
+    runs = {}
+    for job in _jobs(tmp_path):
+        if job["status"] == "ok":
+            summary = json.loads((Path(job["run_dir"]) / "summary.json").read_text())
+            runs[summary["topology"]] = summary["train_seconds"]
+    speedup = float(rows[("p2p", 2)]["speedup_fixed"])
+    assert speedup == pytest.approx(runs["sequential"] / runs["p2p"], rel=1e-2)
+    assert float(rows[("sequential", 1)]["speedup_fixed"]) == 1.0
+    text = (out / "report.md").read_text()
+    assert "Standard" in text and "2 Processes" in text  # the DQN paper's layout
+    for png in ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000

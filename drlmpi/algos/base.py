@@ -49,9 +49,13 @@ class ParamGroup:
         self.module = module
         self.flat = FlatParams(module)
         self.max_grad_norm = max_grad_norm
-        self.optimizer = (
-            torch.optim.Adam(module.parameters(), lr=lr, eps=adam_eps) if with_optimizer else None
-        )
+        self.optimizer = None
+        if with_optimizer:
+            # The optimizer sees ONE tensor, the flat buffer (whose .grad is the flat gradient
+            # buffer): Adam's update is then a handful of vector operations over the whole
+            # network instead of a loop over its parameter tensors.
+            self.flat.params.grad = self.flat.grads
+            self.optimizer = torch.optim.Adam([self.flat.params], lr=lr, eps=adam_eps)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Zero the flat gradients and backpropagate ``loss`` into them."""

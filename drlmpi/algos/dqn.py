@@ -30,7 +30,7 @@ from drlmpi.replay import ReplayBuffer
 class DQN(Algorithm):
     """Double DQN for discrete action spaces.
 
-    Config keys (``conf/algo/dqn.yaml`` documents each): ``hidden``, ``lr``, ``gamma``,
+    Config keys (``conf/algo/dqn.yaml`` documents each): ``hidden``, ``lr``, ``gamma``, ``double_q``,
     ``batch_size``, ``buffer_size``, ``learning_starts``, ``updates_per_step``,
     ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``, ``exploration_steps``,
     ``max_grad_norm``.
@@ -52,6 +52,7 @@ class DQN(Algorithm):
         self.updates_per_step = float(cfg["updates_per_step"])
         self.target_update_every = int(cfg["target_update_every"])
         self.tau = float(cfg.get("tau", 1.0))
+        self.double_q = bool(cfg.get("double_q", True))
         self._update_credit = 0.0
         self.replay = (
             ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device) if learner else None
@@ -103,8 +104,12 @@ class DQN(Algorithm):
         actions = batch["action"].long()
         q_taken = self.q(batch["obs"]).gather(1, actions).squeeze(1)
         with torch.no_grad():
-            best_next = self.q(batch["next_obs"]).argmax(dim=1, keepdim=True)
-            next_q = self.q_target(batch["next_obs"]).gather(1, best_next).squeeze(1)
+            target_next = self.q_target(batch["next_obs"])
+            if self.double_q:  # the online net picks, the target net evaluates
+                best_next = self.q(batch["next_obs"]).argmax(dim=1, keepdim=True)
+                next_q = target_next.gather(1, best_next).squeeze(1)
+            else:  # the Nature-DQN target: the target net's own maximum
+                next_q = target_next.max(dim=1).values
             target = batch["reward"] + self.gamma * (1.0 - batch["terminated"]) * next_q
         loss = F.smooth_l1_loss(q_taken, target)
         self.policy.backward(loss)
