@@ -167,10 +167,8 @@ class Algorithm(ABC):
 
     def ready_to_update(self) -> bool:
         """Whether :meth:`update` can run now regardless of new data (a free-running learner
-        asks this). Default: a replay holding at least ``max(learning_starts, batch_size)``."""
-        replay = getattr(self, "replay", None)
-        needed = max(int(getattr(self, "learning_starts", 0)), int(getattr(self, "batch_size", 1)))
-        return replay is not None and len(replay) >= needed
+        asks this)."""
+        return False
 
     def sync_schedule(self, update_index: int) -> tuple[str, ...]:
         """Names of the groups :meth:`update` number ``update_index`` (0-based) will pass to
@@ -200,3 +198,40 @@ class Algorithm(ABC):
                 for key, tensor in group.module.state_dict().items():
                     tensor.copy_(sub[key])
         self.on_policy_loaded()
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """An algorithm that learns from a replay buffer with an update-to-data ratio (DQN, TD3).
+
+    Reads ``batch_size``, ``buffer_size``, ``learning_starts`` and ``updates_per_step`` from the
+    config; the replay is allocated on learner instances only.
+    """
+
+    kind = "off_policy"
+
+    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
+                 seed: int, learner: bool) -> None:
+        super().__init__(spec, cfg, device, seed, learner)
+        from drlmpi.replay import ReplayBuffer
+
+        self.batch_size = int(cfg["batch_size"])
+        self.learning_starts = int(cfg["learning_starts"])
+        self.updates_per_step = float(cfg["updates_per_step"])
+        self._update_credit = 0.0
+        self.replay = ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device) if learner else None
+
+    def observe(self, rows: np.ndarray) -> None:
+        self.replay.add(rows)
+
+    def updates_due(self, new_steps: int) -> int:
+        """``updates_per_step`` per new step, fractions carried; none before the replay holds
+        ``max(learning_starts, batch_size)`` transitions."""
+        if not self.ready_to_update():
+            return 0
+        self._update_credit += new_steps * self.updates_per_step
+        due = int(self._update_credit)
+        self._update_credit -= due
+        return due
+
+    def ready_to_update(self) -> bool:
+        return self.replay is not None and len(self.replay) >= max(self.learning_starts, self.batch_size)

@@ -22,12 +22,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
+from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, local_sync, mlp
 from drlmpi.envs import EnvSpec
-from drlmpi.replay import ReplayBuffer
 
 
-class DQN(Algorithm):
+class DQN(OffPolicyAlgorithm):
     """Double DQN for discrete action spaces.
 
     Config keys (``conf/algo/dqn.yaml`` documents each): ``hidden``, ``lr``, ``gamma``, ``double_q``,
@@ -35,8 +34,6 @@ class DQN(Algorithm):
     ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``, ``exploration_steps``,
     ``max_grad_norm``.
     """
-
-    kind = "off_policy"
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:
@@ -47,16 +44,9 @@ class DQN(Algorithm):
         self.policy = ParamGroup(q_net, cfg["lr"], cfg.get("max_grad_norm"), with_optimizer=learner)
         self.groups = {"q": self.policy}
         self.gamma = float(cfg["gamma"])
-        self.batch_size = int(cfg["batch_size"])
-        self.learning_starts = int(cfg["learning_starts"])
-        self.updates_per_step = float(cfg["updates_per_step"])
         self.target_update_every = int(cfg["target_update_every"])
         self.tau = float(cfg.get("tau", 1.0))
         self.double_q = bool(cfg.get("double_q", True))
-        self._update_credit = 0.0
-        self.replay = (
-            ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device) if learner else None
-        )
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
@@ -82,17 +72,6 @@ class DQN(Algorithm):
             if random_mask.any():
                 actions[random_mask] = self.rng.integers(0, self.spec.n_actions, random_mask.sum())
         return actions.astype(np.float32)[:, None], None
-
-    def observe(self, rows: np.ndarray) -> None:
-        self.replay.add(rows)
-
-    def updates_due(self, new_steps: int) -> int:
-        if len(self.replay) < max(self.learning_starts, self.batch_size):
-            return 0
-        self._update_credit += new_steps * self.updates_per_step
-        due = int(self._update_credit)
-        self._update_credit -= due
-        return due
 
     def update(self, sync: GradSync = local_sync) -> dict[str, float]:
         batch = self.replay.sample(self.batch_size, self.rng)

@@ -32,9 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
+from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, local_sync, mlp
 from drlmpi.envs import EnvSpec
-from drlmpi.replay import ReplayBuffer
 
 
 class ScaledTanhActor(nn.Module):
@@ -69,7 +68,7 @@ class TwinCritic(nn.Module):
         return self.q1(torch.cat([obs, action], dim=1)).squeeze(1)
 
 
-class TD3(Algorithm):
+class TD3(OffPolicyAlgorithm):
     """TD3 for Box action spaces.
 
     Config keys (``conf/algo/td3.yaml`` documents each): ``hidden``, ``actor_lr``, ``critic_lr``,
@@ -78,7 +77,6 @@ class TD3(Algorithm):
     ``exploration_noise``, ``max_grad_norm``.
     """
 
-    kind = "off_policy"
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:
@@ -99,15 +97,10 @@ class TD3(Algorithm):
             self.critic_target = copy.deepcopy(critic).requires_grad_(False)
             self.critic = critic
             self.groups["critic"] = ParamGroup(critic, float(cfg["critic_lr"]), max_grad_norm)
-            self.replay = ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device)
         else:  # acting only: the critic is never used
             self.critic = self.critic_target = None
-            self.replay = None
         self.gamma = float(cfg["gamma"])
         self.tau = float(cfg["tau"])
-        self.batch_size = int(cfg["batch_size"])
-        self.learning_starts = int(cfg["learning_starts"])
-        self.updates_per_step = float(cfg["updates_per_step"])
         self.policy_delay = int(cfg["policy_delay"])
         self.policy_noise = float(cfg["policy_noise"])
         self.noise_clip = float(cfg["noise_clip"])
@@ -117,7 +110,6 @@ class TD3(Algorithm):
         self._half_range_t = torch.as_tensor(self.half_range, device=self.device)
         self._low_t = torch.as_tensor(self.low, device=self.device)
         self._high_t = torch.as_tensor(self.high, device=self.device)
-        self._update_credit = 0.0
         self._last_actor_loss = float("nan")
 
     @classmethod
@@ -150,17 +142,6 @@ class TD3(Algorithm):
         return np.clip(action_row, self.low, self.high).astype(np.float32)
 
     # -- learning -----------------------------------------------------------------------------
-    def observe(self, rows: np.ndarray) -> None:
-        self.replay.add(rows)
-
-    def updates_due(self, new_steps: int) -> int:
-        if len(self.replay) < max(self.learning_starts, self.batch_size):
-            return 0
-        self._update_credit += new_steps * self.updates_per_step
-        due = int(self._update_credit)
-        self._update_credit -= due
-        return due
-
     def sync_schedule(self, update_index: int) -> tuple[str, ...]:
         """``("critic",)``, plus ``"actor"`` on every ``policy_delay``-th update (1-based)."""
         if (update_index + 1) % self.policy_delay == 0:
