@@ -123,6 +123,10 @@ def _task(cfg) -> int:
     except ConfigError as exc:
         if rank == 0:
             print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+        if world.Get_size() > 1:
+            # Every rank normally refuses the same config before any message; should one rank
+            # find a problem its peers did not, the abort keeps them from waiting for it.
+            world.Abort(CONFIG_ERROR_EXIT)
         sys.exit(CONFIG_ERROR_EXIT)
     except BaseException as exc:  # noqa: BLE001 (any crash must take the whole job down)
         if isinstance(exc, SystemExit) and not exc.code:

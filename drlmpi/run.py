@@ -55,6 +55,12 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
     except Exception as exc:  # noqa: BLE001 (gymnasium raises many kinds for a bad id)
         raise ConfigError(f"env.id={cfg.env.id!r} cannot be made: {exc}") from exc
     algo_cls.check_spec(spec)
+    try:  # an acting-only instance is cheap and runs the algorithm's own checks of its config
+        algo_cls(spec, cfg.algo, device="cpu", seed=0, learner=False)
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"algo={cfg.algo.name}: invalid configuration: {exc}") from exc
     if int(cfg.env.num_envs) < 1:
         raise ConfigError(f"env.num_envs must be >= 1, got {cfg.env.num_envs}")
     if float(cfg.env.sim_cost_ms) < 0:
