@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from datetime import datetime
 from pathlib import Path
 
 CONFIG_ERROR_EXIT = 2
 CRASH_EXIT = 1
+CONFIG_ERROR_GRACE_S = 3.0
 _launch_time = datetime.now()
 
 
@@ -121,11 +123,14 @@ def _task(cfg) -> int:
     try:
         run_experiment(cfg, world, run_dir)
     except ConfigError as exc:
-        if rank == 0:
-            print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+        # Every rank normally refuses the same config before any message: rank 0 reports it
+        # once and ends the job. Other ranks give it a moment and speak (and abort) only if it
+        # did not - should one rank find a problem its peers did not, nobody waits for it.
+        if rank != 0:
+            time.sleep(CONFIG_ERROR_GRACE_S)
+        print(f"drlmpi: error: {exc}" if rank == 0 else f"drlmpi: error (rank {rank}): {exc}",
+              file=sys.stderr, flush=True)
         if world.Get_size() > 1:
-            # Every rank normally refuses the same config before any message; should one rank
-            # find a problem its peers did not, the abort keeps them from waiting for it.
             world.Abort(CONFIG_ERROR_EXIT)
         sys.exit(CONFIG_ERROR_EXIT)
     except BaseException as exc:  # noqa: BLE001 (any crash must take the whole job down)
