@@ -83,6 +83,11 @@ class Actor:
         self.sim_s += time.perf_counter() - t0
         return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
 
+    def close(self) -> None:
+        """Close the environments."""
+        for env in self.envs:
+            env.close()
+
     def _step_all(self) -> tuple[np.ndarray, int]:
         """One step of every environment; returns its rows and the episodes it finished."""
         layout = self.layout

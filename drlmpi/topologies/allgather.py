@@ -31,7 +31,6 @@ from drlmpi.topologies.gradients import (
     AllreduceSync,
     broadcast_all_params,
     check_identical_params,
-    close_actor,
     exchange_round_counts,
     gather_episodes,
 )
@@ -100,5 +99,5 @@ class Allgather(Topology):
             "param_checksums_per_rank": checksums.tolist(),
             "params_identical": True,
         })
-        close_actor(actor)
+        actor.close()
         return learner_report(comm.rank, learner, role="peer", actor=actor)

@@ -357,8 +357,7 @@ class _AsyncSimulator:
             weights_req.Cancel()
             weights_req.Wait()
         comm.Send(np.array([self.sent], dtype=np.int64), dest=LEARNER_RANK, tag=Tag.DONE, kind="control")
-        for env in self.actor.envs:
-            env.close()
+        self.actor.close()
         report = simulator_report(comm.rank, self.actor)
         report.extra.update({"chunks_sent": self.sent, "unsent_steps": self.unsent_steps})
         return report

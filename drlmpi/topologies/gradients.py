@@ -20,7 +20,7 @@ import numpy as np
 
 from drlmpi.algos.base import Algorithm, ParamGroup
 from drlmpi.comm import TimedComm
-from drlmpi.roles import Actor, Learner, episode_stats
+from drlmpi.roles import Learner, episode_stats
 
 
 class AllreduceSync:
@@ -157,9 +157,3 @@ def gather_episodes(comm: TimedComm, actor_rows: np.ndarray | None, layout: Any,
         for ret, length in stats[start : start + size]:
             learner.record_episode(float(ret), int(length), rank)
         start += size
-
-
-def close_actor(actor: Actor) -> None:
-    """Close an actor's environments."""
-    for env in actor.envs:
-        env.close()

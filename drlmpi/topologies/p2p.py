@@ -81,6 +81,5 @@ class PointToPoint(Topology):
             comm.Recv(weights, source=LEARNER_RANK, tag=Tag.WEIGHTS, kind="weights")
             actor.algo.on_policy_loaded()
             actor.set_global_steps(int(control[1]))
-        for env in actor.envs:
-            env.close()
+        actor.close()
         return simulator_report(comm.rank, actor)

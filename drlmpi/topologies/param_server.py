@@ -24,7 +24,6 @@ from drlmpi.topologies.base import RankReport, RunContext, learner_report, sync_
 from drlmpi.topologies.gradients import (
     ParameterServerSync,
     broadcast_all_params,
-    close_actor,
     exchange_round_counts,
     gather_episodes,
     serve_updates,
@@ -91,6 +90,6 @@ def work(ctx: RunContext) -> RankReport:
         learner.train(sync, max_updates=int(control[3]))
         actor.algo.policy.flat.load_params(algo.policy.flat.params_numpy())
         actor.algo.on_policy_loaded()
-    close_actor(actor)
+    actor.close()
     report = learner_report(comm.rank, learner, role="worker", actor=actor)
     return report

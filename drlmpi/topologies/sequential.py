@@ -32,6 +32,5 @@ class Sequential(Topology):
             learner.maybe_evaluate()
             ctx.progress()
         actor_report = learner_report(ctx.comm.rank, learner, role="simulator+learner", actor=actor)
-        for env in actor.envs:
-            env.close()
+        actor.close()
         return actor_report

@@ -102,6 +102,5 @@ class Star(Topology):
             comm.Bcast(weights, root=LEARNER_RANK, kind="weights")
             actor.algo.on_policy_loaded()
             actor.set_global_steps(int(control[1]), simulators)
-        for env in actor.envs:
-            env.close()
+        actor.close()
         return simulator_report(comm.rank, actor)
