@@ -106,11 +106,21 @@ def _prepare_single_run(argv: list[str]) -> list[str]:
     return extra + argv  # before the user's overrides (argparse stops at options such as --cfg)
 
 
+def set_thread_counts(threads: object) -> None:
+    """``threads_per_rank`` for the OpenMP and MKL runtimes as well as torch's intra-op pool
+    (set before torch is imported; ranks sharing a host must not each start one thread per
+    core)."""
+    if isinstance(threads, int) and threads >= 1:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+
+
 def _task(cfg) -> int:
     """Hydra's task function: run one experiment on COMM_WORLD."""
     from hydra.core.hydra_config import HydraConfig
     from mpi4py import MPI
 
+    set_thread_counts(cfg.get("threads_per_rank"))
     from drlmpi.algos.base import ConfigError
     from drlmpi.run import run_experiment
 

@@ -8,9 +8,13 @@ pieces every topology needs:
   the model.
 * :class:`ExperienceLayout` is the column layout of packed experience: one 2-D float32 array per
   message, known to both ends.
-* :class:`TimedComm` wraps an mpi4py communicator and accumulates the wall time spent inside MPI
-  calls, which becomes the "MPI wait share" of the run summary.
-* :data:`Tag` names the point-to-point message tags.
+* :class:`TimedComm` wraps an mpi4py communicator: EVERY MPI call a topology makes goes through
+  it, so the wall time spent inside MPI (the "MPI wait share" of the run summary) and the
+  messages and bytes moved, by payload kind, are measured, never hand-counted.
+* :class:`Tag` names the point-to-point message tags, and the ``IntEnum`` wire formats below
+  (:class:`Control`, :class:`RoundCounts`, :class:`ChunkHeader`, :class:`WeightsHeader`,
+  :class:`CreditMessage`) name the fields of every small integer message and header, so code
+  reads ``control[Control.STOP]``, never ``control[0]``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,63 @@ class Tag(IntEnum):
     WEIGHTS = 21
     CONTROL = 22
     DONE = 41
+
+
+# -- wire formats: the fields of int64 messages and headers ------------------------------------
+class Control(IntEnum):
+    """The learner's round message to simulators / workers (int64, ``Tag.CONTROL`` or ``Bcast``).
+
+    ``N_UPDATES`` is the number of updates every worker runs this round (parameter server);
+    0 elsewhere.
+    """
+
+    STOP = 0
+    ENV_STEPS = 1  # job-wide environment steps so far (drives exploration schedules)
+    UPDATES = 2  # learner updates so far
+    N_UPDATES = 3
+
+
+class RoundCounts(IntEnum):
+    """One row per rank of a data-parallel round's ``Allgather`` (int64)."""
+
+    NEW_STEPS = 0  # environment steps this rank collected this round
+    UPDATES_DUE = 1  # updates this rank's stored data entitles (all ranks run the minimum)
+    EPISODES = 2  # episodes this rank finished this round
+
+
+class ChunkHeader(IntEnum):
+    """Header of an asynchronous experience chunk (int64, before the float32 rows)."""
+
+    POLICY_VERSION = 0  # learner updates of the weights that acted
+    ROWS = 1  # valid rows in the fixed-size payload
+    SEQUENCE = 2  # chunks this simulator sent before this one
+    SIMULATOR_STEPS = 3  # this simulator's own environment steps so far
+
+
+class WeightsHeader(IntEnum):
+    """Header of an asynchronous weights publication (int64, before the float32 parameters)."""
+
+    ENV_STEPS = 0  # job-wide environment steps at publication
+    VERSION = 1  # learner updates at publication (the chunk header's POLICY_VERSION)
+
+
+class CreditMessage(IntEnum):
+    """The asynchronous learner's control message to one simulator (int64)."""
+
+    KIND = 0  # CREDIT or STOP below
+    VALUE = 1  # CREDIT: chunks the simulator may have sent in total; STOP: weights messages sent
+
+
+CREDIT, STOP = 1, 2  # CreditMessage.KIND values
+
+
+def int64_message(fields: type[IntEnum], **values: int) -> np.ndarray:
+    """A zeroed int64 message with one slot per field of ``fields``, ``values`` filled in by
+    lower-case field name (``int64_message(Control, stop=1)``)."""
+    out = np.zeros(len(fields), dtype=np.int64)
+    for name, value in values.items():
+        out[fields[name.upper()]] = int(value)
+    return out
 
 
 class FlatParams:
@@ -56,7 +117,6 @@ class FlatParams:
             p.data = self.params[offset : offset + n].view_as(p)
             p.grad = self.grads[offset : offset + n].view_as(p)
             offset += n
-        self._modules_params = params
         self.numel = total
 
     def zero_grad(self) -> None:
@@ -147,116 +207,204 @@ class PackedMessage:
     """An int64 header and a float32 payload in ONE contiguous byte buffer: one message.
 
     Used where a receive must be posted before the sender's counts are known (the asynchronous
-    topology's pre-posted ``Irecv``): the layout is fixed, the header says what the payload is.
+    topology's pre-posted ``Irecv``): the layout is fixed, the header (named by an ``IntEnum``
+    wire format) says what the payload is.
     """
 
-    def __init__(self, header_len: int, payload_shape: tuple[int, ...]) -> None:
-        header_bytes = 8 * header_len
+    def __init__(self, header: type[IntEnum], payload_shape: tuple[int, ...]) -> None:
+        header_bytes = 8 * len(header)
         payload_len = int(np.prod(payload_shape))
         self.buffer = np.zeros(header_bytes + 4 * payload_len, dtype=np.uint8)
         self.header = self.buffer[:header_bytes].view(np.int64)
         self.payload = self.buffer[header_bytes:].view(np.float32).reshape(payload_shape)
 
 
-class TimedComm:
-    """An mpi4py communicator whose calls are timed and counted, for the run summary.
+class Request:
+    """A nonblocking operation started through :class:`TimedComm` (``Isend`` / ``Irecv``).
 
-    Only the buffer (uppercase) methods that the topologies use are wrapped; anything else is
-    reached through :attr:`comm`. ``wait_s`` is the wall time spent inside MPI calls, which for
-    blocking calls is mostly waiting for the peer. Every call names the ``kind`` of payload
+    Complete it only through the communicator (``wait``, ``test``, ``testsome``, ``waitany``,
+    ``cancel``), which times the call and, for a receive, counts the bytes that arrived.
+    """
+
+    __slots__ = ("mpi", "kind", "receive", "buffer")
+
+    def __init__(self, mpi_request: Any, kind: str, receive: bool, buffer: np.ndarray) -> None:
+        self.mpi = mpi_request
+        self.kind = kind
+        self.receive = receive
+        self.buffer = buffer
+
+
+class TimedComm:
+    """An mpi4py communicator whose every call is timed and counted, for the run summary.
+
+    Topologies make ALL their MPI calls through this class (buffer methods on the hot path,
+    the pickling ``gather_objects`` once per run). ``wait_s`` is the wall time spent inside
+    MPI calls, which for blocking calls is mostly waiting for the peer; ``calls`` holds
+    ``[count, seconds]`` per MPI function. Every call names the ``kind`` of payload
     (``"experience"``, ``"weights"``, ``"control"``, ``"gradients"``...) so the summary can say
     exactly what crossed the wire: ``sent[kind]`` / ``received[kind]`` hold ``[messages, bytes]``
-    as seen by this rank.
+    as seen by this rank. Receives count the bytes that actually arrived (the status of the
+    message), sends the bytes handed to MPI.
     """
 
     def __init__(self, comm: Any) -> None:
+        from mpi4py import MPI
+
+        self._MPI = MPI
         self.comm = comm
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
         self.wait_s = 0.0
+        self.calls: dict[str, list[float]] = {}
         self.sent: dict[str, list[int]] = {}
         self.received: dict[str, list[int]] = {}
+        self._status = MPI.Status()
 
-    def _timed(self, fn, *args, **kwargs):
+    # -- bookkeeping ------------------------------------------------------------------------
+    def _timed(self, name: str, fn, *args, **kwargs):
         t0 = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
-            self.wait_s += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            self.wait_s += dt
+            entry = self.calls.get(name)
+            if entry is None:
+                self.calls[name] = [1, dt]
+            else:
+                entry[0] += 1
+                entry[1] += dt
 
-    def count_sent(self, kind: str, nbytes: int, messages: int = 1) -> None:
-        """Record ``messages`` outgoing messages of ``nbytes`` bytes in total."""
-        entry = self.sent.setdefault(kind, [0, 0])
-        entry[0] += messages
-        entry[1] += int(nbytes)
+    def _count(self, table: dict[str, list[int]], kind: str, nbytes: int, messages: int) -> None:
+        entry = table.get(kind)
+        if entry is None:
+            table[kind] = [messages, int(nbytes)]
+        else:
+            entry[0] += messages
+            entry[1] += int(nbytes)
 
-    def count_received(self, kind: str, nbytes: int, messages: int = 1) -> None:
-        """Record ``messages`` incoming messages of ``nbytes`` bytes in total."""
-        entry = self.received.setdefault(kind, [0, 0])
-        entry[0] += messages
-        entry[1] += int(nbytes)
+    def _received_bytes(self, status: Any) -> int:
+        return status.Get_count(self._MPI.BYTE)
 
+    # -- blocking point-to-point --------------------------------------------------------------
     def Send(self, buf: np.ndarray, dest: int, tag: int, kind: str) -> None:  # noqa: N802 (MPI name)
-        self.count_sent(kind, buf.nbytes)
-        self._timed(self.comm.Send, buf, dest=dest, tag=tag)
+        self._count(self.sent, kind, buf.nbytes, 1)
+        self._timed("Send", self.comm.Send, buf, dest=dest, tag=tag)
 
     def Recv(self, buf: np.ndarray, source: int, tag: int, kind: str) -> None:  # noqa: N802
-        self._timed(self.comm.Recv, buf, source=source, tag=tag)
-        self.count_received(kind, buf.nbytes)
+        self._timed("Recv", self.comm.Recv, buf, source=source, tag=tag, status=self._status)
+        self._count(self.received, kind, self._received_bytes(self._status), 1)
 
+    def probe_count(self, source: int, tag: int, itemsize: int) -> int:
+        """Block until a message from ``source`` with ``tag`` is ready; its size in items of
+        ``itemsize`` bytes (the receive itself is counted by :meth:`Recv`)."""
+        self._timed("Probe", self.comm.Probe, source=source, tag=tag, status=self._status)
+        nbytes = self._received_bytes(self._status)
+        if nbytes % itemsize:
+            raise RuntimeError(f"a message of {nbytes} bytes is not a whole number of "
+                               f"{itemsize}-byte items (tag {tag} from rank {source})")
+        return nbytes // itemsize
+
+    # -- collectives --------------------------------------------------------------------------
     def Bcast(self, buf: np.ndarray, root: int, kind: str) -> None:  # noqa: N802
-        self._timed(self.comm.Bcast, buf, root=root)
+        self._timed("Bcast", self.comm.Bcast, buf, root=root)
         if self.rank == root:
-            self.count_sent(kind, buf.nbytes * (self.size - 1), self.size - 1)
+            self._count(self.sent, kind, buf.nbytes * (self.size - 1), self.size - 1)
         else:
-            self.count_received(kind, buf.nbytes)
+            self._count(self.received, kind, buf.nbytes, 1)
 
     def Gather(self, sendbuf: np.ndarray, recvbuf: np.ndarray | None, root: int, kind: str) -> None:  # noqa: N802
-        self._timed(self.comm.Gather, sendbuf, recvbuf, root=root)
+        self._timed("Gather", self.comm.Gather, sendbuf, recvbuf, root=root)
         if self.rank == root:
-            self.count_received(kind, sendbuf.nbytes * (self.size - 1), self.size - 1)
+            self._count(self.received, kind, sendbuf.nbytes * (self.size - 1), self.size - 1)
         else:
-            self.count_sent(kind, sendbuf.nbytes)
+            self._count(self.sent, kind, sendbuf.nbytes, 1)
 
     def Gatherv(self, sendbuf: np.ndarray, recvspec: Any, root: int, kind: str) -> None:  # noqa: N802
-        self._timed(self.comm.Gatherv, sendbuf, recvspec, root=root)
+        self._timed("Gatherv", self.comm.Gatherv, sendbuf, recvspec, root=root)
         if self.rank == root:
             itemsize = np.asarray(recvspec[0]).itemsize
             total = int(np.asarray(recvspec[1]).sum()) * itemsize - sendbuf.nbytes
-            self.count_received(kind, total, self.size - 1)
+            self._count(self.received, kind, total, self.size - 1)
         else:
-            self.count_sent(kind, sendbuf.nbytes)
+            self._count(self.sent, kind, sendbuf.nbytes, 1)
 
     def Allreduce(self, sendbuf: Any, recvbuf: np.ndarray, op: Any, kind: str) -> None:  # noqa: N802
-        self._timed(self.comm.Allreduce, sendbuf, recvbuf, op=op)
-        self.count_sent(kind, recvbuf.nbytes)
-        self.count_received(kind, recvbuf.nbytes)
+        self._timed("Allreduce", self.comm.Allreduce, sendbuf, recvbuf, op=op)
+        self._count(self.sent, kind, recvbuf.nbytes, 1)
+        self._count(self.received, kind, recvbuf.nbytes, 1)
 
     def Allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray, kind: str) -> None:  # noqa: N802
-        self._timed(self.comm.Allgather, sendbuf, recvbuf)
-        self.count_sent(kind, sendbuf.nbytes)
-        self.count_received(kind, recvbuf.nbytes - sendbuf.nbytes)
+        self._timed("Allgather", self.comm.Allgather, sendbuf, recvbuf)
+        self._count(self.sent, kind, sendbuf.nbytes, 1)
+        self._count(self.received, kind, recvbuf.nbytes - sendbuf.nbytes, self.size - 1)
 
     def Reduce(self, sendbuf: Any, recvbuf: np.ndarray | None, op: Any, root: int, kind: str) -> None:  # noqa: N802
-        self._timed(self.comm.Reduce, sendbuf, recvbuf, op=op, root=root)
+        self._timed("Reduce", self.comm.Reduce, sendbuf, recvbuf, op=op, root=root)
         if self.rank == root:
-            self.count_received(kind, recvbuf.nbytes * (self.size - 1), self.size - 1)
+            self._count(self.received, kind, recvbuf.nbytes * (self.size - 1), self.size - 1)
         else:
-            self.count_sent(kind, np.asarray(sendbuf).nbytes)
+            self._count(self.sent, kind, np.asarray(sendbuf).nbytes, 1)
 
-    def Barrier(self) -> None:  # noqa: N802
-        self._timed(self.comm.Barrier)
+    def gather_objects(self, obj: Any, root: int, kind: str) -> list[Any] | None:
+        """Pickling ``gather`` of small Python objects (once per run: per-rank reports)."""
+        return self._timed("gather", self.comm.gather, obj, root=root)
 
-    def wait(self, request: Any) -> Any:
-        """Complete one nonblocking request, timing the wait."""
-        return self._timed(request.Wait)
+    # -- nonblocking point-to-point -----------------------------------------------------------
+    def Isend(self, buf: np.ndarray, dest: int, tag: int, kind: str) -> Request:  # noqa: N802
+        self._count(self.sent, kind, buf.nbytes, 1)
+        return Request(self._timed("Isend", self.comm.Isend, buf, dest=dest, tag=tag), kind, False, buf)
 
-    def waitany(self, requests: list[Any]) -> int:
-        """Block until one of ``requests`` completes; its index (timed as MPI wait)."""
-        from mpi4py import MPI
+    def Irecv(self, buf: np.ndarray, source: int, tag: int, kind: str) -> Request:  # noqa: N802
+        """Post a receive; its bytes are counted when it completes (``wait``/``test``/...)."""
+        return Request(self._timed("Irecv", self.comm.Irecv, buf, source=source, tag=tag), kind, True, buf)
 
-        return self._timed(MPI.Request.Waitany, requests)
+    def _completed(self, request: Request, status: Any) -> None:
+        if request.receive and not status.Is_cancelled():
+            self._count(self.received, request.kind, self._received_bytes(status), 1)
+
+    def wait(self, request: Request) -> None:
+        """Block until ``request`` completes."""
+        self._timed("Wait", request.mpi.Wait, self._status)
+        self._completed(request, self._status)
+
+    def test(self, request: Request) -> bool:
+        """Whether ``request`` has completed (a completed request is not tested again)."""
+        done = self._timed("Test", request.mpi.Test, self._status)
+        if done:
+            self._completed(request, self._status)
+        return done
+
+    def testsome(self, requests: list[Request]) -> list[int]:
+        """Indices of the ``requests`` that completed now (the others stay pending)."""
+        statuses: list[Any] = []
+        done = self._timed("Testsome", self._MPI.Request.Testsome, [r.mpi for r in requests], statuses)
+        if not done:  # None (no active request) or []
+            return []
+        for index, status in zip(done, statuses):
+            self._completed(requests[index], status)
+        return list(done)
+
+    def waitany(self, requests: list[Request]) -> int:
+        """Block until one of ``requests`` completes; its index."""
+        index = self._timed("Waitany", self._MPI.Request.Waitany, [r.mpi for r in requests], self._status)
+        if index == self._MPI.UNDEFINED:
+            raise RuntimeError("waitany on requests none of which is active")
+        self._completed(requests[index], self._status)
+        return index
+
+    def cancel(self, request: Request) -> None:
+        """Cancel a pending request and complete it (a cancelled receive counts no bytes; one
+        that completed first is counted)."""
+        self._timed("Cancel", request.mpi.Cancel)
+        self.wait(request)
+
+    def free(self) -> None:
+        """Free the underlying communicator (end of the run)."""
+        self.comm.Free()
 
     def stats(self) -> dict[str, Any]:
         """Counters for the run summary."""
-        return {"mpi_wait_s": self.wait_s, "sent": self.sent, "received": self.received}
+        return {"mpi_wait_s": self.wait_s, "sent": self.sent, "received": self.received,
+                "mpi_calls": {k: [int(v[0]), round(v[1], 6)] for k, v in sorted(self.calls.items())}}

@@ -117,6 +117,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  outputs: {summary['run_dir']}",
     ]
     if summary.get("idle_ranks"):
-        lines.append(f"  warning: rank(s) {summary['idle_ranks']} were busy less than 20% of the time "
+        lines.append(f"  warning: rank(s) {summary['idle_ranks']} were busy less than "
+                     f"{summary.get('idle_busy_share', 0.2):.0%} of the time "
                      f"(see per_rank busy_share and mpi_wait_share in summary.json)")
     return "\n".join(lines)

@@ -47,6 +47,17 @@ class Actor:
         self._local_at_sync = 0
         self._simulators = 1
 
+    @property
+    def weights(self):
+        """The acting policy's flat float32 parameters as a numpy view: a topology receives
+        published weights straight into it (``Recv``/``Bcast``), no copy."""
+        return self.algo.policy.flat.params_numpy()
+
+    def load_weights(self, flat: np.ndarray) -> None:
+        """Copy published policy parameters (a learner's, or a message payload) into the
+        acting policy."""
+        self.algo.policy.flat.load_params(flat)
+
     def set_global_steps(self, global_steps: int, simulators: int = 1) -> None:
         """Record the learner's job-wide step count; between syncs it is extrapolated as
         ``global + simulators * steps since``."""
@@ -175,18 +186,33 @@ def evaluate(algo: Algorithm, envs: list[gym.Env], episodes: int, seed: int) -> 
 class Learner:
     """Owns the learning algorithm, the job-wide counters, evaluation and the stop decision.
 
+    Topologies drive it through methods only (they never assign its attributes):
+
+    * :meth:`ingest` - experience arrived from a simulator: store it, count it, log its episodes;
+    * :meth:`store` + :meth:`count_steps` - data-parallel ranks store their own rows and count
+      the job-wide steps the ranks agreed on;
+    * :meth:`discard` - count and log experience without learning from it (too stale);
+    * :meth:`train` - run the updates the data entitles (gradients reduced by a ``sync``);
+      :meth:`train_free` - one update regardless (a free-running learner);
+      :meth:`apply_remote_updates` - updates whose gradients were computed on other ranks (a
+      parameter server);
+    * :meth:`policy_weights` - the flat policy parameters simulators need (one copy on a GPU).
+
     Args:
         algo: the learner-side algorithm instance.
         make_eval_envs: builds the evaluation environments (called once, lazily).
         run: the ``run`` section of the config (budgets, evaluation, threshold handling).
         reward_threshold: greedy evaluation mean that counts as solved.
         log: receives ``log(kind, **fields)`` for episodes and evaluations (or ``None``).
-        seed: seeds evaluation episodes.
+        seed: seeds evaluation episodes (``seed + run.eval_seed_offset + ...``).
+        mpi_clock: seconds spent inside MPI so far on this rank: MPI time during updates
+            (gradient collectives) is counted as MPI wait, not as learning.
     """
 
     def __init__(self, algo: Algorithm, make_eval_envs: Callable[[], list[gym.Env]],
                  run: Any, reward_threshold: float | None,
-                 log: Callable[..., None] | None = None, seed: int = 0) -> None:
+                 log: Callable[..., None] | None = None, seed: int = 0,
+                 mpi_clock: Callable[[], float] | None = None) -> None:
         self.algo = algo
         self._make_eval_envs = make_eval_envs
         self._eval_envs: list[gym.Env] | None = None
@@ -195,6 +221,8 @@ class Learner:
         self.max_episodes = run.get("max_episodes")
         self.eval_every = int(run["eval_every"])
         self.eval_episodes = int(run["eval_episodes"])
+        self.eval_seed_offset = int(run.get("eval_seed_offset", 1_000_000))
+        self.recent_window = int(run.get("recent_window", 20))
         self.stop_on_solve = bool(run["stop_on_solve"])
         self.reward_threshold = reward_threshold
         self.log = log
@@ -210,31 +238,55 @@ class Learner:
         self.best_eval: float | None = None
         self.evaluations = 0
         self.recent_returns: list[float] = []
-        self.last_metrics: dict[str, float] = {}
+        self.last_metrics: dict[str, float] = {}  # the latest update's metrics (loss, Q, KL...)
         self.policy_lags: list[int] = []  # learner updates between acting and learning
-        # Seconds spent inside MPI so far (set by the topology): MPI time during updates (gradient
-        # collectives) is counted as MPI wait, not as learning.
-        self.mpi_clock: Callable[[], float] = lambda: 0.0
-        self.topology_stats: dict[str, Any] = {}  # topology-specific figures for the summary
+        self.mpi_clock: Callable[[], float] = mpi_clock or (lambda: 0.0)
 
     @property
     def updates(self) -> int:
         """Gradient updates done so far."""
         return self.algo.updates
 
-    def ingest(self, rows: np.ndarray, source_rank: int, policy_lag: int | None = None) -> None:
+    @property
+    def layout(self) -> Any:
+        """The experience layout of the rows this learner takes."""
+        return self.algo.layout
+
+    # -- experience ---------------------------------------------------------------------------
+    def ingest(self, rows: np.ndarray, source_rank: int, policy_lag: int | None = None) -> int:
         """Store experience from ``source_rank``, count it, log the episodes it finished.
 
         ``policy_lag``: learner updates between the policy that acted and now, if known.
+        Returns the updates these rows entitle.
         """
         n = rows.shape[0]
         if n == 0:
-            return
-        self.algo.observe(rows)
+            return 0
+        due = self.store(rows)
         self.env_steps += n
-        self.pending_updates += self.algo.updates_due(n)
         if policy_lag is not None:
             self.policy_lags.append(int(policy_lag))
+        self.log_episodes(rows, source_rank)
+        return due
+
+    def store(self, rows: np.ndarray) -> int:
+        """Store rows and accrue the updates they entitle, without counting job-wide steps
+        (data-parallel ranks count the agreed job-wide total with :meth:`count_steps`).
+        Returns the updates these rows entitle."""
+        if rows.shape[0] == 0:
+            return 0
+        self.algo.observe(rows)
+        due = self.algo.updates_due(rows.shape[0])
+        self.pending_updates += due
+        return due
+
+    def count_steps(self, n: int) -> None:
+        """Count ``n`` job-wide environment steps stored or learned from elsewhere."""
+        self.env_steps += int(n)
+
+    def discard(self, rows: np.ndarray, source_rank: int) -> None:
+        """Count experience and log its episodes without learning from it (e.g. too stale)."""
+        self.env_steps += rows.shape[0]
         self.log_episodes(rows, source_rank)
 
     def log_episodes(self, rows: np.ndarray, source_rank: int) -> None:
@@ -246,20 +298,49 @@ class Learner:
         """Count and log one finished training episode run by ``source_rank``."""
         self.episodes += 1
         self.recent_returns.append(episode_return)
-        del self.recent_returns[:-20]
+        del self.recent_returns[:-self.recent_window]
         if self.log is not None:
             self.log("episode", return_=episode_return, length=length, rank=source_rank)
 
+    # -- learning -----------------------------------------------------------------------------
     def train(self, sync: GradSync = local_sync, max_updates: int | None = None) -> int:
-        """Run the updates the ingested data entitles (at most ``max_updates``); returns count."""
+        """Run the updates the stored data entitles (at most ``max_updates``); returns count."""
         n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
-        t0, mpi0 = time.perf_counter(), self.mpi_clock()
-        for _ in range(n):
-            self.last_metrics = self.algo.update(sync)
+        self._run_updates(n, lambda: self.algo.checked_update(sync))
         self.pending_updates -= n
-        self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
         return n
 
+    def train_free(self, sync: GradSync = local_sync) -> None:
+        """One update regardless of what the data entitles (a free-running learner; the
+        algorithm must be :meth:`~drlmpi.algos.base.Algorithm.ready_to_update`)."""
+        self._run_updates(1, lambda: self.algo.checked_update(sync))
+
+    def apply_remote_updates(self, n: int, sync: GradSync) -> None:
+        """``n`` updates whose gradients were computed on other ranks: for each network the
+        update's schedule names, ``sync`` brings the gradients in and steps; then the
+        algorithm's own after-update hooks run (target networks)."""
+        self._run_updates(n, lambda: self.algo.remote_update(sync))
+
+    def _run_updates(self, n: int, update: Callable[[], dict[str, float]]) -> None:
+        if n <= 0:
+            return
+        t0, mpi0 = time.perf_counter(), self.mpi_clock()
+        for _ in range(n):
+            self.last_metrics = update()
+        self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
+
+    def finish(self) -> None:
+        """At a budget stop, run the updates the last data entitled (as the sequential loop
+        does), so every topology does the same number of updates for the same experience.
+        After a solve they would be wasted, so they are skipped."""
+        if self.stop_reason() != "solved":
+            self.train()
+
+    def policy_weights(self) -> np.ndarray:
+        """The policy's flat float32 parameters (a view on CPU, one copy from a GPU)."""
+        return self.algo.policy.flat.params_numpy()
+
+    # -- evaluation and stopping --------------------------------------------------------------
     def maybe_evaluate(self, force: bool = False) -> bool:
         """Evaluate greedily if ``eval_every`` steps have passed; returns True if it ran.
 
@@ -273,7 +354,7 @@ class Learner:
         if self._eval_envs is None:
             self._eval_envs = self._make_eval_envs()
         returns = evaluate(self.algo, self._eval_envs, self.eval_episodes,
-                           seed=self.seed + 1_000_000 + self.evaluations * self.eval_episodes)
+                           seed=self.seed + self.eval_seed_offset + self.evaluations * self.eval_episodes)
         self.evaluations += 1
         # Take the evaluation off the clock *before* recording anything, so neither the
         # metrics row nor the time to threshold includes it.

@@ -23,7 +23,6 @@ from drlmpi.metrics import format_summary, write_summary
 from drlmpi.topologies.base import RunContext, Topology
 
 POLICY_FILE = "policy.pt"
-IDLE_BUSY_SHARE = 0.2  # a rank busy (simulating or learning) less than this share of its wall time
 
 
 def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
@@ -118,27 +117,30 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path) -> dict[str, Any] | None
         learner.close()
     if ctx.log is not None:
         ctx.log.close()
-    reports = comm.comm.gather(report.to_dict(), root=0)  # one-off metadata: pickle is fine
+    reports = comm.gather_objects(report.to_dict(), root=0, kind="reports")
     summary = None
     if comm.rank == 0:
-        summary = build_summary(cfg, run_dir, reports, learner, world.Get_size())
+        summary = build_summary(cfg, run_dir, reports, learner, world.Get_size(), topology_cls)
         write_summary(run_dir, summary)
         print(format_summary(summary), flush=True)
-    comm.comm.Free()
+    comm.free()
     return summary
 
 
 def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learner: Any,
-                  world_size: int) -> dict[str, Any]:
+                  world_size: int, topology_cls: type[Topology]) -> dict[str, Any]:
     """The ``summary.json`` contents (see docs/configuration.md for each field)."""
     if learner is None:
         raise RuntimeError("rank 0 must hold the learner to write the summary")
+    topology_stats = reports[0].get("topology_stats") or {}
+    idle_share = float(cfg.run.get("idle_busy_share", 0.2))
     train_s = learner.clock.elapsed()
     wall_s = max(r["wall_s"] for r in reports)
     solved_at = learner.solved_at or {}
     wait_shares = [r["extra"]["mpi_wait_s"] / r["wall_s"] if r["wall_s"] > 0 else 0.0 for r in reports]
     per_rank = [
-        {**{k: v for k, v in r.items() if k != "extra"}, **r["extra"], "mpi_wait_share": share,
+        {**{k: v for k, v in r.items() if k not in ("extra", "topology_stats")}, **r["extra"],
+         "mpi_wait_share": share,
          # The TD3 slides' health check: a rank that neither simulated nor learned much is idle.
          "busy_share": (r["simulate_s"] + r["learn_s"]) / r["wall_s"] if r["wall_s"] > 0 else 0.0}
         for r, share in zip(reports, wait_shares)
@@ -165,13 +167,16 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
         "updates_per_env_step": learner.updates / learner.env_steps if learner.env_steps else 0.0,
         "policy_lag_mean": float(np.mean(learner.policy_lags)) if learner.policy_lags else None,
         "policy_lag_max": int(np.max(learner.policy_lags)) if learner.policy_lags else None,
-        "topology_stats": learner.topology_stats,
+        "topology_stats": topology_stats,
         "experience_row_bytes": learner.algo.layout.width * 4,
         "policy_param_bytes": learner.algo.policy.flat.numel * 4,
         "algo": cfg.algo.name,
         "env_id": cfg.env.id,
         "env": cfg.env.name,
         "topology": cfg.topology.name,
+        "topology_label": topology_cls.report_label(cfg.topology),
+        "topology_order": topology_cls.report_order,
+        "paper_label": topology_cls.paper_label(world_size),
         "world_size": world_size,
         "seed": int(cfg.seed),
         "sim_cost_ms": float(cfg.env.sim_cost_ms),
@@ -180,6 +185,7 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
         "threads_per_rank": int(cfg.threads_per_rank),
         "run_dir": str(run_dir),
         "per_rank": per_rank,
-        "idle_ranks": [r["rank"] for r in per_rank if r["busy_share"] < IDLE_BUSY_SHARE],
+        "idle_busy_share": idle_share,
+        "idle_ranks": [r["rank"] for r in per_rank if r["busy_share"] < idle_share],
         "versions": versions(),
     }

@@ -12,6 +12,7 @@ import csv
 
 import pytest
 
+from drlmpi.comm import ChunkHeader, WeightsHeader
 from tests.mpirun import run_job
 
 BUDGET = ["run.max_env_steps=8000", "run.eval_every=1000", "run.progress_every_s=0",
@@ -31,7 +32,7 @@ CASES = [
     ("star", 2, [1], "experience"),
     ("star", 3, [1, 2], "experience"),
     ("star", 4, [1, 2, 3], "experience"),
-    ("star topology.payload=gradients", 3, [1, 2], "gradients"),
+    ("parameter_server", 3, [1, 2], "gradients"),
     ("async", 2, [1], "experience"),
     ("async", 3, [1, 2], "experience"),
     ("async", 4, [1, 2, 3], "experience"),
@@ -80,9 +81,11 @@ def test_topology_contract(tmp_path, topology, ranks, simulators, carrier):
     # What crossed the wire.
     row_bytes = summary["experience_row_bytes"]
     if carrier == "experience":
-        # Exactly the experience rows counted (async adds a 32-byte header per chunk), and
-        # whole weight buffers to each simulator.
-        header = 32 if summary["topology"] == "async" else 0
+        # Exactly the experience rows counted (async adds a header per chunk and per weights
+        # message), and whole weight buffers to each simulator.
+        is_async = summary["topology"] == "async"
+        header = 8 * len(ChunkHeader) if is_async else 0
+        weights_header = 8 * len(WeightsHeader) if is_async else 0
         learner = per_rank[0]
         messages, nbytes = learner["received"]["experience"]
         after_stop = summary["topology_stats"].get("steps_after_stop", 0)
@@ -93,8 +96,10 @@ def test_topology_contract(tmp_path, topology, ranks, simulators, carrier):
             assert nbytes == sent_steps * row_bytes + messages * header
             weights = per_rank[r]["received"]["weights"]
             assert weights[0] >= 1
-            assert weights[1] == weights[0] * (summary["policy_param_bytes"] + header)
-            assert weights == per_rank[0]["sent"]["weights"] if len(simulators) == 1 else True
+            assert weights[1] == weights[0] * (summary["policy_param_bytes"] + weights_header)
+        # Every weights message the learner sent arrived at a simulator, and nothing else did.
+        received = [sum(per_rank[r]["received"]["weights"][i] for r in simulators) for i in (0, 1)]
+        assert received == per_rank[0]["sent"]["weights"]
     elif carrier == "gradients":
         # No experience moves; every learning rank sent gradients; nobody sent rows.
         for rank in per_rank.values():
@@ -192,3 +197,19 @@ def test_crashed_simulator_brings_the_job_down(tmp_path):
                   tmp_path / "run", timeout=90)
     assert job.returncode != 0
     assert "drlmpi: rank 1 failed: RuntimeError: simulated simulator crash" in job.stderr
+
+
+def test_same_data_budget_same_number_of_updates(tmp_path):
+    """Topologies with one learner run exactly the updates the sequential loop runs on the same
+    experience: chunks of 256 steps, a budget of 12 chunks, 0.5 updates per step once the
+    replay holds 1000 transitions. The pipelined ones train the last chunk's updates at the
+    budget stop (``Learner.finish``)."""
+    budget = ["run.max_env_steps=3072", "topology.sync_every=256", "run.eval_every=100000",
+              "run.progress_every_s=0", "run.stop_on_solve=false", "algo.learning_starts=1000"]
+    expected_updates = (3072 - 768) // 2  # the first three chunks come before the replay is ready
+    for topology, ranks in (("sequential", 1), ("p2p", 2), ("star", 3), ("async", 3)):
+        job = run_job(ranks, [f"topology={topology}", *budget], tmp_path / topology, timeout=180)
+        assert job.returncode == 0, job.stderr[-3000:]
+        summary = job.summary()
+        assert summary["env_steps"] == 3072, topology
+        assert summary["updates"] == expected_updates, topology

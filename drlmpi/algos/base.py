@@ -33,6 +33,11 @@ class ConfigError(ValueError):
     """A configuration that cannot run (reported in one line before any rank starts work)."""
 
 
+class SyncScheduleError(RuntimeError):
+    """An update synced other networks than its ``sync_schedule`` promised (see
+    :meth:`Algorithm.checked_update`)."""
+
+
 class ParamGroup:
     """One network with its optimizer; parameters and gradients live in flat buffers.
 
@@ -177,8 +182,56 @@ class Algorithm(ABC):
         step every group (TD3's delayed actor)."""
         return tuple(self.groups)
 
-    def on_policy_loaded(self) -> None:
-        """Hook run on simulator ranks after new policy parameters were written in place."""
+    def after_update(self, synced: tuple[str, ...]) -> None:
+        """Hook run at the end of every update, local or remote, with the names of the groups
+        it stepped: target networks follow their online networks here (DQN's copy or Polyak
+        step, TD3's delayed Polyak step). ``updates`` already counts this update."""
+
+    def checked_update(self, sync: GradSync = local_sync) -> dict[str, float]:
+        """:meth:`update`, verifying that it syncs exactly the groups :meth:`sync_schedule`
+        promised, in order.
+
+        Ranks that reduce gradients together (allgather, a parameter server and its workers)
+        must enter the same collectives in the same order; the server even follows the
+        schedule without computing anything. An update that skipped or added a sync (an
+        early stop on KL, say) would leave some rank waiting forever, so the mismatch raises
+        :class:`SyncScheduleError` *before* the unexpected collective, or as soon as the update
+        returns with one missing, and the job is aborted with that message instead of hanging.
+        The single-process :func:`local_sync` is not checked (there is nobody to wait for).
+        """
+        if sync is local_sync:
+            return self.update(sync)
+        index = self.updates
+        expected = tuple(self.sync_schedule(index))
+        seen: list[str] = []
+
+        def checked(name: str, group: ParamGroup) -> None:
+            if len(seen) >= len(expected) or expected[len(seen)] != name:
+                raise SyncScheduleError(self._schedule_mismatch(index, expected, (*seen, name)))
+            seen.append(name)
+            sync(name, group)
+
+        metrics = self.update(checked)
+        if len(seen) != len(expected):
+            raise SyncScheduleError(self._schedule_mismatch(index, expected, tuple(seen)))
+        return metrics
+
+    def _schedule_mismatch(self, index: int, expected: tuple[str, ...], seen: tuple[str, ...]) -> str:
+        name = self.cfg.get("name", type(self).__name__) if hasattr(self.cfg, "get") else type(self).__name__
+        return (f"algo={name} update {index} synced {list(seen)} but sync_schedule({index}) "
+                f"promised {list(expected)}: ranks averaging gradients would wait for each other "
+                f"forever. Make sync_schedule() return exactly the networks update() syncs, in order")
+
+    def remote_update(self, sync: GradSync) -> dict[str, float]:
+        """One update whose gradients come from other ranks (a parameter server): ``sync``
+        each group the schedule names (it brings the gradients in and steps), then the
+        after-update hooks, exactly as a local :meth:`update` would."""
+        names = tuple(self.sync_schedule(self.updates))
+        for name in names:
+            sync(name, self.groups[name])
+        self.updates += 1
+        self.after_update(names)
+        return {}
 
     # -- persistence -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -197,7 +250,6 @@ class Algorithm(ABC):
             with torch.no_grad():
                 for key, tensor in group.module.state_dict().items():
                     tensor.copy_(sub[key])
-        self.on_policy_loaded()
 
 
 class OffPolicyAlgorithm(Algorithm):

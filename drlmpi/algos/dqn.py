@@ -94,10 +94,12 @@ class DQN(OffPolicyAlgorithm):
         self.policy.backward(loss)
         sync("q", self.policy)
         self.updates += 1
-        self._update_target()
+        self.after_update(("q",))
         return {"loss": float(loss.detach()), "q_mean": float(q_taken.detach().mean())}
 
-    def _update_target(self) -> None:
+    def after_update(self, synced: tuple[str, ...]) -> None:
+        """Polyak step of the target network every update (``tau < 1``), or a hard copy every
+        ``target_update_every`` updates."""
         if self.tau < 1.0:
             with torch.no_grad():
                 for target, online in zip(self.q_target.parameters(), self.q.parameters()):

@@ -190,7 +190,7 @@ class TD3(OffPolicyAlgorithm):
                 self.critic.requires_grad_(True)
             sync("actor", self.policy)
             self._last_actor_loss = float(actor_loss.detach())
-            self._update_targets()
+        self.after_update(("critic", "actor") if actor_updated else ("critic",))
         return {
             "critic_loss": float(critic_loss.detach()),
             "actor_loss": self._last_actor_loss,
@@ -198,7 +198,10 @@ class TD3(OffPolicyAlgorithm):
         }
 
     @torch.no_grad()
-    def _update_targets(self) -> None:
+    def after_update(self, synced: tuple[str, ...]) -> None:
+        """Polyak step of the three target networks on the updates that stepped the actor."""
+        if "actor" not in synced:
+            return
         for target_net, online in ((self.actor_target, self.actor), (self.critic_target, self.critic)):
             for t, p in zip(target_net.parameters(), online.parameters()):
                 t.lerp_(p, self.tau)

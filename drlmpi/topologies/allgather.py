@@ -17,7 +17,7 @@ environment step as one rank alone.
 from __future__ import annotations
 
 from drlmpi.algos.base import ConfigError
-from drlmpi.roles import episode_stats
+from drlmpi.comm import Control, RoundCounts
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
@@ -31,8 +31,7 @@ from drlmpi.topologies.gradients import (
     AllreduceSync,
     broadcast_all_params,
     check_identical_params,
-    exchange_round_counts,
-    gather_episodes,
+    data_parallel_round,
 )
 
 ROOT = 0
@@ -45,6 +44,8 @@ class Allgather(Topology):
     name = "allgather"
     min_ranks = 1
     max_ranks = None
+    report_order = 50
+    report_variants = {"reduce": "allreduce"}
 
     @classmethod
     def check(cls, world_size, algo_cls, cfg) -> None:
@@ -65,39 +66,30 @@ class Allgather(Topology):
         actor = ctx.make_actor(simulator_index=comm.rank)
         sync = REDUCTIONS[self.cfg.get("reduce", "allreduce")](comm)
         broadcast_all_params(comm, algo, root=ROOT)
-        actor.algo.policy.flat.load_params(algo.policy.flat.params_numpy())
+        actor.load_weights(learner.policy_weights())
         next_check = check_every
         while True:
             actor.set_global_steps(learner.env_steps, comm.size)
-            rows = actor.collect(every, unit)
-            algo.observe(rows)
-            learner.pending_updates += algo.updates_due(len(rows))
-            table = exchange_round_counts(comm, len(rows), learner.pending_updates,
-                                          len(episode_stats(rows, algo.layout)))
-            if is_root:
-                learner.log_episodes(rows, ROOT)
-            gather_episodes(comm, rows, algo.layout, table[:, 2], ROOT, learner)
-            learner.env_steps += int(table[:, 0].sum())
-            learner.train(sync, max_updates=int(table[:, 1].min()))
-            if check_every and algo.updates >= next_check:
+            table = data_parallel_round(comm, learner, actor, every, unit, ROOT)
+            learner.train(sync, max_updates=int(table[:, RoundCounts.UPDATES_DUE].min()))
+            if check_every and learner.updates >= next_check:
                 check_identical_params(comm, algo)
-                next_check = algo.updates + check_every
-            actor.algo.policy.flat.load_params(algo.policy.flat.params_numpy())
-            actor.algo.on_policy_loaded()
+                next_check = learner.updates + check_every
+            actor.load_weights(learner.policy_weights())
             stop = False
             if is_root:
                 learner.maybe_evaluate()
                 stop = learner.stop_reason() is not None
             control = control_message(stop, learner)
             comm.Bcast(control, root=ROOT, kind="control")
-            if control[0]:
+            if control[Control.STOP]:
                 break
             ctx.progress()
         checksums = check_identical_params(comm, algo)
-        learner.topology_stats.update({
+        stats = {
             "reduce": self.cfg.get("reduce", "allreduce"),
             "param_checksums_per_rank": checksums.tolist(),
             "params_identical": True,
-        })
+        }
         actor.close()
-        return learner_report(comm.rank, learner, role="peer", actor=actor)
+        return learner_report(comm.rank, learner, role="peer", actor=actor, stats=stats)

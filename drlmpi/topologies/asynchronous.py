@@ -3,11 +3,12 @@
 The DQN paper's section III.D, which failed there on pickled weights with nonblocking calls;
 here every message is a fixed-layout byte buffer (:class:`~drlmpi.comm.PackedMessage`).
 
-Simulator (ranks 1..N), in a loop: collect ``sync_every`` steps; ``Isend`` the chunk (header:
-policy version, rows, sequence number) from a pool of ``slots`` buffers, re-using a buffer only
-after its request completed; ``Test`` the pre-posted weights and control ``Irecv``s and load
-whatever arrived (the newest weights win). A simulator sends a chunk only while it holds a
-*credit*; it starts with ``slots`` and the learner grants one back per chunk it has taken in.
+Simulator (ranks 1..N), in a loop: collect ``sync_every`` steps; ``Isend`` the chunk (a
+:class:`~drlmpi.comm.ChunkHeader`: policy version, rows, sequence number, simulator steps) from
+a pool of ``slots`` buffers, re-using a buffer only after its request completed; test the
+pre-posted weights and control ``Irecv``s and load whatever arrived (the newest weights win).
+A simulator sends a chunk only while it holds a *credit*; it starts with ``slots`` and the
+learner grants one back per chunk it has taken in.
 
 Learner (rank 0): ``slots`` ``Irecv`` per simulator, always re-posted, so every chunk in flight
 has a receive waiting (no chunk ever blocks the channel behind it); ``Testsome`` between every
@@ -24,11 +25,11 @@ simulator whose previous weights send has completed (the others get the next pub
   trains continuously once its replay is ready; the ratio that results is recorded
   (off-policy algorithms only).
 * Exploration uses the job-wide step count the learner publishes with the weights.
-* Shutdown: the learner sends each simulator a control message ``[STOP, weights messages sent
-  to it]``; the simulator completes its outstanding chunk sends, receives the weights still in
-  flight, reports how many chunks it sent (``DONE``) and stops; the learner keeps receiving
-  until every chunk is accounted for, then cancels its remaining receives. No request is left
-  pending at ``MPI_Finalize``.
+* Shutdown: the learner sends each simulator a :class:`~drlmpi.comm.CreditMessage`
+  ``[STOP, weights messages sent to it]``; the simulator completes its outstanding chunk sends,
+  receives the weights still in flight, reports how many chunks it sent (``DONE``) and stops;
+  the learner keeps receiving until every chunk is accounted for, then cancels its remaining
+  receives. No request is left pending at ``MPI_Finalize``.
 """
 
 from __future__ import annotations
@@ -38,21 +39,26 @@ import time
 import numpy as np
 
 from drlmpi.algos.base import ConfigError
-from drlmpi.comm import PackedMessage, Tag
+from drlmpi.comm import (
+    CREDIT,
+    STOP,
+    ChunkHeader,
+    CreditMessage,
+    PackedMessage,
+    Request,
+    Tag,
+    WeightsHeader,
+    int64_message,
+)
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
     Topology,
-    finish_training,
     learner_report,
     simulator_report,
 )
 
 LEARNER_RANK = 0
-# Headers: experience [policy version, rows, sequence, simulator steps]; weights [0, job steps,
-# version, 0].
-HEADER = 4
-CREDIT, STOP = 1, 2  # control message kinds: [CREDIT, credit limit] or [STOP, weights messages sent]
 UTD_MODES = ("ratio", "free")
 
 
@@ -62,6 +68,8 @@ class Asynchronous(Topology):
     name = "async"
     min_ranks = 2
     max_ranks = None
+    report_order = 40
+    report_variants = {"utd_mode": "ratio"}
 
     @classmethod
     def check(cls, world_size, algo_cls, cfg) -> None:
@@ -94,7 +102,6 @@ class _AsyncLearner:
         self.ctx = ctx
         self.comm = ctx.comm
         self.learner = ctx.make_learner()
-        self.algo = self.learner.algo
         self.sims = list(range(1, self.comm.size))
         self.slots = int(cfg.slots)
         self.chunk_rows = int(cfg.sync_every) * int(ctx.cfg.env.num_envs)
@@ -105,18 +112,18 @@ class _AsyncLearner:
         # one chunk has entitled so far (PPO owes a whole rollout's minibatches at once).
         self.max_pending_setting = int(cfg.get("max_pending_updates") or 0)
         self.most_owed_by_a_chunk = 1
-        width = self.algo.layout.width
+        width = self.learner.layout.width
         # Receive slots: index i -> simulator self.slot_sim[i]; always re-posted.
-        self.slot_msgs = [PackedMessage(HEADER, (self.chunk_rows, width))
+        self.slot_msgs = [PackedMessage(ChunkHeader, (self.chunk_rows, width))
                           for _ in self.sims for _ in range(self.slots)]
         self.slot_sim = [s for s in self.sims for _ in range(self.slots)]
-        self.requests: list = [None] * len(self.slot_msgs)
-        numel = self.algo.policy.flat.numel
-        self.weights_out = {s: PackedMessage(HEADER, (numel,)) for s in self.sims}
-        self.weights_req: dict = {s: None for s in self.sims}
+        self.requests: list[Request] = []
+        numel = self.learner.policy_weights().size
+        self.weights_out = {s: PackedMessage(WeightsHeader, (numel,)) for s in self.sims}
+        self.weights_req: dict[int, Request | None] = {s: None for s in self.sims}
         self.weights_sent = {s: 0 for s in self.sims}
-        self.control_out = {s: np.zeros(2, dtype=np.int64) for s in self.sims}
-        self.control_req: dict = {s: None for s in self.sims}
+        self.control_out = {s: int64_message(CreditMessage) for s in self.sims}
+        self.control_req: dict[int, Request | None] = {s: None for s in self.sims}
         self.credit_limit = {s: self.slots for s in self.sims}  # chunks each sim may have sent
         self.owed_credits = {s: 0 for s in self.sims}
         self.chunks = {s: 0 for s in self.sims}
@@ -127,42 +134,33 @@ class _AsyncLearner:
         self.steps_after_stop = 0
 
     # -- receiving --------------------------------------------------------------------------
-    def _post(self, i: int) -> None:
-        self.requests[i] = self.comm.comm.Irecv(self.slot_msgs[i].buffer, source=self.slot_sim[i],
-                                                tag=Tag.EXPERIENCE)
+    def _post(self, i: int) -> Request:
+        return self.comm.Irecv(self.slot_msgs[i].buffer, source=self.slot_sim[i], tag=Tag.EXPERIENCE,
+                               kind="experience")
 
     def _handle(self, i: int, stopping: bool = False) -> None:
         sim, msg = self.slot_sim[i], self.slot_msgs[i]
-        self.comm.count_received("experience", msg.buffer.nbytes)
         self.chunks[sim] += 1
         self.last_heard[sim] = time.perf_counter()
-        rows = msg.payload[: int(msg.header[1])]
-        lag = self.algo.updates - int(msg.header[0])
+        rows = msg.payload[: int(msg.header[ChunkHeader.ROWS])]
         learner = self.learner
+        lag = learner.updates - int(msg.header[ChunkHeader.POLICY_VERSION])
         if stopping:  # the run is over: count the chunk, learn nothing from it
             self.steps_after_stop += len(rows)
         elif self.max_lag is not None and lag > self.max_lag:
             self.discarded += 1
-            learner.env_steps += len(rows)
-            learner.log_episodes(rows, sim)
+            learner.discard(rows, sim)
         else:
-            before = learner.pending_updates
-            learner.ingest(rows, sim, policy_lag=lag)
-            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, learner.pending_updates - before)
-        self._post(i)
+            owed = learner.ingest(rows, sim, policy_lag=lag)
+            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, owed)
+        self.requests[i] = self._post(i)
         if not stopping:
             self.owed_credits[sim] += 1
 
     def _poll(self, block: bool) -> None:
-        from mpi4py import MPI
-
-        if block:
-            done = [self.comm.waitany(self.requests)]
-        else:
-            done = MPI.Request.Testsome(self.requests) or []
+        done = [self.comm.waitany(self.requests)] if block else self.comm.testsome(self.requests)
         for i in done:
-            if i != MPI.UNDEFINED:
-                self._handle(i)
+            self._handle(i)
         self._grant_credits()
 
     def _send_control(self, sim: int, kind: int, value: int, wait: bool = False) -> bool:
@@ -170,11 +168,11 @@ class _AsyncLearner:
         if req is not None:
             if wait:
                 self.comm.wait(req)
-            elif not req.Test():
+            elif not self.comm.test(req):
                 return False
-        self.control_out[sim][:] = (kind, value)
-        self.comm.count_sent("control", 16)
-        self.control_req[sim] = self.comm.comm.Isend(self.control_out[sim], dest=sim, tag=Tag.CONTROL)
+        message = self.control_out[sim]
+        message[CreditMessage.KIND], message[CreditMessage.VALUE] = kind, value
+        self.control_req[sim] = self.comm.Isend(message, dest=sim, tag=Tag.CONTROL, kind="control")
         return True
 
     @property
@@ -191,35 +189,32 @@ class _AsyncLearner:
 
     # -- publishing -------------------------------------------------------------------------
     def _publish(self) -> None:
-        params = self.algo.policy.flat.params_numpy()
+        params = self.learner.policy_weights()
         for sim in self.sims:
             req = self.weights_req[sim]
-            if req is not None and not req.Test():
+            if req is not None and not self.comm.test(req):
                 self.skipped_publications += 1
                 continue
             msg = self.weights_out[sim]
-            msg.header[:] = (0, self.learner.env_steps, self.algo.updates, 0)
+            msg.header[WeightsHeader.ENV_STEPS] = self.learner.env_steps
+            msg.header[WeightsHeader.VERSION] = self.learner.updates
             msg.payload[:] = params
-            self.comm.count_sent("weights", msg.buffer.nbytes)
-            self.weights_req[sim] = self.comm.comm.Isend(msg.buffer, dest=sim, tag=Tag.WEIGHTS)
+            self.weights_req[sim] = self.comm.Isend(msg.buffer, dest=sim, tag=Tag.WEIGHTS, kind="weights")
             self.weights_sent[sim] += 1
         self.publications += 1
 
     # -- main loop --------------------------------------------------------------------------
     def run(self) -> RankReport:
-        learner, algo = self.learner, self.algo
-        for i in range(len(self.slot_msgs)):
-            self._post(i)
+        learner = self.learner
+        self.requests = [self._post(i) for i in range(len(self.slot_msgs))]
         self._publish()
         since_publish = 0
         while learner.stop_reason() is None:
-            can_train = (algo.ready_to_update() if self.free else learner.pending_updates > 0)
+            can_train = (learner.algo.ready_to_update() if self.free else learner.pending_updates > 0)
             self._poll(block=not can_train)
             if can_train:
                 if self.free:
-                    t0 = time.perf_counter()
-                    learner.last_metrics = algo.update()
-                    learner.learn_s += time.perf_counter() - t0
+                    learner.train_free()
                 else:
                     learner.train(max_updates=1)
                 since_publish += 1
@@ -229,9 +224,9 @@ class _AsyncLearner:
             learner.maybe_evaluate()
             self.ctx.progress()
         self._shutdown()
-        finish_training(learner)
+        learner.finish()
         now = time.perf_counter()
-        learner.topology_stats.update({
+        stats = {
             "utd_mode": "free" if self.free else "ratio",
             "max_policy_lag": self.max_lag,
             "discarded_chunks": self.discarded,
@@ -240,30 +235,30 @@ class _AsyncLearner:
             "last_heard_s_ago": {str(s): round(now - t, 3) for s, t in self.last_heard.items()},
             "publications": self.publications,
             "skipped_publications": self.skipped_publications,
-        })
-        return learner_report(self.comm.rank, learner)
+        }
+        return learner_report(self.comm.rank, learner, stats=stats)
 
     def _shutdown(self) -> None:
-        from mpi4py import MPI
-
+        comm = self.comm
         for sim in self.sims:
             self._send_control(sim, STOP, self.weights_sent[sim], wait=True)
         done_msgs = {s: np.zeros(1, dtype=np.int64) for s in self.sims}
-        done_reqs = {s: self.comm.comm.Irecv(done_msgs[s], source=s, tag=Tag.DONE) for s in self.sims}
+        done_reqs = {s: comm.Irecv(done_msgs[s], source=s, tag=Tag.DONE, kind="control") for s in self.sims}
         finished: set[int] = set()
+        reported: set[int] = set()
         while len(finished) < len(self.sims):
-            for i in MPI.Request.Testsome(self.requests) or []:
-                if i != MPI.UNDEFINED:
-                    self._handle(i, stopping=True)
+            for i in comm.testsome(self.requests):
+                self._handle(i, stopping=True)
             for s, req in done_reqs.items():
-                if s not in finished and req.Test() and self.chunks[s] >= int(done_msgs[s][0]):
+                if s not in reported and comm.test(req):
+                    reported.add(s)
+                if s in reported and s not in finished and self.chunks[s] >= int(done_msgs[s][0]):
                     finished.add(s)
         for req in self.requests:
-            req.Cancel()
-            req.Wait()
+            comm.cancel(req)
         for req in [*self.weights_req.values(), *self.control_req.values()]:
             if req is not None:
-                self.comm.wait(req)
+                comm.wait(req)
 
 
 class _AsyncSimulator:
@@ -273,12 +268,11 @@ class _AsyncSimulator:
         self.every = int(cfg.sync_every)
         self.slots = int(cfg.slots)
         self.actor = ctx.make_actor(simulator_index=self.comm.rank - 1)
-        self.algo = self.actor.algo
         rows = self.every * int(ctx.cfg.env.num_envs)
-        self.pool = [PackedMessage(HEADER, (rows, self.algo.layout.width)) for _ in range(self.slots)]
-        self.pool_req: list = [None] * self.slots
-        self.weights = PackedMessage(HEADER, (self.algo.policy.flat.numel,))
-        self.control = np.zeros(2, dtype=np.int64)
+        self.pool = [PackedMessage(ChunkHeader, (rows, self.actor.layout.width)) for _ in range(self.slots)]
+        self.pool_req: list[Request | None] = [None] * self.slots
+        self.weights = PackedMessage(WeightsHeader, (self.actor.weights.size,))
+        self.control = int64_message(CreditMessage)
         self.credit_limit = self.slots
         self.version = 0
         self.sent = 0
@@ -287,23 +281,20 @@ class _AsyncSimulator:
         self.unsent_steps = 0
 
     def _load_weights(self) -> None:
-        self.comm.count_received("weights", self.weights.buffer.nbytes)
         self.weights_received += 1
-        self.algo.policy.flat.load_params(self.weights.payload)
-        self.algo.on_policy_loaded()
-        self.version = int(self.weights.header[2])
-        self.actor.set_global_steps(int(self.weights.header[1]), self.comm.size - 1)
+        self.actor.load_weights(self.weights.payload)
+        self.version = int(self.weights.header[WeightsHeader.VERSION])
+        self.actor.set_global_steps(int(self.weights.header[WeightsHeader.ENV_STEPS]), self.comm.size - 1)
 
-    def _post_weights(self):
-        return self.comm.comm.Irecv(self.weights.buffer, source=LEARNER_RANK, tag=Tag.WEIGHTS)
+    def _post_weights(self) -> Request:
+        return self.comm.Irecv(self.weights.buffer, source=LEARNER_RANK, tag=Tag.WEIGHTS, kind="weights")
 
-    def _post_control(self):
-        return self.comm.comm.Irecv(self.control, source=LEARNER_RANK, tag=Tag.CONTROL)
+    def _post_control(self) -> Request:
+        return self.comm.Irecv(self.control, source=LEARNER_RANK, tag=Tag.CONTROL, kind="control")
 
     def _on_control(self) -> bool:
         """Apply a control message; True if it was STOP (no control receive is re-posted)."""
-        self.comm.count_received("control", 16)
-        kind, value = int(self.control[0]), int(self.control[1])
+        kind, value = int(self.control[CreditMessage.KIND]), int(self.control[CreditMessage.VALUE])
         if kind == STOP:
             self.stop_after_weights = value
             return True
@@ -311,8 +302,6 @@ class _AsyncSimulator:
         return False
 
     def run(self) -> RankReport:
-        from mpi4py import MPI
-
         comm = self.comm
         weights_req = self._post_weights()
         comm.wait(weights_req)  # start from the learner's initial weights
@@ -334,16 +323,19 @@ class _AsyncSimulator:
             if self.pool_req[slot] is not None:
                 comm.wait(self.pool_req[slot])
             msg = self.pool[slot]
-            msg.header[:] = (self.version, len(rows), self.sent, self.actor.steps)
+            msg.header[ChunkHeader.POLICY_VERSION] = self.version
+            msg.header[ChunkHeader.ROWS] = len(rows)
+            msg.header[ChunkHeader.SEQUENCE] = self.sent
+            msg.header[ChunkHeader.SIMULATOR_STEPS] = self.actor.steps
             msg.payload[: len(rows)] = rows
-            comm.count_sent("experience", msg.buffer.nbytes)
-            self.pool_req[slot] = comm.comm.Isend(msg.buffer, dest=LEARNER_RANK, tag=Tag.EXPERIENCE)
+            self.pool_req[slot] = comm.Isend(msg.buffer, dest=LEARNER_RANK, tag=Tag.EXPERIENCE,
+                                             kind="experience")
             self.sent += 1
             slot = (slot + 1) % self.slots
-            while weights_req.Test():  # newest weights win
+            while comm.test(weights_req):  # newest weights win
                 self._load_weights()
                 weights_req = self._post_weights()
-            while control_req is not None and control_req.Test():
+            while control_req is not None and comm.test(control_req):
                 control_req = None if self._on_control() else self._post_control()
         for req in self.pool_req:
             if req is not None:
@@ -351,11 +343,9 @@ class _AsyncSimulator:
         while self.weights_received < self.stop_after_weights:
             comm.wait(weights_req)
             self._load_weights()
-            weights_req = (self._post_weights() if self.weights_received < self.stop_after_weights
-                           else MPI.REQUEST_NULL)
-        if weights_req != MPI.REQUEST_NULL:
-            weights_req.Cancel()
-            weights_req.Wait()
+            weights_req = self._post_weights() if self.weights_received < self.stop_after_weights else None
+        if weights_req is not None:
+            comm.cancel(weights_req)
         comm.Send(np.array([self.sent], dtype=np.int64), dest=LEARNER_RANK, tag=Tag.DONE, kind="control")
         self.actor.close()
         report = simulator_report(comm.rank, self.actor)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from drlmpi.algos.base import Algorithm, ConfigError
-from drlmpi.comm import TimedComm
+from drlmpi.comm import Control, TimedComm, int64_message
 from drlmpi.envs import EnvSpec, make_env
 from drlmpi.metrics import RunLog
 from drlmpi.roles import Actor, Learner
@@ -37,6 +37,7 @@ class RankReport:
     learn_s: float = 0.0
     wall_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    topology_stats: dict[str, Any] = field(default_factory=dict)  # the learner rank's, for the summary
     learner: Learner | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,16 +107,16 @@ class RunContext:
         """The learner (with ``metrics.csv`` and progress output when ``log``)."""
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
+        run = self.cfg.run
         eval_kwargs = {"max_episode_steps": env.get("max_episode_steps"), **dict(env.get("kwargs") or {})}
 
         def make_eval_envs() -> list:
-            count = min(int(self.cfg.run.eval_episodes), 10)
+            count = min(int(run.eval_episodes), int(run.get("eval_envs", 10)))
             return [make_env(env.id, **eval_kwargs) for _ in range(count)]
 
-        run_log = RunLog(self.run_dir, float(self.cfg.run.progress_every_s)) if log else None
-        learner = Learner(algo, make_eval_envs, self.cfg.run, env.get("reward_threshold"),
-                          log=run_log, seed=self.seed)
-        learner.mpi_clock = lambda: self.comm.wait_s
+        run_log = RunLog(self.run_dir, float(run.progress_every_s)) if log else None
+        learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"),
+                          log=run_log, seed=self.seed, mpi_clock=lambda: self.comm.wait_s)
         if run_log is not None:
             run_log.attach(learner)
             self.log = run_log
@@ -131,15 +132,40 @@ class Topology(ABC):
     """A way of wiring simulator ranks to learner ranks.
 
     Subclasses set :attr:`name`, the accepted world sizes and, if needed, override
-    :meth:`check` to refuse algorithms they cannot drive.
+    :meth:`check` to refuse algorithms they cannot drive. They also declare how reports show
+    them: :attr:`report_order` (row order), :attr:`report_variants` (config keys whose
+    non-default value is part of the label, ``allgather[allgather]``) and
+    :meth:`paper_label` (the row name in the DQN paper's runtime table). Adding a topology is
+    one Python file and one YAML file; nothing else is edited.
     """
 
     name: ClassVar[str]
     min_ranks: ClassVar[int] = 1
     max_ranks: ClassVar[int | None] = None
+    report_order: ClassVar[int] = 100
+    #: config key -> default value; a run with another value is labelled ``name[value]``.
+    report_variants: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
+
+    @classmethod
+    def report_label(cls, topo_cfg: Any) -> str:
+        """The label of a run with this topology config in reports (``async[free]``)."""
+        topo_cfg = topo_cfg or {}
+        parts = [str(topo_cfg.get(key)) for key, default in cls.report_variants.items()
+                 if topo_cfg.get(key, default) != default]
+        return f"{cls.name}[{','.join(parts)}]" if parts else cls.name
+
+    @classmethod
+    def paper_label(cls, world_size: int) -> str | None:
+        """This topology's column name in the DQN paper's runtime table, if it has one."""
+        return None
+
+    @classmethod
+    def fixed_world_size(cls) -> int | None:
+        """The only world size this topology accepts, if there is just one."""
+        return cls.min_ranks if cls.max_ranks == cls.min_ranks else None
 
     @classmethod
     def sizes_text(cls) -> str:
@@ -177,17 +203,15 @@ def sync_amount(cfg: Any) -> tuple[int, str]:
     return every, unit
 
 
-def control_message(stop: bool, learner: Learner) -> np.ndarray:
-    """The learner's control message ``[stop, job-wide env steps, updates]`` (int64)."""
-    return np.array([int(stop), learner.env_steps, learner.updates], dtype=np.int64)
+def control_message(stop: bool, learner: Learner, n_updates: int = 0) -> np.ndarray:
+    """The learner's :class:`~drlmpi.comm.Control` message for this round."""
+    return int64_message(Control, stop=stop, env_steps=learner.env_steps, updates=learner.updates,
+                         n_updates=n_updates)
 
 
-def finish_training(learner: Learner) -> None:
-    """At a budget stop, run the updates the last data entitled (as the sequential loop does),
-    so topologies do the same number of updates for the same experience. After a solve they
-    would be wasted, so they are skipped."""
-    if learner.stop_reason() != "solved":
-        learner.train()
+def empty_control() -> np.ndarray:
+    """A receive buffer for a :class:`~drlmpi.comm.Control` message."""
+    return int64_message(Control)
 
 
 def simulator_report(rank: int, actor: Actor, role: str = "simulator") -> RankReport:
@@ -197,14 +221,13 @@ def simulator_report(rank: int, actor: Actor, role: str = "simulator") -> RankRe
 
 
 def learner_report(rank: int, learner: Learner, role: str = "learner",
-                   actor: Actor | None = None) -> RankReport:
-    """A :class:`RankReport` for a rank that learned (and maybe also simulated)."""
+                   actor: Actor | None = None, stats: dict[str, Any] | None = None) -> RankReport:
+    """A :class:`RankReport` for a rank that learned (and maybe also simulated); ``stats`` are
+    the topology's own figures for the summary (``topology_stats``)."""
     return RankReport(
         rank=rank, role=role,
         env_steps=actor.steps if actor else 0,
         episodes=actor.episodes if actor else 0,
         updates=learner.updates, simulate_s=actor.sim_s if actor else 0.0,
-        learn_s=learner.learn_s, learner=learner,
+        learn_s=learner.learn_s, learner=learner, topology_stats=dict(stats or {}),
     )
-
-

@@ -1,5 +1,5 @@
-"""Gradient synchronisation and data-parallel rounds shared by ``allgather`` and star's
-parameter-server mode (``topology.payload=gradients``).
+"""Gradient synchronisation and the data-parallel round shared by ``allgather`` and
+``parameter_server``.
 
 Each :data:`~drlmpi.algos.base.GradSync` here moves ONE flat buffer per network per update:
 
@@ -9,7 +9,13 @@ Each :data:`~drlmpi.algos.base.GradSync` here moves ONE flat buffer per network 
   bit-identical whatever order the MPI library reduces in (the TD3 slides' proposal).
 * :class:`ParameterServerSync` - a worker's side: ``Reduce(SUM)`` gradients to the server, then
   receive the server's parameters with ``Bcast``; the worker's optimizer never steps.
-  :func:`serve_updates` is the server's side.
+* :class:`ServerSync` - the server's side: ``Reduce(SUM)`` the workers' gradients, average,
+  step, ``Bcast`` the parameters. The server computes no gradients: it runs
+  :meth:`~drlmpi.roles.Learner.apply_remote_updates`, which follows the algorithm's
+  ``sync_schedule`` (and runs its after-update hooks: target networks).
+
+:func:`data_parallel_round` is one round of collecting, storing and agreeing on counts, the
+same on every rank of both topologies.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from drlmpi.algos.base import Algorithm, ParamGroup
-from drlmpi.comm import TimedComm
-from drlmpi.roles import Learner, episode_stats
+from drlmpi.comm import RoundCounts, TimedComm, int64_message
+from drlmpi.roles import Actor, Learner, episode_stats
 
 
 class AllreduceSync:
@@ -77,25 +83,24 @@ class ParameterServerSync:
         group.flat.load_params(params)
 
 
-def serve_updates(comm: TimedComm, algo: Algorithm, n_updates: int, workers: int) -> None:
-    """The server's side of ``n_updates`` parameter-server updates.
+class ServerSync:
+    """The parameter server's sync: sum the workers' gradients (``Reduce``), average, step,
+    broadcast the new parameters."""
 
-    For every group an update of the workers syncs (``algo.sync_schedule``), receive the summed
-    gradients, average them, step, broadcast the parameters. The server computes no gradients.
-    """
-    from mpi4py import MPI
+    def __init__(self, comm: TimedComm, workers: int) -> None:
+        self.comm = comm
+        self.workers = workers
 
-    for _ in range(n_updates):
-        for name in algo.sync_schedule(algo.updates):
-            group = algo.groups[name]
-            grads = group.flat.grads_numpy()
-            grads[:] = 0.0
-            comm.Reduce(MPI.IN_PLACE, grads, op=MPI.SUM, root=comm.rank, kind="gradients")
-            grads /= workers
-            group.flat.load_grads(grads)
-            group.apply_gradients()
-            comm.Bcast(group.flat.params_numpy(), root=comm.rank, kind="weights")
-        algo.updates += 1
+    def __call__(self, name: str, group: ParamGroup) -> None:
+        from mpi4py import MPI
+
+        grads = group.flat.grads_numpy()
+        grads[:] = 0.0
+        self.comm.Reduce(MPI.IN_PLACE, grads, op=MPI.SUM, root=self.comm.rank, kind="gradients")
+        grads /= self.workers
+        group.flat.load_grads(grads)
+        group.apply_gradients()
+        self.comm.Bcast(group.flat.params_numpy(), root=self.comm.rank, kind="weights")
 
 
 def broadcast_all_params(comm: TimedComm, algo: Algorithm, root: int = 0) -> None:
@@ -127,33 +132,56 @@ def check_identical_params(comm: TimedComm, algo: Algorithm) -> np.ndarray:
 
 
 def exchange_round_counts(comm: TimedComm, new_steps: int, due: int, episodes: int) -> np.ndarray:
-    """``Allgather`` of ``[new_steps, updates_due, episodes]`` from every rank: ``(size, 3)``."""
-    local = np.array([new_steps, due, episodes], dtype=np.int64)
-    table = np.empty((comm.size, 3), dtype=np.int64)
+    """``Allgather`` of every rank's :class:`~drlmpi.comm.RoundCounts`: ``(size, 3)`` int64."""
+    local = int64_message(RoundCounts, new_steps=new_steps, updates_due=due, episodes=episodes)
+    table = np.empty((comm.size, len(RoundCounts)), dtype=np.int64)
     comm.Allgather(local, table, kind="counts")
     return table
 
 
-def gather_episodes(comm: TimedComm, actor_rows: np.ndarray | None, layout: Any, counts: np.ndarray,
+def gather_episodes(comm: TimedComm, rows: np.ndarray, layout: Any, counts: np.ndarray,
                     root: int, learner: Learner | None) -> None:
-    """``Gatherv`` the ``[return, length]`` of episodes finished on other ranks to ``root``,
-    which logs them with the rank that ran them. ``counts[r]`` = episodes rank r finished."""
+    """Log every rank's finished episodes on ``root`` with the rank that ran them: ``root``'s own
+    from its ``rows``, the others' ``[return, length]`` pairs with one ``Gatherv``.
+    ``counts[r]`` = episodes rank r finished this round; ``learner`` is used on ``root`` only."""
     from mpi4py import MPI
 
-    if counts.sum() == 0:
-        return
-    local = (episode_stats(actor_rows, layout) if actor_rows is not None and comm.rank != root
-             else np.empty((0, 2), np.float32))
-    if comm.rank != root:
-        comm.Gatherv(local, None, root=root, kind="episodes")
-        return
+    if comm.rank == root and learner is not None:
+        learner.log_episodes(rows, root)
     sizes = counts.astype(np.int64) * 2
     sizes[root] = 0
+    if sizes.sum() == 0:
+        return
+    if comm.rank != root:
+        comm.Gatherv(episode_stats(rows, layout), None, root=root, kind="episodes")
+        return
     stats = np.empty((int(sizes.sum()) // 2, 2), dtype=np.float32)
     displacements = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    comm.Gatherv(local, [stats, sizes, displacements, MPI.FLOAT], root=root, kind="episodes")
+    comm.Gatherv(np.empty((0, 2), np.float32), [stats, sizes, displacements, MPI.FLOAT], root=root,
+                 kind="episodes")
     start = 0
     for rank, size in enumerate(sizes // 2):
         for ret, length in stats[start : start + size]:
             learner.record_episode(float(ret), int(length), rank)
         start += size
+
+
+def data_parallel_round(comm: TimedComm, learner: Learner, actor: Actor | None, every: int,
+                        unit: str, root: int) -> np.ndarray:
+    """One round on every rank of a data-parallel job.
+
+    A rank with an ``actor`` collects ``every`` steps (or episodes) and stores them in its own
+    learner (accruing updates); a rank without one (the parameter server) contributes nothing.
+    All ranks then ``Allgather`` their :class:`~drlmpi.comm.RoundCounts`, ``root`` logs every
+    rank's finished episodes, and every learner counts the job-wide steps. Returns the counts
+    table: ranks run ``table[:, RoundCounts.UPDATES_DUE].min()`` updates (or what ``root``
+    decides) so that all of them take part in the same number of gradient collectives.
+    """
+    rows = actor.collect(every, unit) if actor is not None else learner.layout.empty(0)
+    learner.store(rows)
+    episodes = len(episode_stats(rows, learner.layout)) if len(rows) else 0
+    table = exchange_round_counts(comm, len(rows), learner.pending_updates, episodes)
+    gather_episodes(comm, rows, learner.layout, table[:, RoundCounts.EPISODES], root,
+                    learner if comm.rank == root else None)
+    learner.count_steps(int(table[:, RoundCounts.NEW_STEPS].sum()))
+    return table

@@ -1,8 +1,9 @@
 """Sequential topology: one rank simulates, then trains, in one loop (the DQN paper's Alg. 1).
 
-It is the reference every other topology is tested against: no communication, no policy lag
-beyond one chunk, exactly ``sync_every`` steps (or episodes) of experience between training
-phases.
+The reference every other topology is compared with: no communication, exactly ``sync_every``
+steps (or episodes) of experience between training phases, the acting policy refreshed after
+each. The tests compare the parallel topologies' update counts with it (same data budget, same
+number of updates).
 """
 
 from __future__ import annotations
@@ -16,21 +17,24 @@ class Sequential(Topology):
     name = "sequential"
     min_ranks = 1
     max_ranks = 1
+    report_order = 0
+
+    @classmethod
+    def paper_label(cls, world_size: int) -> str | None:
+        return "Standard"
 
     def run(self, ctx: RunContext) -> RankReport:
         every, unit = sync_amount(self.cfg)
         learner = ctx.make_learner()
         actor = ctx.make_actor(simulator_index=0)
-        policy = learner.algo.policy.flat
-        actor.algo.policy.flat.load_params(policy.params_numpy())
+        actor.load_weights(learner.policy_weights())
         while learner.stop_reason() is None:
             actor.set_global_steps(learner.env_steps)
             learner.ingest(actor.collect(every, unit), source_rank=ctx.comm.rank)
             if learner.train():
-                actor.algo.policy.flat.load_params(policy.params_numpy())
-                actor.algo.on_policy_loaded()
+                actor.load_weights(learner.policy_weights())
             learner.maybe_evaluate()
             ctx.progress()
-        actor_report = learner_report(ctx.comm.rank, learner, role="simulator+learner", actor=actor)
+        report = learner_report(ctx.comm.rank, learner, role="simulator+learner", actor=actor)
         actor.close()
-        return actor_report
+        return report

@@ -2,30 +2,30 @@
 
 Each round every simulator collects ``sync_every`` steps (or episodes) with the weights it has;
 the learner collects the experience with ``Gather`` (row counts) + ``Gatherv`` (the packed rows),
-broadcasts a control message and the weights with ``Bcast``, then trains in proportion to the
-data gathered (the paper's n*p: ``algo.updates_per_step`` updates per environment step) while the
-simulators collect the next round. The simulators' policy therefore lags by one round.
+broadcasts the :class:`~drlmpi.comm.Control` message and the weights with ``Bcast``, then trains
+in proportion to the data gathered (the paper's n*p: ``algo.updates_per_step`` updates per
+environment step) while the simulators collect the next round. The simulators' policy
+therefore lags by one round. (Workers that send gradients instead of experience are the
+``parameter_server`` topology.)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from drlmpi.algos.base import ConfigError
-from drlmpi.topologies import param_server
+from drlmpi.comm import Control
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
     Topology,
     control_message,
-    finish_training,
+    empty_control,
     learner_report,
     simulator_report,
     sync_amount,
 )
 
 LEARNER_RANK = 0
-PAYLOADS = ("experience", "gradients")
 
 
 class Star(Topology):
@@ -34,19 +34,13 @@ class Star(Topology):
     name = "star"
     min_ranks = 2
     max_ranks = None
+    report_order = 20
 
     @classmethod
-    def check(cls, world_size, algo_cls, cfg) -> None:
-        super().check(world_size, algo_cls, cfg)
-        payload = cfg.topology.get("payload", "experience")
-        if payload not in PAYLOADS:
-            raise ConfigError(f"topology.payload must be one of {PAYLOADS}, got {payload!r}")
+    def paper_label(cls, world_size: int) -> str | None:
+        return f"MP({world_size})"
 
     def run(self, ctx: RunContext) -> RankReport:
-        if self.cfg.get("payload", "experience") == "gradients":
-            if ctx.comm.rank == LEARNER_RANK:
-                return param_server.serve(ctx)
-            return param_server.work(ctx)
         if ctx.comm.rank == LEARNER_RANK:
             return self._learn(ctx)
         return self._simulate(ctx)
@@ -56,11 +50,10 @@ class Star(Topology):
 
         comm = ctx.comm
         learner = ctx.make_learner()
-        layout = learner.algo.layout
-        policy = learner.algo.policy.flat
+        layout = learner.layout
         no_rows = layout.empty(0)
         counts = np.zeros(comm.size, dtype=np.int64)
-        comm.Bcast(policy.params_numpy(), root=LEARNER_RANK, kind="weights")
+        comm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
         while True:
             comm.Gather(np.zeros(1, dtype=np.int64), counts, root=LEARNER_RANK, kind="counts")
             rows = layout.empty(int(counts.sum()))
@@ -77,9 +70,9 @@ class Star(Topology):
             stop = learner.stop_reason() is not None
             comm.Bcast(control_message(stop, learner), root=LEARNER_RANK, kind="control")
             if stop:
-                finish_training(learner)
+                learner.finish()
                 break
-            comm.Bcast(policy.params_numpy(), root=LEARNER_RANK, kind="weights")
+            comm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
             learner.train()
             ctx.progress()
         return learner_report(comm.rank, learner)
@@ -89,18 +82,16 @@ class Star(Topology):
         every, unit = sync_amount(self.cfg)
         simulators = comm.size - 1
         actor = ctx.make_actor(simulator_index=comm.rank - 1)
-        weights = actor.algo.policy.flat.params_numpy()
-        control = np.zeros(3, dtype=np.int64)
-        comm.Bcast(weights, root=LEARNER_RANK, kind="weights")
+        control = empty_control()
+        comm.Bcast(actor.weights, root=LEARNER_RANK, kind="weights")
         while True:
             rows = actor.collect(every, unit)
             comm.Gather(np.array([rows.shape[0]], dtype=np.int64), None, root=LEARNER_RANK, kind="counts")
             comm.Gatherv(rows, None, root=LEARNER_RANK, kind="experience")
             comm.Bcast(control, root=LEARNER_RANK, kind="control")
-            if control[0]:
+            if control[Control.STOP]:
                 break
-            comm.Bcast(weights, root=LEARNER_RANK, kind="weights")
-            actor.algo.on_policy_loaded()
-            actor.set_global_steps(int(control[1]), simulators)
+            comm.Bcast(actor.weights, root=LEARNER_RANK, kind="weights")
+            actor.set_global_steps(int(control[Control.ENV_STEPS]), simulators)
         actor.close()
         return simulator_report(comm.rank, actor)
