@@ -39,14 +39,51 @@ def test_command_line_overrides_beat_tuned_files():
     assert cfg.topology.sync_every == 7 and cfg.seed == 3
 
 
-@pytest.mark.parametrize("group,options", [
-    ("algo", ["dqn"]), ("env", ["cartpole", "lunarlander", "pendulum"]),
-    ("topology", ["sequential", "p2p", "star"]),
-])
-def test_every_documented_option_composes(group, options):
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.mark.parametrize("group", ["algo", "env", "topology"])
+def test_every_option_file_composes_and_validates(group):
+    """Every YAML file of every group (found by glob, so a new one is covered) composes, names
+    itself, and passes start-up validation with a fitting partner and world size."""
+    options = _options(group)
+    assert len(options) >= 3
     for option in options:
         cfg = _compose(f"{group}={option}")
         assert cfg[group].name == option
+        if group == "topology":
+            _, topology_cls, _ = validate(cfg, world_size=cfg_ranks(cfg))
+            assert topology_cls.name == option
+            continue
+        # At least one algorithm x environment pair with it runs; the others are refused cleanly.
+        partner = "env" if group == "algo" else "algo"
+        accepted = []
+        for other in _options(partner):
+            try:
+                validate(_compose(f"{group}={option}", f"{partner}={other}"), world_size=1)
+                accepted.append(other)
+            except ConfigError as exc:
+                assert "needs" in str(exc)
+        assert accepted, f"{group}={option} runs with no {partner}"
+
+
+def cfg_ranks(cfg) -> int:
+    from drlmpi.run import resolve_classes
+
+    _, topology_cls = resolve_classes(cfg)
+    return topology_cls.fixed_world_size() or topology_cls.min_ranks
+
+
+@pytest.mark.parametrize("pair", _options("tuned"))
+def test_every_tuned_file_applies_to_its_pair(pair):
+    algo, env = pair.split("_", 1)
+    cfg = _compose(f"algo={algo}", f"env={env}")
+    tuned = OmegaConf.load(CONF / "tuned" / f"{pair}.yaml")
+    for section in ("algo", "env", "run", "topology"):
+        for key, value in (tuned.get(section) or {}).items():
+            assert cfg[section][key] == value, f"{pair}: {section}.{key}"
+    validate(cfg, world_size=1)
 
 
 def test_validate_accepts_and_refuses():

@@ -39,14 +39,19 @@ def test_checksum_check_detects_divergence():
 
 
 def test_allgather_sync_averages_in_rank_order():
+    """float32 addition is not associative: 1e8 + 1 rounds to 1e8, so the rank-order sum
+    ((1e8 + 1) + -1e8) is 0 while any order that adds -1e8 first gives 1. Every rank must
+    get the rank-order result, whatever order the MPI library would reduce in."""
     algo = _dqn()
     group = algo.policy
     n = group.flat.numel
-    others = np.stack([np.zeros(n), np.full(n, 1.0), np.full(n, 2.0)]).astype(np.float32)
+    values = np.array([1e8, 1.0, -1e8], dtype=np.float32)
+    assert (values[0] + values[2]) + values[1] != (values[0] + values[1]) + values[2]  # order matters
+    others = np.stack([np.full(n, v, dtype=np.float32) for v in values])
     comm = FakeComm(3, rows=others)
-    group.flat.grads.fill_(3.0)  # this rank's gradient
+    group.flat.grads.fill_(float(values[0]))  # this rank's (rank 0's) gradient
     group.max_grad_norm = None
     captured = {}
     group.apply_gradients = lambda: captured.setdefault("g", group.flat.grads.clone())
     AllgatherSync(comm)("q", group)
-    assert np.allclose(captured["g"].numpy(), (3.0 + 1.0 + 2.0) / 3)
+    assert np.all(captured["g"].numpy() == np.float32(0.0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import gymnasium as gym
 import numpy as np
 from omegaconf import OmegaConf
 
@@ -69,3 +70,28 @@ def test_learner_counts_logs_and_excludes_eval_time():
     assert logged.count("eval") == 2 and "episode" in logged
     assert learner.clock.paused_s > 0
     assert learner.clock.elapsed() < learner.clock.wall()
+
+
+class _SlowStep(gym.Wrapper):
+    """An evaluation environment whose steps take wall time (a slow greedy evaluation)."""
+
+    def step(self, action):
+        time.sleep(0.002)
+        return self.env.step(action)
+
+
+def test_time_to_threshold_excludes_the_evaluation_that_reached_it():
+    algo = _algo()
+    run = {"max_env_steps": 10_000, "eval_every": 100, "eval_episodes": 2, "stop_on_solve": True}
+    learner = Learner(algo, lambda: [_SlowStep(make_env("CartPole-v1")) for _ in range(2)], run,
+                      reward_threshold=0.0)  # any return solves: the first evaluation does
+    actor = Actor([make_env("CartPole-v1")], _algo(learner=False), stream_base=0, seed=0)
+    learner.ingest(actor.collect(100, "steps"), source_rank=0)
+    t0 = time.perf_counter()
+    assert learner.maybe_evaluate()
+    eval_wall = time.perf_counter() - t0
+    assert learner.stop_reason() == "solved"
+    assert eval_wall > 0.015  # at least 8 slow steps of each of 2 episodes
+    # The solving evaluation's time is off the clock, and so is every earlier second of it.
+    assert learner.solved_at["train_seconds"] < learner.clock.wall() - 0.9 * eval_wall
+    assert learner.clock.paused_s >= 0.9 * eval_wall
