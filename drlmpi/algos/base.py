@@ -132,6 +132,12 @@ class Algorithm(ABC):
         self.layout = ExperienceLayout(spec.obs_dim, spec.action_dim, self.extra_columns)
         self.updates = 0
 
+    def reseed(self, seed: int) -> None:
+        """Reseed exploration and sampling (``rng`` and torch's generator), keeping the networks:
+        data-parallel ranks build identical networks from one seed, then explore apart."""
+        self.rng = np.random.default_rng(seed)
+        torch.manual_seed(seed)
+
     # -- checks ---------------------------------------------------------------------------
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
 
 from drlmpi.algos.base import Algorithm, ConfigError
 from drlmpi.comm import Control, TimedComm, int64_message
@@ -82,8 +81,7 @@ class RunContext:
         algo = self.algo_cls(self.spec, self.cfg.algo, device=device, seed=init_seed,
                              learner=learner)
         if shared_init:
-            algo.rng = np.random.default_rng(self.seed)
-            torch.manual_seed(self.seed)
+            algo.reseed(self.seed)
         return algo
 
     def _env_kwargs(self) -> dict[str, Any]:
