@@ -49,7 +49,8 @@ def minibatch(algo, rank: int, k: int) -> dict[str, torch.Tensor]:
     if spec.discrete:
         action = rng.integers(0, spec.n_actions, size=(BATCH, 1)).astype(np.float32)
     else:
-        action = rng.uniform(spec.action_low, spec.action_high, size=(BATCH, spec.action_dim)).astype(np.float32)
+        shape = (BATCH, spec.action_dim)
+        action = rng.uniform(spec.action_low, spec.action_high, size=shape).astype(np.float32)
     return {
         "obs": torch.from_numpy(obs), "next_obs": torch.from_numpy(next_obs),
         "action": torch.from_numpy(action),
@@ -82,7 +83,8 @@ def main(mode: str, out_dir: str, updates: int, names: list[str]) -> None:
             for _ in range(updates):
                 algo.remote_update(sync)
         else:
-            sync = {"allreduce": AllreduceSync, "allgather": AllgatherSync}.get(mode, ParameterServerSync)(comm)
+            syncs = {"allreduce": AllreduceSync, "allgather": AllgatherSync}
+            sync = syncs.get(mode, ParameterServerSync)(comm)
             for k in range(updates):
                 batch = minibatch(algo, comm.rank, k)
                 algo.update = lambda s, batch=batch, algo=algo: algo.update_on(batch, s)  # fixed minibatch

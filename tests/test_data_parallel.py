@@ -37,8 +37,9 @@ def _reference(name: str, contributors: list[int]) -> dict[str, torch.Tensor]:
 ])
 def test_data_parallel_equals_one_process_on_the_concatenated_batch(tmp_path, mode, ranks, contributors):
     names = ["dqn", "td3"]
-    cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py", str(REPO / "tests" / "dp_reference.py"),
-           mode, str(tmp_path), str(UPDATES), *names]
+    script = str(REPO / "tests" / "dp_reference.py")
+    cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py", script, mode, str(tmp_path),
+           str(UPDATES), *names]
     job = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
     assert job.returncode == 0, job.stderr[-3000:]

@@ -36,7 +36,8 @@ def test_a_skipped_sync_is_detected_when_the_update_returns():
     for _ in range(SKIPPED_UPDATE):
         algo.checked_update(sync)
     assert calls == ["q"] * SKIPPED_UPDATE
-    with pytest.raises(SyncScheduleError, match=r"update 3 synced \[\] but sync_schedule\(3\) promised \['q'\]"):
+    expected = r"update 3 synced \[\] but sync_schedule\(3\) promised \['q'\]"
+    with pytest.raises(SyncScheduleError, match=expected):
         algo.checked_update(sync)
 
 
