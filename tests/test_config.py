@@ -80,8 +80,15 @@ def test_every_tuned_file_applies_to_its_pair(pair):
     algo, env = pair.split("_", 1)
     cfg = _compose(f"algo={algo}", f"env={env}")
     tuned = OmegaConf.load(CONF / "tuned" / f"{pair}.yaml")
-    for section in ("algo", "env", "run", "topology"):
-        for key, value in (tuned.get(section) or {}).items():
+    base = {"algo": OmegaConf.load(CONF / "algo" / f"{algo}.yaml"),
+            "env": OmegaConf.load(CONF / "env" / f"{env}.yaml"),
+            "run": OmegaConf.load(CONF / "config.yaml").run,
+            "topology": OmegaConf.load(CONF / "topology" / "sequential.yaml")}
+    assert set(tuned) <= set(base), f"{pair}: unknown sections {set(tuned) - set(base)}"
+    for section in tuned:
+        for key, value in tuned[section].items():
+            # A key the option's own file does not define would be silently ignored (a typo).
+            assert key in base[section], f"{pair}: {section}.{key} is not an option of {section}"
             assert cfg[section][key] == value, f"{pair}: {section}.{key}"
     validate(cfg, world_size=1)
 

@@ -39,14 +39,14 @@ def test_checksum_check_detects_divergence():
 
 
 def test_allgather_sync_averages_in_rank_order():
-    """float32 addition is not associative: 1e8 + 1 rounds to 1e8, so the rank-order sum
-    ((1e8 + 1) + -1e8) is 0 while any order that adds -1e8 first gives 1. Every rank must
+    """float32 addition is not associative: 1 + 1e8 rounds to 1e8, so the rank-order sum
+    ((1 + 1e8) + -1e8) is 0 while reverse order ((-1e8 + 1e8) + 1) gives 1. Every rank must
     get the rank-order result, whatever order the MPI library would reduce in."""
     algo = _dqn()
     group = algo.policy
     n = group.flat.numel
-    values = np.array([1e8, 1.0, -1e8], dtype=np.float32)
-    assert (values[0] + values[2]) + values[1] != (values[0] + values[1]) + values[2]  # order matters
+    values = np.array([1.0, 1e8, -1e8], dtype=np.float32)
+    assert (values[0] + values[1]) + values[2] != (values[2] + values[1]) + values[0]  # order matters
     others = np.stack([np.full(n, v, dtype=np.float32) for v in values])
     comm = FakeComm(3, rows=others)
     group.flat.grads.fill_(float(values[0]))  # this rank's (rank 0's) gradient
