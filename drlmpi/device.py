@@ -216,8 +216,13 @@ class CapturedUpdate:
                 raise CaptureError("this torch cannot register a non-default generator with a graph")
             graph.register_generator_state(gen)
         torch.cuda.synchronize(self.device)
-        with torch.cuda.graph(graph):
-            out = self.body()
+        entry = torch.cuda.current_stream(self.device)
+        try:
+            with torch.cuda.graph(graph):
+                out = self.body()
+        finally:
+            # A capture that raises in capture_end skips torch's own restore of the stream.
+            torch.cuda.set_stream(entry)
         self.graph, self.static_out = graph, out
 
     def _run_compiled(self) -> torch.Tensor:
@@ -236,5 +241,8 @@ class CapturedUpdate:
         warnings.warn(f"drlmpi: capture={self.mode} failed for {self.name} ({self.failure}); "
                       f"running eager updates", stacklevel=3)
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            try:
+                torch.cuda.synchronize(self.device)
+            except Exception:  # noqa: BLE001 (an error left by the capture; the body will tell)
+                pass
         return self.body()

@@ -156,9 +156,10 @@ class ActorCritic(nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
         out = self.pi(obs)
+        # No argument validation: it reads device values on the host (a sync per call on a GPU).
         if self.discrete:
-            return Categorical(logits=out)
-        return Normal(out, self.log_std.exp().expand_as(out))
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.v(obs).squeeze(-1)
