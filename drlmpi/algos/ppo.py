@@ -242,8 +242,9 @@ class PPO(Algorithm):
         self._staging = Staging(self.layout.width, self.device)
         self._generator = torch.Generator(device=self.device)  # minibatch permutations
         self._generator_seeded = False
-        if learner and self.capture != "off":
-            warnings.warn(f"drlmpi: algo=ppo updates are not captured (algo.capture={self.capture}): "
+        asked = str(cfg.get("capture", "auto"))
+        if learner and self.capture != "off" and asked != "auto":
+            warnings.warn(f"drlmpi: algo=ppo updates are not captured (algo.capture={asked}): "
                           f"minibatch shapes follow each rollout's size; running eager device updates",
                           stacklevel=2)
         self.capture = "off"
