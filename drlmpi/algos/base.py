@@ -75,6 +75,9 @@ class ParamGroup:
             self.flat.params.grad = self.flat.grads
             extra = {"capturable": True, "foreach": False} if self.flat.params.is_cuda else {}
             self.optimizer = torch.optim.Adam([self.flat.params], lr=float(lr), eps=float(adam_eps), **extra)
+            # Eager steps of a capturable optimizer are intended here (warm-up before a capture,
+            # updates with gradient collectives): silence torch's one-time advice against them.
+            self.optimizer._warned_capturable_if_run_uncaptured = True
 
     def backward(self, loss: torch.Tensor) -> None:
         """Zero the flat gradients and backpropagate ``loss`` into them."""
