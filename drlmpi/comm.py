@@ -118,22 +118,34 @@ class FlatParams:
             p.grad = self.grads[offset : offset + n].view_as(p)
             offset += n
         self.numel = total
+        self._host: dict[str, torch.Tensor] = {}  # pinned host mirrors (device buffers only)
+
+    def _to_host(self, name: str, tensor: torch.Tensor) -> np.ndarray:
+        """One device-to-host copy of ``tensor`` into a preallocated pinned buffer, returned as
+        numpy (the same array every call: read or copy it before the next call)."""
+        host = self._host.get(name)
+        if host is None:
+            host = self._host[name] = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor.detach())  # blocking: the values are there when this returns
+        return host.numpy()
 
     def zero_grad(self) -> None:
         """Zero the flat gradient buffer (keeps the views; never sets ``p.grad = None``)."""
         self.grads.zero_()
 
     def params_numpy(self) -> np.ndarray:
-        """The parameters as a float32 numpy array (a view on CPU, a copy on an accelerator)."""
+        """The parameters as a float32 numpy array: a view on the CPU; from an accelerator, one
+        copy into a preallocated pinned host buffer (reused by every call, no allocation)."""
         if self.params.device.type == "cpu":
             return self.params.numpy()
-        return self.params.detach().cpu().numpy()
+        return self._to_host("params", self.params)
 
     def grads_numpy(self) -> np.ndarray:
-        """The gradients as a float32 numpy array (a view on CPU, a copy on an accelerator)."""
+        """The gradients as a float32 numpy array: a view on the CPU; from an accelerator, one
+        copy into a preallocated pinned host buffer (reused by every call)."""
         if self.grads.device.type == "cpu":
             return self.grads.numpy()
-        return self.grads.detach().cpu().numpy()
+        return self._to_host("grads", self.grads)
 
     def load_params(self, flat: np.ndarray) -> None:
         """Copy a flat float32 array into the parameters (no-op when it is already the view)."""

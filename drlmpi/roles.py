@@ -8,7 +8,7 @@ and the learner's flat policy parameters back.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -238,7 +238,9 @@ class Learner:
         self.best_eval: float | None = None
         self.evaluations = 0
         self.recent_returns: list[float] = []
-        self.last_metrics: dict[str, float] = {}  # the latest update's metrics (loss, Q, KL...)
+        # The latest update's metrics (loss, Q, KL...): a mapping name -> float whose values
+        # may still be one device tensor (drlmpi.device.Metrics), converted when first read.
+        self.last_metrics: Mapping[str, float] = {}
         self.policy_lags: list[int] = []  # learner updates between acting and learning
         self.mpi_clock: Callable[[], float] = mpi_clock or (lambda: 0.0)
 
@@ -321,12 +323,13 @@ class Learner:
         algorithm's own after-update hooks run (target networks)."""
         self._run_updates(n, lambda: self.algo.remote_update(sync))
 
-    def _run_updates(self, n: int, update: Callable[[], dict[str, float]]) -> None:
+    def _run_updates(self, n: int, update: Callable[[], Mapping[str, float]]) -> None:
         if n <= 0:
             return
         t0, mpi0 = time.perf_counter(), self.mpi_clock()
         for _ in range(n):
             self.last_metrics = update()
+        self.algo.synchronize()  # a device queues updates: count them when they are done
         self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
 
     def finish(self) -> None:

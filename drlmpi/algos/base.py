@@ -13,10 +13,19 @@ The contract, as used by :mod:`drlmpi.roles` and the topologies::
     for _ in range(algo.updates_due(len(rows))):
         metrics = algo.update(sync)         # one gradient update, gradients reduced by ``sync``
     flat = algo.policy.flat.params_numpy()  # what simulators need to act (one flat buffer)
+
+On a device (``device=cuda[:N]``) the learner's storage, networks and optimizer state live on
+the device, and with ``algo.capture`` (``auto``: CUDA graphs on CUDA, eager on the CPU) an
+update whose gradients stay local (:func:`local_sync`) is replayed from a captured graph:
+sampling, forward, loss, backward, clipping, optimizer step and the target update, with no host
+synchronisation. Updates whose ``sync`` reduces gradients across ranks run eagerly on the device
+(a collective cannot be inside a graph); both paths share the same tensors and optimizer state.
+Metrics come back as :class:`~drlmpi.device.Metrics`: one device tensor, floats when read.
 """
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
@@ -26,6 +35,7 @@ import torch
 from torch import nn
 
 from drlmpi.comm import ExperienceLayout, FlatParams
+from drlmpi.device import CAPTURE_MODES, CapturedUpdate, Metrics, resolve_capture, synchronize
 from drlmpi.envs import EnvSpec
 
 
@@ -47,20 +57,27 @@ class ParamGroup:
         max_grad_norm: clip the global gradient norm to this before stepping (``None``: no clip).
         adam_eps: Adam's epsilon.
         with_optimizer: ``False`` on ranks that only act (no optimizer state is allocated).
+
+    On CUDA the optimizer is built with ``capturable=True`` (its step counter lives on the
+    device), so the same optimizer state serves eager updates and captured ones.
     """
 
     def __init__(self, module: nn.Module, lr: float, max_grad_norm: float | None = None,
                  adam_eps: float = 1e-8, with_optimizer: bool = True) -> None:
         self.module = module
         self.flat = FlatParams(module)
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.optimizer = None
         if with_optimizer:
             # The optimizer sees ONE tensor, the flat buffer (whose .grad is the flat gradient
             # buffer): Adam's update is then a handful of vector operations over the whole
             # network instead of a loop over its parameter tensors.
             self.flat.params.grad = self.flat.grads
-            self.optimizer = torch.optim.Adam([self.flat.params], lr=lr, eps=adam_eps)
+            extra = {"capturable": True, "foreach": False} if self.flat.params.is_cuda else {}
+            self.optimizer = torch.optim.Adam([self.flat.params], lr=float(lr), eps=float(adam_eps), **extra)
+            # Eager steps of a capturable optimizer are intended here (warm-up before a capture,
+            # updates with gradient collectives): silence torch's one-time advice against them.
+            self.optimizer._warned_capturable_if_run_uncaptured = True
 
     def backward(self, loss: torch.Tensor) -> None:
         """Zero the flat gradients and backpropagate ``loss`` into them."""
@@ -68,15 +85,33 @@ class ParamGroup:
         loss.backward()
 
     def apply_gradients(self) -> None:
-        """Clip (if configured) and take one optimizer step with the current gradients."""
+        """Clip (if configured) and take one optimizer step with the current gradients.
+
+        Clipping is branch-free, ``grads *= min(1, max_norm / (norm + 1e-6))``: no host
+        synchronisation on a device (and exactly the old ``if scale < 1`` result)."""
         if self.optimizer is None:
             raise RuntimeError("this ParamGroup was built without an optimizer (acting only)")
         if self.max_grad_norm is not None:
-            norm = torch.linalg.vector_norm(self.flat.grads)
-            scale = self.max_grad_norm / (norm + 1e-6)
-            if scale < 1.0:
-                self.flat.grads.mul_(scale)
+            grads = self.flat.grads
+            norm = torch.linalg.vector_norm(grads)
+            grads.mul_((self.max_grad_norm / (norm + 1e-6)).clamp_(max=1.0))
         self.optimizer.step()
+
+
+def flat_target(module: nn.Module) -> tuple[nn.Module, torch.Tensor]:
+    """A frozen copy of ``module`` (a target network) whose parameters are views into one flat
+    buffer, returned with it: a hard copy is then ``flat.copy_(online)`` and a Polyak step
+    ``flat.lerp_(online, tau)``, one kernel each, in the online :class:`FlatParams` order."""
+    target = copy.deepcopy(module)
+    params = [p for p in target.parameters() if p.requires_grad]
+    flat = torch.cat([p.detach().reshape(-1) for p in params]) if params else torch.zeros(0)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.data = flat[offset : offset + n].view_as(p)
+        offset += n
+    target.requires_grad_(False)
+    return target, flat
 
 
 GradSync = Callable[[str, ParamGroup], None]
@@ -117,6 +152,9 @@ class Algorithm(ABC):
     #: extra experience columns this algorithm's ``act`` fills, e.g. ``(("log_prob", 1),)``.
     extra_columns: ClassVar[tuple[tuple[str, int], ...]] = ()
 
+    #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
+    storage_option: ClassVar[str] = "buffer_size"
+
     groups: dict[str, ParamGroup]
     policy: ParamGroup
 
@@ -131,6 +169,11 @@ class Algorithm(ABC):
         torch.manual_seed(seed)
         self.layout = ExperienceLayout(spec.obs_dim, spec.action_dim, self.extra_columns)
         self.updates = 0
+        capture = str(cfg.get("capture", "auto")) if hasattr(cfg, "get") else "auto"
+        if capture not in CAPTURE_MODES:
+            raise ConfigError(f"algo.capture must be one of {list(CAPTURE_MODES)}, got {capture!r}")
+        #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved).
+        self.capture = resolve_capture(capture, self.device) if learner else "off"
 
     def reseed(self, seed: int) -> None:
         """Reseed exploration and sampling (``rng`` and torch's generator), keeping the networks:
@@ -142,6 +185,33 @@ class Algorithm(ABC):
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
         """Raise :class:`ConfigError` if this algorithm cannot handle ``spec``'s spaces."""
+
+    @classmethod
+    def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
+        """Bytes of learner storage (replay or rollout rows) this config allocates on the
+        learner's device; networks and optimizer state are not counted (megabytes)."""
+        return 0
+
+    @classmethod
+    def check_storage(cls, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
+                      free_bytes: int | None = None, headroom: float = 0.9) -> None:
+        """Refuse at start-up, in one line, storage that cannot fit on a CUDA ``device``:
+        more than ``headroom`` of its free memory (``free_bytes``, else what CUDA reports).
+        The message names the size and the option that sets it. No-op on the CPU."""
+        device = torch.device(device)
+        if device.type != "cuda":
+            return
+        need = cls.storage_bytes(spec, cfg)
+        if free_bytes is None:
+            free_bytes, _ = torch.cuda.mem_get_info(device)
+        if need > headroom * free_bytes:
+            name = cfg.get("name", cls.__name__.lower()) if hasattr(cfg, "get") else cls.__name__
+            option = cls.storage_option
+            raise ConfigError(
+                f"algo={name}: its storage needs {need / 2**30:.2f} GiB on {device} "
+                f"(algo.{option}={cfg[option]} rows x {storage_row_bytes(cls, spec)} bytes) but only "
+                f"{free_bytes / 2**30:.2f} GiB is free: lower algo.{option} or use device=cpu"
+            )
 
     # -- acting (simulator side) ------------------------------------------------------------
     @abstractmethod
@@ -239,6 +309,11 @@ class Algorithm(ABC):
         self.after_update(names)
         return {}
 
+    def synchronize(self) -> None:
+        """Wait for the updates queued on the learner's device (no-op on the CPU): a caller
+        timing updates calls this once after a batch of them, never per update."""
+        synchronize(self.device)
+
     # -- persistence -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Every network's tensors, flat-keyed ``"<group>.<param>"`` (loads with weights_only)."""
@@ -258,14 +333,28 @@ class Algorithm(ABC):
                     tensor.copy_(sub[key])
 
 
+def storage_row_bytes(cls: type[Algorithm], spec: EnvSpec) -> int:
+    """Bytes of one stored experience row of ``cls`` for ``spec`` (float32 columns)."""
+    return ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns).width * 4
+
+
 class OffPolicyAlgorithm(Algorithm):
     """An algorithm that learns from a replay buffer with an update-to-data ratio (DQN, TD3).
 
     Reads ``batch_size``, ``buffer_size``, ``learning_starts`` and ``updates_per_step`` from the
-    config; the replay is allocated on learner instances only.
+    config; the replay is allocated on learner instances only, on the learner's device.
+
+    Subclasses implement :meth:`learn` (losses, backward and ``sync`` of the groups a schedule
+    names, on a given minibatch) and split their target-network work between
+    :meth:`after_update_device` (every update of a schedule, graph-safe) and
+    :meth:`after_update_host` (decided by the update counter). :meth:`update` then either runs
+    them eagerly or replays one captured graph per distinct :meth:`sync_schedule` (TD3: a
+    critic-only graph and a critic+actor+targets graph, chosen by the host counter).
     """
 
     kind = "off_policy"
+    #: names of the values :meth:`learn` returns, in order.
+    metric_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
                  seed: int, learner: bool) -> None:
@@ -276,7 +365,17 @@ class OffPolicyAlgorithm(Algorithm):
         self.learning_starts = int(cfg["learning_starts"])
         self.updates_per_step = float(cfg["updates_per_step"])
         self._update_credit = 0.0
-        self.replay = ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device) if learner else None
+        self.replay = (ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device, seed)
+                       if learner else None)
+        self._sampler_seeded = False
+        self._captures: dict[tuple[str, ...], CapturedUpdate] = {}
+
+    @classmethod
+    def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
+        from drlmpi.replay import replay_bytes
+
+        return replay_bytes(ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns),
+                            int(cfg["buffer_size"]))
 
     def observe(self, rows: np.ndarray) -> None:
         self.replay.add(rows)
@@ -293,3 +392,70 @@ class OffPolicyAlgorithm(Algorithm):
 
     def ready_to_update(self) -> bool:
         return self.replay is not None and len(self.replay) >= max(self.learning_starts, self.batch_size)
+
+    # -- updates ---------------------------------------------------------------------------
+    def sample(self) -> dict[str, torch.Tensor]:
+        """A minibatch from the replay, sampled on the learner's device (the same preallocated
+        tensors every call). The sampler is seeded from :attr:`rng` at the first call, so a
+        topology that reseeds ``rng`` per rank gets per-rank minibatches."""
+        self._seed_sampler()
+        return self.replay.sample(self.batch_size)
+
+    def _seed_sampler(self) -> None:
+        if not self._sampler_seeded:
+            self.replay.generator.manual_seed(int(self.rng.integers(2**62)))
+            self._sampler_seeded = True
+
+    def update(self, sync: GradSync = local_sync) -> Mapping[str, float]:
+        """One update on a sampled minibatch: replayed from a capture when ``sync`` is the
+        local one and :attr:`capture` is on, eager otherwise (gradient collectives)."""
+        if sync is local_sync and self.capture != "off":
+            return self._captured_update()
+        return self.update_on(self.sample(), sync)
+
+    def update_on(self, batch: Mapping[str, torch.Tensor],
+                  sync: GradSync = local_sync) -> Mapping[str, float]:
+        """One eager update on a given minibatch (``obs``, ``action``, ``reward``, ``next_obs``,
+        ``terminated``): :meth:`learn`, then the after-update hooks."""
+        synced = tuple(self.sync_schedule(self.updates))
+        values = self.learn(batch, sync, synced)
+        self.updates += 1
+        self.after_update(synced)
+        return Metrics(self.metric_names, values)
+
+    def _captured_update(self) -> Mapping[str, float]:
+        synced = tuple(self.sync_schedule(self.updates))
+        runner = self._captures.get(synced)
+        if runner is None:
+            def body(synced: tuple[str, ...] = synced) -> torch.Tensor:
+                values = self.learn(self.sample(), local_sync, synced)
+                self.after_update_device(synced)
+                return values
+
+            label = f"{self.cfg.get('name', type(self).__name__)} {'+'.join(synced)}"
+            self._seed_sampler()  # before any capture: seeding is a host operation
+            runner = self._captures[synced] = CapturedUpdate(
+                body, self.capture, self.device, label, generators=(self.replay.generator,))
+        values = runner()
+        self.updates += 1
+        self.after_update_host(synced)
+        return Metrics(self.metric_names, values)
+
+    def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
+              synced: tuple[str, ...]) -> torch.Tensor:
+        """Losses on ``batch``, backward and ``sync(name, group)`` for each name in ``synced``
+        (in order); returns the metrics as one 1-D tensor (:attr:`metric_names`). It must
+        not touch Python counters or read device values on the host: it may be captured."""
+        raise NotImplementedError
+
+    def after_update_device(self, synced: tuple[str, ...]) -> None:
+        """The part of :meth:`after_update` every update with this schedule does (Polyak
+        steps): device work only, captured with the update."""
+
+    def after_update_host(self, synced: tuple[str, ...]) -> None:
+        """The part of :meth:`after_update` the update counter decides (a hard target copy
+        every N updates): run on the host after each update, captured or not."""
+
+    def after_update(self, synced: tuple[str, ...]) -> None:
+        self.after_update_device(synced)
+        self.after_update_host(synced)

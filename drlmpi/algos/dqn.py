@@ -14,7 +14,6 @@ paper's open problem with asynchronous simulators).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, local_sync, mlp
+from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, flat_target, mlp
 from drlmpi.envs import EnvSpec
 
 
@@ -32,14 +31,17 @@ class DQN(OffPolicyAlgorithm):
     Config keys (``conf/algo/dqn.yaml`` documents each): ``hidden``, ``lr``, ``gamma``, ``double_q``,
     ``batch_size``, ``buffer_size``, ``learning_starts``, ``updates_per_step``,
     ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``, ``exploration_steps``,
-    ``max_grad_norm``.
+    ``max_grad_norm``, ``capture``.
     """
+
+    metric_names = ("loss", "q_mean")
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)
         q_net = mlp(spec.obs_dim, spec.n_actions, tuple(cfg["hidden"])).to(self.device)
-        self.q_target = copy.deepcopy(q_net).requires_grad_(False)
+        # The target's parameters are views into one flat buffer: a copy or Polyak step is one op.
+        self.q_target, self._target_flat = flat_target(q_net)
         self.q = q_net
         self.policy = ParamGroup(q_net, cfg["lr"], cfg.get("max_grad_norm"), with_optimizer=learner)
         self.groups = {"q": self.policy}
@@ -73,13 +75,10 @@ class DQN(OffPolicyAlgorithm):
                 actions[random_mask] = self.rng.integers(0, self.spec.n_actions, random_mask.sum())
         return actions.astype(np.float32)[:, None], None
 
-    def update(self, sync: GradSync = local_sync) -> dict[str, float]:
-        batch = self.replay.sample(self.batch_size, self.rng)
-        return self.update_on(batch, sync)
-
-    def update_on(self, batch: Mapping[str, torch.Tensor], sync: GradSync = local_sync) -> dict[str, float]:
-        """One update on a given minibatch (``obs``, ``action``, ``reward``, ``next_obs``,
-        ``terminated``)."""
+    def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
+              synced: tuple[str, ...] = ("q",)) -> torch.Tensor:
+        """Double-DQN Huber loss on ``batch``, backward, ``sync("q")``; returns
+        ``[loss, mean Q(s, a)]`` as one tensor."""
         actions = batch["action"].long()
         q_taken = self.q(batch["obs"]).gather(1, actions).squeeze(1)
         with torch.no_grad():
@@ -93,19 +92,19 @@ class DQN(OffPolicyAlgorithm):
         loss = F.smooth_l1_loss(q_taken, target)
         self.policy.backward(loss)
         sync("q", self.policy)
-        self.updates += 1
-        self.after_update(("q",))
-        return {"loss": float(loss.detach()), "q_mean": float(q_taken.detach().mean())}
+        return torch.stack((loss.detach(), q_taken.detach().mean()))
 
-    def after_update(self, synced: tuple[str, ...]) -> None:
-        """Polyak step of the target network every update (``tau < 1``), or a hard copy every
-        ``target_update_every`` updates."""
+    @torch.no_grad()
+    def after_update_device(self, synced: tuple[str, ...]) -> None:
+        """Polyak step of the target network every update (``tau < 1``)."""
         if self.tau < 1.0:
-            with torch.no_grad():
-                for target, online in zip(self.q_target.parameters(), self.q.parameters()):
-                    target.lerp_(online, self.tau)
-        elif self.updates % self.target_update_every == 0:
-            self.q_target.load_state_dict(self.q.state_dict())
+            self._target_flat.lerp_(self.policy.flat.params, self.tau)
+
+    @torch.no_grad()
+    def after_update_host(self, synced: tuple[str, ...]) -> None:
+        """Hard copy of the target network every ``target_update_every`` updates (``tau == 1``)."""
+        if self.tau >= 1.0 and self.updates % self.target_update_every == 0:
+            self._target_flat.copy_(self.policy.flat.params)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         out = super().state_dict()

@@ -12,7 +12,8 @@ completed it included, nothing is carried over) are frozen into one rollout and
 ``epochs * max(1, n // batch_size)`` minibatch updates become due. Chunks that arrive while a
 rollout waits or trains start the next rollout, so rollouts queue up rather than mix.
 
-When a rollout's first update runs, the learner computes ``V(obs)`` and ``V(next_obs)`` of every
+Rollout rows live on the learner's device (each arriving chunk is copied there once). When a
+rollout's first update runs, the learner computes ``V(obs)`` and ``V(next_obs)`` of every
 row with its current value function and the advantages by GAE(lambda), per environment stream
 in time order::
 
@@ -20,7 +21,10 @@ in time order::
     A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}      (done = terminated or truncated)
 
 with ``A_{t+1} = 0`` at the last row of a stream in the rollout (the rollout's cut bootstraps
-through ``V(s'_t)``, as does a time-limit truncation). Value targets are ``A_t + V(s_t)``.
+through ``V(s'_t)``, as does a time-limit truncation). Value targets are ``A_t + V(s_t)``. The
+recursion runs on the device as a parallel scan (:func:`gae_tensor`; :func:`compute_gae` is the
+plain reference), so no transfer happens per rollout either. Updates are never captured
+(``algo.capture`` has no effect): minibatch shapes follow each rollout's size.
 
 Each :meth:`PPO.update` is one minibatch step of::
 
@@ -36,6 +40,7 @@ are not normalised (``reward_scale`` multiplies rewards before GAE, if needed).
 from __future__ import annotations
 
 import math
+import warnings
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
@@ -47,6 +52,8 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
+from drlmpi.comm import ExperienceLayout
+from drlmpi.device import Metrics, Staging
 from drlmpi.envs import EnvSpec
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -86,6 +93,41 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray
     return advantages
 
 
+def gae_tensor(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
+               terminated: torch.Tensor, truncated: torch.Tensor, streams: torch.Tensor,
+               gamma: float, lam: float) -> torch.Tensor:
+    """:func:`compute_gae` on tensors, on their device (float64 inside, float32 out).
+
+    After the same stable sort by stream, the backward recursion ``A_i = delta_i + c_i A_{i+1}``
+    is a linear recurrence, solved by a parallel (doubling) scan: after round k every position
+    holds the sum over the next ``2^k`` rows and the product of their factors, so ``log2(n)``
+    rounds of a few vector operations replace ``n`` sequential steps (no host loop over rows,
+    no transfer). Products of factors ``<= 1`` only shrink, so the scan is as stable as the loop.
+    """
+    n = rewards.shape[0]
+    f64 = torch.float64
+    terminated = terminated.to(f64)
+    done = torch.maximum(terminated, truncated.to(f64))
+    delta = rewards.to(f64) + gamma * next_values.to(f64) * (1.0 - terminated) - values.to(f64)
+    order = torch.sort(streams, stable=True).indices
+    s_sorted = streams[order]
+    last_of_stream = torch.ones(n, dtype=torch.bool, device=rewards.device)
+    last_of_stream[:-1] = s_sorted[1:] != s_sorted[:-1]
+    acc = delta[order]
+    factor = (gamma * lam) * (1.0 - done[order]) * (~last_of_stream).to(f64)
+    shift = 1
+    while shift < n:
+        new_acc = acc.clone()
+        new_acc[:-shift].addcmul_(factor[:-shift], acc[shift:])
+        new_factor = factor.clone()
+        new_factor[:-shift].mul_(factor[shift:])
+        acc, factor = new_acc, new_factor
+        shift *= 2
+    advantages = torch.empty(n, dtype=torch.float32, device=rewards.device)
+    advantages[order] = acc.to(torch.float32)
+    return advantages
+
+
 def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
     """PPO's policy loss ``-mean min(ratio A, clip(ratio, 1 - clip, 1 + clip) A)``."""
     unclipped = ratio * advantages
@@ -114,9 +156,10 @@ class ActorCritic(nn.Module):
 
     def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
         out = self.pi(obs)
+        # No argument validation: it reads device values on the host (a sync per call on a GPU).
         if self.discrete:
-            return Categorical(logits=out)
-        return Normal(out, self.log_std.exp().expand_as(out))
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.v(obs).squeeze(-1)
@@ -130,13 +173,15 @@ class ActorCritic(nn.Module):
 
 
 class _Rollout:
-    """A frozen rollout: its rows, and (once started) tensors and the minibatch schedule."""
+    """A frozen rollout: its rows (on the learner's device), and once started the minibatch
+    table (``obs | action | log_prob | advantage | return | value`` columns) and schedule."""
 
-    def __init__(self, rows: np.ndarray, n_updates: int) -> None:
-        self.rows = rows
+    def __init__(self, rows: torch.Tensor, n_updates: int) -> None:
+        self.rows: torch.Tensor | None = rows
         self.n_updates = n_updates
-        self.tensors: dict[str, torch.Tensor] | None = None
-        self.schedule: list[np.ndarray] = []
+        self.table: torch.Tensor | None = None
+        self.views: dict[str, slice] = {}
+        self.schedule: list[torch.Tensor] = []
         self.position = 0
 
 
@@ -151,6 +196,15 @@ class PPO(Algorithm):
 
     kind = "on_policy"
     extra_columns = (("log_prob", 1),)
+    storage_option = "rollout_steps"
+    metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+
+    @classmethod
+    def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
+        """A rollout's rows twice (pending chunks and the frozen copy) plus its minibatch table."""
+        layout = ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns)
+        table = spec.obs_dim + spec.action_dim + 4
+        return int(cfg["rollout_steps"]) * (2 * layout.width + table) * 4
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:
@@ -183,8 +237,17 @@ class PPO(Algorithm):
             self._low = np.asarray(spec.action_low, dtype=np.float32)
             self._high = np.asarray(spec.action_high, dtype=np.float32)
         # Learner-side rollout storage: rows not yet in a rollout, and frozen rollouts in order.
-        self._pending: list[np.ndarray] = []
+        self._pending: list[torch.Tensor] = []  # chunks, already on the learner's device
         self._pending_rows = 0
+        self._staging = Staging(self.layout.width, self.device)
+        self._generator = torch.Generator(device=self.device)  # minibatch permutations
+        self._generator_seeded = False
+        asked = str(cfg.get("capture", "auto"))
+        if learner and self.capture != "off" and asked != "auto":
+            warnings.warn(f"drlmpi: algo=ppo updates are not captured (algo.capture={asked}): "
+                          f"minibatch shapes follow each rollout's size; running eager device updates",
+                          stacklevel=2)
+        self.capture = "off"
         self._rollouts: deque[_Rollout] = deque()
         self._ungranted = 0  # updates of frozen rollouts not yet reported by updates_due
 
@@ -229,10 +292,10 @@ class PPO(Algorithm):
     def observe(self, rows: np.ndarray) -> None:
         if rows.shape[0] == 0:
             return
-        self._pending.append(np.array(rows, dtype=np.float32, copy=True))
+        self._pending.append(self._staging.to_device(rows))  # one copy per chunk
         self._pending_rows += rows.shape[0]
         if self._pending_rows >= self.rollout_steps:
-            frozen = np.concatenate(self._pending) if len(self._pending) > 1 else self._pending[0]
+            frozen = torch.cat(self._pending) if len(self._pending) > 1 else self._pending[0]
             self._pending, self._pending_rows = [], 0
             n_updates = self.updates_per_rollout(frozen.shape[0])
             self._rollouts.append(_Rollout(frozen, n_updates))
@@ -253,9 +316,10 @@ class PPO(Algorithm):
 
     @torch.no_grad()
     def _start(self, rollout: _Rollout) -> None:
-        """Values, GAE and the minibatch schedule of a rollout about to be trained on."""
+        """Values, GAE (on the learner's device: nothing crosses the bus) and the minibatch
+        schedule of a rollout about to be trained on."""
         layout = self.layout
-        rows = torch.from_numpy(rollout.rows).to(self.device)
+        rows = rollout.rows
 
         def col(name: str) -> torch.Tensor:
             return rows[:, layout.slices[name]]
@@ -263,45 +327,50 @@ class PPO(Algorithm):
         obs, next_obs = col("obs"), col("next_obs")
         values = self.net.value(obs)
         next_values = self.net.value(next_obs)
-        advantages = compute_gae(
-            rollout.rows[:, layout.slices["reward"]][:, 0] * self.reward_scale,
-            values.cpu().numpy(), next_values.cpu().numpy(),
-            rollout.rows[:, layout.slices["terminated"]][:, 0],
-            rollout.rows[:, layout.slices["truncated"]][:, 0],
-            rollout.rows[:, layout.slices["stream"]][:, 0],
+        advantages = gae_tensor(
+            col("reward")[:, 0] * self.reward_scale, values, next_values,
+            col("terminated")[:, 0], col("truncated")[:, 0], col("stream")[:, 0],
             self.gamma, self.gae_lambda,
         )
-        adv_t = torch.as_tensor(advantages, device=self.device)
-        rollout.tensors = {
-            "obs": obs,
-            "action": col("action"),
-            "log_prob": col("log_prob")[:, 0],
-            "advantage": adv_t,
-            "return": adv_t + values,
-            "value": values,
-        }
-        n = rollout.rows.shape[0]
+        parts = {"obs": obs, "action": col("action"), "log_prob": col("log_prob"),
+                 "advantage": advantages[:, None], "return": (advantages + values)[:, None],
+                 "value": values[:, None]}
+        rollout.table = torch.cat(list(parts.values()), dim=1)
+        offset = 0
+        for name, part in parts.items():
+            width = part.shape[1]
+            rollout.views[name] = slice(offset, offset + width)
+            offset += width
+        n = rows.shape[0]
         per_epoch = rollout.n_updates // self.epochs
+        if not self._generator_seeded:  # from rng, which a topology may reseed per rank
+            self._generator.manual_seed(int(self.rng.integers(2**62)))
+            self._generator_seeded = True
+        sizes = [len(part) for part in np.array_split(np.arange(n), per_epoch)]
         rollout.schedule = [
-            part for _ in range(self.epochs) for part in np.array_split(self.rng.permutation(n), per_epoch)
+            part for _ in range(self.epochs)
+            for part in torch.split(torch.randperm(n, generator=self._generator, device=self.device), sizes)
         ]
-        rollout.rows = None  # the tensors view their own copy now
+        rollout.rows = None  # the table holds what training needs
 
     # -- learning -----------------------------------------------------------------------------
-    def update(self, sync: GradSync = local_sync) -> dict[str, float]:
+    def update(self, sync: GradSync = local_sync) -> Mapping[str, float]:
         if not self._rollouts:
             raise RuntimeError("PPO.update called with no complete rollout (see updates_due)")
         rollout = self._rollouts[0]
-        if rollout.tensors is None:
+        if rollout.table is None:
             self._start(rollout)
-        index = torch.as_tensor(rollout.schedule[rollout.position], device=self.device)
-        batch = {k: v[index] for k, v in rollout.tensors.items()}
+        rows = rollout.table.index_select(0, rollout.schedule[rollout.position])
+        batch = {}
+        for name, cols in rollout.views.items():
+            batch[name] = rows[:, cols] if name == "obs" or name == "action" else rows[:, cols.start]
         rollout.position += 1
         if rollout.position == len(rollout.schedule):
             self._rollouts.popleft()
         return self.update_on(batch, sync)
 
-    def update_on(self, batch: Mapping[str, torch.Tensor], sync: GradSync = local_sync) -> dict[str, float]:
+    def update_on(self, batch: Mapping[str, torch.Tensor],
+                  sync: GradSync = local_sync) -> Mapping[str, float]:
         """One gradient step on a minibatch with ``obs``, ``action``, ``log_prob`` (behaviour),
         ``advantage``, ``return`` and ``value`` (the rollout's ``V(obs)``)."""
         dist = self.net.distribution(batch["obs"])
@@ -328,10 +397,6 @@ class PPO(Algorithm):
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator, >= 0
             clip_fraction = ((ratio - 1.0).abs() > self.clip_range).float().mean()
-        return {
-            "policy_loss": float(policy_loss.detach()),
-            "value_loss": float(value_loss.detach()),
-            "entropy": float(entropy_mean.detach()),
-            "approx_kl": float(approx_kl),
-            "clip_fraction": float(clip_fraction),
-        }
+            values_out = torch.stack((policy_loss.detach(), value_loss.detach(), entropy_mean.detach(),
+                                      approx_kl, clip_fraction))
+        return Metrics(self.metric_names, values_out)

@@ -23,7 +23,6 @@ clipped to the bounds. The clipped (executed) action is what is stored, as in th
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, local_sync, mlp
+from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, flat_target, mlp
 from drlmpi.envs import EnvSpec
 
 
@@ -74,8 +73,10 @@ class TD3(OffPolicyAlgorithm):
     Config keys (``conf/algo/td3.yaml`` documents each): ``hidden``, ``actor_lr``, ``critic_lr``,
     ``gamma``, ``tau``, ``batch_size``, ``buffer_size``, ``learning_starts``,
     ``updates_per_step``, ``policy_delay``, ``policy_noise``, ``noise_clip``,
-    ``exploration_noise``, ``max_grad_norm``.
+    ``exploration_noise``, ``max_grad_norm``, ``capture``.
     """
+
+    metric_names = ("critic_loss", "actor_loss", "q_mean")
 
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
@@ -86,15 +87,16 @@ class TD3(OffPolicyAlgorithm):
         self.high = np.asarray(spec.action_high, dtype=np.float32)
         self.half_range = (self.high - self.low) / 2.0
         actor = ScaledTanhActor(spec.obs_dim, self.low, self.high, hidden).to(self.device)
-        # Targets are deep-copied before ParamGroup re-seats the online parameters.
-        self.actor_target = copy.deepcopy(actor).requires_grad_(False)
+        # Targets are copied before ParamGroup re-seats the online parameters; their parameters
+        # are views into one flat buffer each, so a Polyak step is one op per network.
+        self.actor_target, self._actor_target_flat = flat_target(actor)
         self.actor = actor
         max_grad_norm = cfg.get("max_grad_norm")
         self.policy = ParamGroup(actor, float(cfg["actor_lr"]), max_grad_norm, with_optimizer=learner)
         self.groups = {"actor": self.policy}
         if learner:
             critic = TwinCritic(spec.obs_dim, spec.action_dim, hidden).to(self.device)
-            self.critic_target = copy.deepcopy(critic).requires_grad_(False)
+            self.critic_target, self._critic_target_flat = flat_target(critic)
             self.critic = critic
             self.groups["critic"] = ParamGroup(critic, float(cfg["critic_lr"]), max_grad_norm)
         else:  # acting only: the critic is never used
@@ -110,7 +112,8 @@ class TD3(OffPolicyAlgorithm):
         self._half_range_t = torch.as_tensor(self.half_range, device=self.device)
         self._low_t = torch.as_tensor(self.low, device=self.device)
         self._high_t = torch.as_tensor(self.high, device=self.device)
-        self._last_actor_loss = float("nan")
+        # The latest actor loss, kept on the device (critic-only updates report it again).
+        self._last_actor_loss = torch.full((), float("nan"), device=self.device)
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
@@ -165,23 +168,17 @@ class TD3(OffPolicyAlgorithm):
         q1, q2 = self.critic_target(next_obs, next_action)
         return reward + self.gamma * (1.0 - terminated) * torch.minimum(q1, q2)
 
-    def update(self, sync: GradSync = local_sync) -> dict[str, float]:
-        batch = self.replay.sample(self.batch_size, self.rng)
-        return self.update_on(batch, sync)
-
-    def update_on(self, batch: Mapping[str, torch.Tensor], sync: GradSync = local_sync) -> dict[str, float]:
-        """One update on a given minibatch (``obs``, ``action``, ``reward``, ``next_obs``,
-        ``terminated``): a critic step, plus an actor step and target updates when the update
-        counter reaches a multiple of ``policy_delay``."""
+    def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
+              synced: tuple[str, ...]) -> torch.Tensor:
+        """A critic step on ``batch``, plus an actor step when ``synced`` names the actor
+        (every ``policy_delay``-th update); returns ``[critic_loss, actor_loss, mean Q1]``."""
         critic_group = self.groups["critic"]
-        actor_updated = "actor" in self.sync_schedule(self.updates)
         target = self.target_q(batch["reward"], batch["next_obs"], batch["terminated"])
         q1, q2 = self.critic(batch["obs"], batch["action"])
         critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
         critic_group.backward(critic_loss)
         sync("critic", critic_group)
-        self.updates += 1
-        if actor_updated:
+        if "actor" in synced:
             self.critic.requires_grad_(False)  # the actor loss must not write critic gradients
             try:
                 actor_loss = -self.critic.q1_value(batch["obs"], self.actor(batch["obs"])).mean()
@@ -189,22 +186,16 @@ class TD3(OffPolicyAlgorithm):
             finally:
                 self.critic.requires_grad_(True)
             sync("actor", self.policy)
-            self._last_actor_loss = float(actor_loss.detach())
-        self.after_update(("critic", "actor") if actor_updated else ("critic",))
-        return {
-            "critic_loss": float(critic_loss.detach()),
-            "actor_loss": self._last_actor_loss,
-            "q_mean": float(q1.detach().mean()),
-        }
+            self._last_actor_loss.copy_(actor_loss.detach())
+        return torch.stack((critic_loss.detach(), self._last_actor_loss, q1.detach().mean()))
 
     @torch.no_grad()
-    def after_update(self, synced: tuple[str, ...]) -> None:
+    def after_update_device(self, synced: tuple[str, ...]) -> None:
         """Polyak step of the three target networks on the updates that stepped the actor."""
         if "actor" not in synced:
             return
-        for target_net, online in ((self.actor_target, self.actor), (self.critic_target, self.critic)):
-            for t, p in zip(target_net.parameters(), online.parameters()):
-                t.lerp_(p, self.tau)
+        self._actor_target_flat.lerp_(self.policy.flat.params, self.tau)
+        self._critic_target_flat.lerp_(self.groups["critic"].flat.params, self.tau)
 
     # -- persistence --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:

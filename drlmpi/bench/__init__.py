@@ -1,0 +1,1 @@
+"""Micro-benchmarks that ship with the package (``python -m drlmpi.bench.learner``)."""

@@ -1,0 +1,248 @@
+"""The device learner's machinery: host-to-device staging, lazy metrics and captured updates.
+
+Nothing here knows an algorithm. The algorithms (:mod:`drlmpi.algos`) use
+
+* :class:`Staging` to copy experience arriving from the wire (numpy float32 rows) to the device
+  once per chunk, through a pinned host buffer with a ``non_blocking`` copy;
+* :class:`Metrics` to return an update's metrics as ONE device tensor that becomes floats only
+  when read (no host synchronisation per update);
+* :class:`CapturedUpdate` to run an update body eagerly a few times, capture it once (a CUDA
+  graph, or ``torch.compile(mode="reduce-overhead")``) and replay it for every later update,
+  falling back to eager execution with one warning line if capturing fails.
+
+On ``device=cpu`` every piece degrades to the plain path: no pinned memory, no capture, metrics
+converted on first read.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
+import numpy as np
+import torch
+
+CAPTURE_MODES = ("auto", "graph", "compile", "off")
+
+
+def resolve_capture(mode: str, device: torch.device) -> str:
+    """The capture mode an update actually uses on ``device``: ``auto`` is ``graph`` on CUDA
+    and ``off`` elsewhere; ``graph``/``compile`` asked for on a CPU learner give ``off`` with
+    one warning (a CPU update has nothing to capture: kernel launches are not its cost)."""
+    if mode not in CAPTURE_MODES:
+        raise ValueError(f"algo.capture must be one of {list(CAPTURE_MODES)}, got {mode!r}")
+    if mode == "auto":
+        return "graph" if device.type == "cuda" else "off"
+    if mode != "off" and device.type != "cuda":
+        warnings.warn(f"drlmpi: algo.capture={mode} needs a CUDA device, the learner is on "
+                      f"{device}: running eager updates", stacklevel=3)
+        return "off"
+    return mode
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Staging:
+    """Copies numpy rows to a device tensor, once per chunk.
+
+    On CUDA the rows go through a pinned host buffer (grown to the largest chunk seen) with a
+    ``non_blocking`` copy; an event guards the buffer, so the next chunk waits for the previous
+    copy to leave it rather than overwrite it in flight. On the CPU the rows are copied
+    directly (no pinned memory is ever allocated: :attr:`pinned` stays ``None``).
+    """
+
+    def __init__(self, width: int, device: torch.device) -> None:
+        self.width = width
+        self.device = device
+        self.pinned: torch.Tensor | None = None
+        self._event: torch.cuda.Event | None = None
+
+    def copy(self, dst: torch.Tensor, rows: np.ndarray) -> None:
+        """``dst[:] = rows`` (``dst`` a ``(n, width)`` tensor on the device, ``rows`` numpy)."""
+        n = rows.shape[0]
+        if n == 0:
+            return
+        src = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+        if self.device.type != "cuda":
+            dst.copy_(src)
+            return
+        if self.pinned is None or self.pinned.shape[0] < n:
+            if self._event is not None:
+                self._event.synchronize()
+            self.pinned = torch.empty((max(n, 1024), self.width), dtype=torch.float32, pin_memory=True)
+            self._event = torch.cuda.Event()
+        else:
+            self._event.synchronize()  # the previous chunk's copy has left the buffer
+        self.pinned[:n].copy_(src)
+        dst.copy_(self.pinned[:n], non_blocking=True)
+        self._event.record(torch.cuda.current_stream(self.device))
+
+    def to_device(self, rows: np.ndarray) -> torch.Tensor:
+        """A new ``(n, width)`` device tensor holding ``rows``."""
+        out = torch.empty((rows.shape[0], self.width), dtype=torch.float32, device=self.device)
+        self.copy(out, rows)
+        return out
+
+
+class Metrics(Mapping):
+    """An update's scalar metrics, held as one tensor until read.
+
+    Building it costs no host synchronisation: the values stay a device tensor (a snapshot,
+    never overwritten by later updates) and are converted to Python floats, all at once, on
+    the first read. It is a read-only mapping ``name -> float``, so ``metrics["loss"]``,
+    ``dict(metrics)`` and ``float(metrics["loss"])`` work as with a plain dict.
+    """
+
+    __slots__ = ("_names", "_tensor", "_floats")
+
+    def __init__(self, names: Sequence[str], values: torch.Tensor | Sequence[torch.Tensor]) -> None:
+        self._names = tuple(names)
+        if not isinstance(values, torch.Tensor):
+            values = torch.stack([v.detach().reshape(()) for v in values])
+        self._tensor = values.detach()
+        self._floats: dict[str, float] | None = None
+
+    def _resolve(self) -> dict[str, float]:
+        if self._floats is None:
+            self._floats = dict(zip(self._names, self._tensor.tolist()))
+        return self._floats
+
+    def __getitem__(self, key: str) -> float:
+        return self._resolve()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return f"Metrics({self._resolve()})"
+
+
+class CaptureError(RuntimeError):
+    """Raised inside :class:`CapturedUpdate` when a body cannot be captured (then eager)."""
+
+
+class CapturedUpdate:
+    """One update body, run eagerly for ``warmup`` calls, then captured and replayed.
+
+    ``body()`` must do a whole update on static tensors (its inputs are sampled inside it into
+    preallocated buffers; its parameters and optimizer state are updated in place) and return a
+    1-D tensor of metrics. Every call of this object is exactly ONE update:
+
+    * calls ``1..warmup``: ``body()`` eagerly (on a side stream for ``graph``, as capture needs:
+      it also lets the optimizer allocate its state);
+    * call ``warmup + 1``: capture ``body`` into a CUDA graph (or compile it), then replay once;
+    * later calls: replay.
+
+    Returns a copy of the metrics vector (one small device copy, so later replays cannot
+    overwrite what the caller keeps). If capturing or compiling raises, ONE warning line is
+    issued and every later call runs ``body()`` eagerly: a failed capture never crashes a run.
+
+    Args:
+        body: the update.
+        mode: ``graph``, ``compile`` or ``off`` (eager, e.g. on the CPU).
+        device: where the body runs.
+        name: shown in the warning (``dqn``, ``td3 critic+actor``...).
+        generators: non-default device generators the body draws from (registered with the
+            graph so each replay advances them).
+        warmup: eager calls before capturing.
+    """
+
+    def __init__(self, body: Callable[[], torch.Tensor], mode: str, device: torch.device, name: str,
+                 generators: Sequence[torch.Generator] = (), warmup: int = 3) -> None:
+        self.body = body
+        self.mode = mode
+        self.device = device
+        self.name = name
+        self.generators = tuple(generators)
+        self.warmup = warmup
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.compiled: Callable[[], torch.Tensor] | None = None
+        self.static_out: torch.Tensor | None = None
+        self.failure: str | None = None
+
+    @property
+    def captured(self) -> bool:
+        """Whether later calls replay a capture (rather than run the body eagerly)."""
+        return self.graph is not None or self.compiled is not None
+
+    def __call__(self) -> torch.Tensor:
+        self.calls += 1
+        if self.mode == "off" or self.failure is not None:
+            return self.body()
+        if self.graph is not None:
+            self.graph.replay()
+            return self.static_out.clone()
+        if self.compiled is not None:
+            return self._run_compiled()
+        if self.calls <= self.warmup:
+            return self._warm()
+        try:
+            if self.mode == "graph":
+                self._capture_graph()
+                self.graph.replay()
+                return self.static_out.clone()
+            if self.mode == "compile":
+                self.compiled = torch.compile(self.body, mode="reduce-overhead", dynamic=False)
+                return self._run_compiled()
+            raise CaptureError(f"unknown capture mode {self.mode!r}")
+        except Exception as exc:  # noqa: BLE001 (any failure: fall back, never crash)
+            return self._fall_back(exc)
+
+    def _warm(self) -> torch.Tensor:
+        if self.device.type != "cuda" or self.mode != "graph":
+            return self.body()
+        side = torch.cuda.Stream(self.device)
+        current = torch.cuda.current_stream(self.device)
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            out = self.body()
+        current.wait_stream(side)
+        return out
+
+    def _capture_graph(self) -> None:
+        if self.device.type != "cuda":
+            raise CaptureError(f"CUDA graphs need a CUDA device, the learner is on {self.device}")
+        graph = torch.cuda.CUDAGraph()
+        for gen in self.generators:
+            if not hasattr(graph, "register_generator_state"):
+                raise CaptureError("this torch cannot register a non-default generator with a graph")
+            graph.register_generator_state(gen)
+        torch.cuda.synchronize(self.device)
+        entry = torch.cuda.current_stream(self.device)
+        try:
+            with torch.cuda.graph(graph):
+                out = self.body()
+        finally:
+            # A capture that raises in capture_end skips torch's own restore of the stream.
+            torch.cuda.set_stream(entry)
+        self.graph, self.static_out = graph, out
+
+    def _run_compiled(self) -> torch.Tensor:
+        try:
+            mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
+            if mark is not None:
+                mark()
+            return self.compiled().clone()
+        except Exception as exc:  # noqa: BLE001
+            return self._fall_back(exc)
+
+    def _fall_back(self, exc: BaseException) -> torch.Tensor:
+        self.graph, self.compiled, self.static_out = None, None, None
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        self.failure = f"{type(exc).__name__}: {first}"
+        warnings.warn(f"drlmpi: capture={self.mode} failed for {self.name} ({self.failure}); "
+                      f"running eager updates", stacklevel=3)
+        if self.device.type == "cuda":
+            try:
+                torch.cuda.synchronize(self.device)
+            except Exception:  # noqa: BLE001 (an error left by the capture; the body will tell)
+                pass
+        return self.body()

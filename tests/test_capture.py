@@ -1,0 +1,178 @@
+"""CUDA-only checks of the device learner: captured updates learn exactly what eager updates
+learn, storage and sampling stay on the device, weights leave through one pinned buffer.
+
+Every test skips without a GPU (CI); ``experiments/device_check.sh`` runs them on one.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from drlmpi.algos.dqn import DQN
+from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
+from drlmpi.algos.td3 import TD3
+from drlmpi.envs import probe_spec
+from tests.conftest import CONF
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+UPDATES = 12  # 3 eager warm-up updates, the capture, and replays; TD3: both of its graphs
+
+
+def cfg_for(name: str, **overrides):
+    cfg = OmegaConf.load(CONF / "algo" / f"{name}.yaml")
+    if name != "ppo":
+        cfg.batch_size = 64
+        cfg.buffer_size = 5000
+        cfg.learning_starts = 0
+    for key, value in overrides.items():
+        cfg[key] = value
+    return cfg
+
+
+def random_rows(algo, n: int, seed: int = 0, identical: bool = False) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    layout, spec = algo.layout, algo.spec
+    rows = layout.empty(n)
+    layout.column(rows, "obs")[:] = rng.normal(size=(n, spec.obs_dim))
+    layout.column(rows, "next_obs")[:] = rng.normal(size=(n, spec.obs_dim))
+    if spec.discrete:
+        layout.column(rows, "action")[:, 0] = rng.integers(0, spec.n_actions, n)
+    else:
+        low, high = spec.action_low, spec.action_high
+        layout.column(rows, "action")[:] = rng.uniform(low, high, (n, spec.action_dim))
+    layout.column(rows, "reward")[:, 0] = rng.normal(size=n)
+    layout.column(rows, "terminated")[:, 0] = rng.random(n) < 0.2
+    layout.column(rows, "stream")[:, 0] = np.arange(n) % 4
+    if identical:  # every row the same: any sampled indices give the same minibatch
+        rows[:] = rows[0]
+    return rows
+
+
+def build(cls, spec, cfg, capture: str, rows: np.ndarray):
+    cfg = cfg.copy()
+    cfg.capture = capture
+    algo = cls(spec, cfg, device="cuda", seed=0)
+    algo.observe(rows)
+    return algo
+
+
+def run_pair(cls, spec, cfg, identical: bool = False):
+    """Eager and captured learners from the same state on the same data, ``UPDATES`` each."""
+    probe = cls(spec, cfg, device="cpu", seed=0, learner=False)
+    rows = random_rows(probe, 2000, identical=identical)
+    results = []
+    for capture in ("off", "graph"):
+        algo = build(cls, spec, cfg, capture, rows)
+        torch.manual_seed(7)  # TD3's smoothing noise: torch's default CUDA generator
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            metrics = [algo.update() for _ in range(UPDATES)]
+        torch.cuda.synchronize()
+        fallbacks = [str(w.message) for w in caught if "drlmpi:" in str(w.message)]
+        assert not fallbacks, fallbacks  # a fallback to eager would be a failure here
+        results.append((algo, metrics))
+    (eager, m_eager), (captured, m_captured) = results
+    assert captured._captures and all(r.captured and r.failure is None for r in captured._captures.values())
+    assert not eager._captures
+    return eager, captured, m_eager, m_captured
+
+
+def assert_same_state(eager, captured, atol=1e-5):
+    a, b = eager.state_dict(), captured.state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=atol, rtol=1e-4), key
+
+
+@pytest.mark.parametrize("identical", [True, False], ids=["same_minibatch", "sampled"])
+@pytest.mark.parametrize("target", ["copy", "polyak"])
+def test_dqn_graph_learns_what_eager_learns(identical, target):
+    spec = probe_spec("CartPole-v1")
+    cfg = cfg_for("dqn", target_update_every=4) if target == "copy" else cfg_for("dqn", tau=0.05)
+    eager, captured, m_eager, m_captured = run_pair(DQN, spec, cfg, identical)
+    assert eager.updates == captured.updates == UPDATES
+    assert_same_state(eager, captured)
+    for a, b in zip(m_eager, m_captured):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.parametrize("identical", [True, False], ids=["same_minibatch", "sampled"])
+def test_td3_two_graphs_learn_what_eager_learns(identical):
+    spec = probe_spec("Pendulum-v1")
+    cfg = cfg_for("td3", policy_delay=2, tau=0.05, policy_noise=0.0 if identical else 0.2)
+    eager, captured, m_eager, m_captured = run_pair(TD3, spec, cfg, identical)
+    assert set(captured._captures) == {("critic",), ("critic", "actor")}
+    assert_same_state(eager, captured)
+    for a, b in zip(m_eager, m_captured):
+        assert a["critic_loss"] == pytest.approx(b["critic_loss"], rel=1e-4, abs=1e-6)
+        assert a["actor_loss"] == pytest.approx(b["actor_loss"], rel=1e-4, abs=1e-6, nan_ok=True)
+
+
+def test_compile_mode_runs_and_learns_the_same():
+    pytest.importorskip("triton")
+    spec = probe_spec("CartPole-v1")
+    cfg = cfg_for("dqn", hidden=[64, 64])
+    rows = random_rows(DQN(spec, cfg, learner=False), 2000)
+    eager, compiled = build(DQN, spec, cfg, "off", rows), build(DQN, spec, cfg, "compile", rows)
+    for _ in range(8):
+        eager.update()
+    with warnings.catch_warnings(record=True):  # a fallback is allowed; learning must match
+        warnings.simplefilter("always")
+        for _ in range(8):
+            compiled.update()
+    assert_same_state(eager, compiled, atol=1e-4)
+
+
+def test_non_local_sync_runs_eager_on_the_device():
+    spec = probe_spec("Pendulum-v1")
+    algo = build(TD3, spec, cfg_for("td3", policy_delay=2), "graph", random_rows(
+        TD3(spec, cfg_for("td3"), learner=False), 500))
+    calls = []
+
+    def sync(name, group):
+        calls.append(name)
+        group.flat.load_grads(group.flat.grads_numpy())  # through the host, as MPI syncs do
+        group.apply_gradients()
+
+    for _ in range(4):
+        algo.checked_update(sync)
+    assert calls == ["critic", "critic", "actor", "critic", "critic", "actor"] and not algo._captures
+
+
+def test_storage_sampling_and_weights_stay_on_the_device():
+    spec = probe_spec("CartPole-v1")
+    algo = DQN(spec, cfg_for("dqn", buffer_size=1000), device="cuda", seed=0)
+    rows = random_rows(algo, 10)
+    algo.observe(rows)
+    assert algo.replay.storage.is_cuda and algo.replay.staging.pinned.is_pinned()
+    batch = algo.sample()
+    assert all(t.is_cuda for t in batch.values())
+    valid = set(np.round(rows[:, algo.layout.slices["reward"]][:, 0], 5).tolist())
+    assert set(np.round(batch["reward"].cpu().numpy(), 5).tolist()) <= valid
+    first = algo.policy.flat.params_numpy()
+    second = algo.policy.flat.params_numpy()
+    assert np.shares_memory(first, second)  # one preallocated pinned buffer, reused
+    assert np.array_equal(second, algo.policy.flat.params.cpu().numpy())
+
+
+def test_ppo_rollout_and_gae_on_the_device():
+    spec = probe_spec("CartPole-v1")
+    algo = PPO(spec, cfg_for("ppo", rollout_steps=256, batch_size=64, epochs=2), device="cuda", seed=0)
+    rows = random_rows(algo, 256)
+    rows[:, algo.layout.slices["log_prob"]] = np.log(0.5)
+    algo.observe(rows)
+    assert algo.updates_due(256) == 8
+    metrics = [algo.update() for _ in range(8)]
+    assert all(np.isfinite(m["value_loss"]) for m in metrics)
+    rng = np.random.default_rng(0)
+    n = 4096
+    args = (rng.normal(size=n), rng.normal(size=n), rng.normal(size=n),
+            (rng.random(n) < 0.05).astype(float), (rng.random(n) < 0.03).astype(float), rng.integers(0, 8, n))
+    got = gae_tensor(*[torch.as_tensor(a, dtype=torch.float32, device="cuda") for a in args], 0.99, 0.95)
+    assert np.allclose(got.cpu().numpy(), compute_gae(*args, 0.99, 0.95), atol=1e-5)
