@@ -67,6 +67,14 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
     device = str(cfg.device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device=cuda was asked for but torch sees no CUDA device: use device=cpu")
+    if device not in ("cpu", "auto", "cuda") and not device.startswith("cuda:"):
+        raise ConfigError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}")
+    if device.startswith("cuda:") and not (device[5:].isdigit()
+                                           and int(device[5:]) < torch.cuda.device_count()):
+        raise ConfigError(f"device={device} does not name one of the "
+                          f"{torch.cuda.device_count()} CUDA device(s) torch sees")
+    # Storage that cannot fit on the learner's device is refused now, with its size.
+    algo_cls.check_storage(spec, cfg.algo, resolve_device(cfg))
     return algo_cls, topology_cls, spec
 
 

@@ -104,5 +104,7 @@ def test_validate_accepts_and_refuses():
         validate(_compose("world_size=3"), world_size=1)
     with pytest.raises(ConfigError, match="env.num_envs must be >= 1"):
         validate(_compose("env.num_envs=0"), world_size=1)
+    with pytest.raises(ConfigError, match="device must be cpu, cuda, cuda:N or auto, got 'gpu'"):
+        validate(_compose("device=gpu"), world_size=1)
     with pytest.raises(ConfigError, match="cannot be imported"):
         validate(_compose("topology._target_=drlmpi.topologies.nope.Nope"), world_size=1)
