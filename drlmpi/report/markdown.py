@@ -200,7 +200,8 @@ def jobs_section(failed: list[Job], skipped: list[Job]) -> list[str]:
         out.append("")
     if skipped:
         out += [f"## Skipped launcher jobs ({len(skipped)})", "",
-                "Combinations the launcher refused before starting any rank.", ""]
+                "Jobs the launcher did not start: combinations that cannot run, or the sweep's "
+                "deadline had passed.", ""]
         out += [f"- `{' '.join(job.overrides) or '(no overrides)'}`: {job.reason}" for job in skipped]
         out.append("")
     return out

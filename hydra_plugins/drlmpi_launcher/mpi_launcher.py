@@ -25,8 +25,8 @@ the MPI library is told not to bind ranks itself (Open MPI ``--bind-to none``, M
 Resuming: a job whose run directory already holds a finished ``summary.json`` (from the same
 overrides) is not run again but recorded as ``reused``; re-running the same command with the
 same ``hydra.sweep.dir=...`` continues a sweep. ``deadline_s``: no job starts later than this
-many seconds after the sweep started; the others are recorded as skipped with that reason
-(running jobs are left to finish; ``timeout_s`` bounds them).
+many seconds after the launcher started (composing the jobs included); the others are recorded
+as skipped with that reason (running jobs are left to finish; ``timeout_s`` bounds them).
 
 Options (``hydra.launcher.<key>=...``, docs/experiments.md): ``mpiexec`` (list, default
 ``[mpiexec]``; e.g. ``[srun, --mpi=pmix]``), ``ranks_flag`` (``-n``), ``extra_args``,
@@ -243,11 +243,13 @@ def cpu_list(cpus: list[int]) -> str:
 
 
 class Scheduler:
-    """Runs prepared jobs (``cmd`` set) on a :class:`CorePool`, honouring a deadline and a
+    """Runs prepared jobs (``cmd`` set) on a :class:`CorePool`, honouring a deadline (seconds
+    after ``start``, a ``time.monotonic()`` value, by default when :meth:`run` begins) and a
     per-job timeout; ``on_change`` is called after every start and finish."""
 
     def __init__(self, pool: CorePool, pin: bool, deadline_s: float | None, timeout_s: float | None,
-                 env: dict[str, str], sweep_dir: Path, total: int, on_change: Any = None) -> None:
+                 env: dict[str, str], sweep_dir: Path, total: int, on_change: Any = None,
+                 start: float | None = None) -> None:
         self.pool = pool
         self.pin = pin
         self.deadline_s = deadline_s
@@ -256,11 +258,12 @@ class Scheduler:
         self.sweep_dir = sweep_dir
         self.total = total
         self.on_change = on_change or (lambda: None)
+        self.start = start
 
     def run(self, queue: list[SweepJob]) -> None:
         queue = list(queue)
         running: list[SweepJob] = []
-        start = time.monotonic()
+        start = time.monotonic() if self.start is None else self.start
         try:
             while queue or running:
                 changed = False
@@ -402,9 +405,11 @@ class MPILauncher(Launcher):
 
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
+        started = time.monotonic()  # deadline_s counts from here, composing the jobs included
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         total = initial_job_idx + len(job_overrides)
+        log.info(f"sweep: composing and checking {len(job_overrides)} job(s) ...")
         jobs = [self._prepare(initial_job_idx + i, list(o), sweep_dir, total)
                 for i, o in enumerate(job_overrides)]
         queue = [j for j in jobs if j.cmd]
@@ -423,7 +428,7 @@ class MPILauncher(Launcher):
                      + f" in {sweep_dir}")
             Scheduler(pool, self.pin, self.deadline_s, self.timeout_s,
                       {**os.environ, **{k: str(v) for k, v in self.env.items()}},
-                      sweep_dir, total, write).run(queue)
+                      sweep_dir, total, write, started).run(queue)
         write()
         counts = {s: sum(j.record.get("status") == s for j in jobs)
                   for s in ("ok", "reused", "failed", "skipped", "dry_run")}
