@@ -130,3 +130,11 @@ def test_timeout_kills_the_job_and_the_sweep_goes_on(tmp_path):
     assert "killed after timeout_s=0.5" in slow.record["reason"]
     assert "killed after timeout_s=0.5" in (slow.run_dir / "job.log").read_text()
     assert quick.record["status"] == "ok"
+
+
+def test_a_job_that_cannot_start_fails_and_the_others_run(tmp_path):
+    broken, fine = _job(tmp_path, 0, 1, 0.1), _job(tmp_path, 1, 1, 0.1)
+    broken.cmd = [str(tmp_path / "no-such-mpiexec"), "-n", "1"]
+    _scheduler(tmp_path, CorePool(1, [0])).run([broken, fine])
+    assert broken.record["status"] == "failed" and "cannot start" in broken.record["reason"]
+    assert fine.record["status"] == "ok"

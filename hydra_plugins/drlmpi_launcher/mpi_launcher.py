@@ -288,9 +288,11 @@ class Scheduler:
                     if slots is None:
                         continue
                     queue.remove(job)
-                    self._start(job, slots)
-                    running.append(job)
                     changed = True
+                    if self._start(job, slots):
+                        running.append(job)
+                    else:
+                        self.pool.give_back(slots)
                 if changed:
                     self.on_change()
                 else:
@@ -301,7 +303,8 @@ class Scheduler:
             if running:
                 self.on_change()
 
-    def _start(self, job: SweepJob, slots: list[int]) -> None:
+    def _start(self, job: SweepJob, slots: list[int]) -> bool:
+        """Start a job on ``slots``; ``False`` (the job recorded as failed) if it cannot start."""
         run_dir = job.run_dir
         if run_dir.exists() and self.sweep_dir.resolve() in run_dir.resolve().parents:
             shutil.rmtree(run_dir)  # an unfinished earlier attempt: start clean
@@ -318,10 +321,17 @@ class Scheduler:
         affinity = (lambda: os.sched_setaffinity(0, cpus)) if self.pin else None
         job.started = time.monotonic()
         job.record.update(status="running", started=round(time.time(), 3))
-        job.proc = subprocess.Popen(job.cmd, stdout=job.log_file, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
-                                    preexec_fn=affinity)
+        try:
+            job.proc = subprocess.Popen(job.cmd, stdout=job.log_file, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                        preexec_fn=affinity)
+        except OSError as exc:  # e.g. no mpiexec on PATH
+            job.log_file.write(f"drlmpi launcher: cannot start: {exc}\n")
+            job.record["reason"] = f"cannot start: {exc}"
+            self._finish(job, 127)
+            return False
         log.info(f"[{job.idx + 1}/{self.total}] {job.label}: {job.ranks} rank(s){where} ...")
+        return True
 
     def _kill(self, job: SweepJob, why: str) -> int:
         try:
