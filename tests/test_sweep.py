@@ -68,6 +68,16 @@ def test_dry_run_prints_the_command_it_would_submit(tmp_path):
     assert "topology=star" in job["command"] and "world_size=4" in job["command"]
 
 
+def test_a_job_whose_config_cannot_resolve_is_skipped_with_the_reason(tmp_path):
+    proc = _sweep(tmp_path, "+experiment=learning_matrix", "+experiment/pair=dqn_cartpole", "seed=0",
+                  "topology=sequential,p2p", "~world_size_by_topology.p2p",
+                  "hydra.launcher.dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    sequential, p2p = _jobs(tmp_path)
+    assert sequential["status"] == "dry_run" and sequential["ranks"] == 1
+    assert p2p["status"] == "skipped" and "world_size_by_topology" in p2p["reason"]
+
+
 def test_jobs_share_the_cores_a_rerun_reuses_them_and_the_report_reads_them(tmp_path):
     """cores=2: the two 1-rank jobs run side by side on their own CPU, each 2-rank job alone;
     the same command again (same sweep dir) runs nothing and records the jobs as reused; then

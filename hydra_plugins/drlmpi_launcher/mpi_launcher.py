@@ -53,6 +53,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 15
@@ -459,14 +460,17 @@ class MPILauncher(Launcher):
         with open_dict(cfg):
             cfg.hydra.job.id = idx
             cfg.hydra.job.num = idx
-        run_dir = sweep_dir / str(cfg.hydra.sweep.subdir)
+        try:
+            run_dir = sweep_dir / str(cfg.hydra.sweep.subdir)
+        except OmegaConfBaseException:  # it interpolates a broken value: reported just below
+            run_dir = sweep_dir / str(idx)
         job = SweepJob(idx, overrides, label, run_dir,
                        {"job": idx, "overrides": overrides, "run_dir": str(run_dir)}, cfg=cfg)
         tag = f"[{idx + 1}/{total}] {label}"
         try:
             job.ranks = job_ranks(cfg)
             validate(cfg, job.ranks)
-        except ConfigError as exc:
+        except (ConfigError, OmegaConfBaseException) as exc:  # the latter: e.g. a broken interpolation
             skip = self.invalid == "skip"
             job.record.update(status="skipped" if skip else "failed", returncode=None, reason=str(exc))
             job.status = JobStatus.COMPLETED if skip else JobStatus.FAILED
