@@ -106,6 +106,7 @@ def test_jobs_share_the_cores_a_rerun_reuses_them_and_the_report_reads_them(tmp_
     records = _jobs(tmp_path)
     assert len(records) == 4 and {r["status"] for r in records} == {"reused"}
     assert stamps() == before
+    assert [(r["started"], r["returncode"]) for r in records] == [(j["started"], 0) for j in jobs.values()]
     # Another sweep in the same directory: a job whose run dir holds other overrides' results
     # fails instead of reusing or overwriting them.
     other = _sweep(tmp_path, "topology=sequential", "seed=1,0", "hydra.launcher.dry_run=true")

@@ -534,8 +534,12 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
 
 def _write_records(path: Path, earlier: list[dict[str, Any]], current: list[dict[str, Any]]) -> None:
     """``jobs.json``: the earlier records with those of this launch's run directories replaced
-    (a resumed sweep lists each job once, with its latest outcome)."""
+    (a resumed sweep lists each job once, with its latest outcome; a reused job keeps what its
+    earlier record says of the run - command, seconds, start and end)."""
     mine = {r["run_dir"] for r in current}
+    old = {r.get("run_dir"): r for r in earlier}
+    current = [{**old[r["run_dir"]], **{k: v for k, v in r.items() if v is not None}}
+               if r.get("status") == "reused" and r["run_dir"] in old else r for r in current]
     records = [r for r in earlier if r.get("run_dir") not in mine] + current
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(records, indent=2) + "\n")
