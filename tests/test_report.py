@@ -23,26 +23,54 @@ THRESHOLD = 475.0
 TIMES = {("sequential", 1): [100.0, 120.0], ("p2p", 2): [60.0, 66.0],
          ("star", 2): [80.0, 90.0], ("star", 3): [50.0, 70.0]}
 TOPOLOGY_TARGETS = {"sequential": "Sequential", "p2p": "PointToPoint", "star": "Star"}
+# What each topology declares in summary.json: (sort key, the DQN paper's column name or None).
+DECLARED = {"sequential": (0, lambda n: "Standard"), "p2p": (10, lambda n: "2 Processes"),
+            "star": (20, lambda n: f"MP({n})"), "parameter_server": (30, lambda n: None),
+            "async": (40, lambda n: None), "allgather": (50, lambda n: None)}
+
+
+class FakeTopology:
+    """A topology class as the report asks one (summaries without the label fields, missing runs)."""
+
+    report_order = 25
+
+    @classmethod
+    def report_label(cls, topo_cfg):
+        return f"fake[{topo_cfg.get('mode', 'plain')}]"
+
+    @classmethod
+    def paper_label(cls, world_size):
+        return f"F({world_size})"
+
+    @classmethod
+    def fixed_world_size(cls):
+        return 7
 
 
 def _config_yaml(topology: str, seed: int, algo: str = "dqn", env: str = "cartpole",
-                 extra_topology: str = "", max_env_steps: int = 100000) -> str:
+                 extra_topology: str = "", max_env_steps: int = 100000, target: str | None = None) -> str:
+    target = target or f"drlmpi.topologies.{topology}.{TOPOLOGY_TARGETS.get(topology, 'X')}"
     return (f"seed: {seed}\ndevice: cpu\nthreads_per_rank: 1\nworld_size: null\n"
             f"run:\n  max_env_steps: {max_env_steps}\n  eval_every: 2000\n  stop_on_solve: true\n"
             f"algo:\n  name: {algo}\n"
             f"env:\n  name: {env}\n  id: CartPole-v1\n  reward_threshold: {THRESHOLD}\n  sim_cost_ms: 0\n"
-            f"topology:\n  _target_: drlmpi.topologies.{topology}.{TOPOLOGY_TARGETS.get(topology, 'X')}\n"
-            f"  name: {topology}\n{extra_topology}")
+            f"topology:\n  _target_: {target}\n  name: {topology}\n{extra_topology}")
 
 
 def make_run(root, name, topology, world_size, seed, train_s, *, algo="dqn", env="cartpole",
-             stats=None, solved=True, lag=None, extra_topology=""):
-    """A run directory as drlmpi writes it: summary.json, metrics.csv, .hydra/config.yaml."""
+             stats=None, solved=True, lag=None, extra_topology="", label=None, declared=True,
+             steps=None, updates=None, max_env_steps=100000, extra_config=""):
+    """A run directory as drlmpi writes it: summary.json, metrics.csv, .hydra/config.yaml.
+
+    ``declared``: the summary carries the topology's own ``topology_label`` / ``topology_order``
+    / ``paper_label`` (``label`` overrides the label); else the report must ask the class."""
     run = root / name
     (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "config.yaml").write_text(_config_yaml(topology, seed, algo, env, extra_topology))
+    (run / ".hydra" / "config.yaml").write_text(
+        _config_yaml(topology, seed, algo, env, extra_topology, max_env_steps) + extra_config)
     (run / ".hydra" / "overrides.yaml").write_text(f"- topology={topology}\n- seed={seed}\n")
-    steps = 20000 + 1000 * world_size
+    steps = steps or 20000 + 1000 * world_size
+    updates = steps // 2 if updates is None else updates
     tts = 0.9 * train_s if solved else None
     per_rank = []
     for r in range(world_size):
@@ -51,21 +79,24 @@ def make_run(root, name, topology, world_size, seed, train_s, *, algo="dqn", env
                          "simulate_s": 0.1 * train_s if (not learner or world_size == 1) else 0.0,
                          "learn_s": 0.7 * train_s if learner else 0.0,
                          "mpi_wait_s": 0.0 if world_size == 1 else 0.2 * train_s,
-                         "wall_s": train_s + 1.0, "env_steps": steps, "episodes": 100, "updates": steps // 2})
+                         "wall_s": train_s + 1.0, "env_steps": steps, "episodes": 100, "updates": updates})
     summary = {
         "solved": solved, "train_seconds_to_threshold": tts,
         "env_steps_to_threshold": steps if solved else None,
-        "updates_to_threshold": steps // 2 if solved else None,
+        "updates_to_threshold": updates if solved else None,
         "reward_threshold": THRESHOLD, "best_eval_return": 500.0 if solved else 200.0,
         "last_eval_return": 500.0 if solved else 200.0, "evaluations": 10,
         "stop_reason": "solved" if solved else "max_env_steps", "env_steps": steps, "episodes": 100,
-        "updates": steps // 2, "train_seconds": train_s, "eval_seconds": 1.0, "wall_seconds": train_s + 1.0,
-        "env_steps_per_s": steps / train_s, "updates_per_s": steps / 2 / train_s,
+        "updates": updates, "train_seconds": train_s, "eval_seconds": 1.0, "wall_seconds": train_s + 1.0,
+        "env_steps_per_s": steps / train_s, "updates_per_s": updates / train_s,
         "mpi_wait_share": 0.0 if world_size == 1 else 0.2, "policy_lag_mean": lag,
         "topology_stats": stats or {}, "algo": algo, "env_id": "CartPole-v1", "env": env,
         "topology": topology, "world_size": world_size, "seed": seed, "sim_cost_ms": 0.0, "num_envs": 1,
         "device": "cpu", "threads_per_rank": 1, "run_dir": str(run), "per_rank": per_rank,
     }
+    if declared:
+        order, paper = DECLARED.get(topology, (99, lambda n: None))
+        summary.update(topology_label=label or topology, topology_order=order, paper_label=paper(world_size))
     (run / "summary.json").write_text(json.dumps(summary))
     with open(run / "metrics.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -83,12 +114,12 @@ def make_run(root, name, topology, world_size, seed, train_s, *, algo="dqn", env
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     """A sweep folder: runs nested two levels deep (as Hydra multirun does), one partial run,
-    a star[gradients] variant and a jobs.json with one failed job."""
+    a topology without a paper column and a jobs.json with one failed job."""
     root = tmp_path_factory.mktemp("synthetic") / "sweep"
     for (topology, ws), times in TIMES.items():
         for seed, t in enumerate(times):
             make_run(root / f"{topology}_{ws}", str(seed), topology, ws, seed, t)
-    make_run(root, "grad_2", "star", 2, 0, 200.0, stats={"payload": "gradients", "rounds": 10})
+    make_run(root, "grad_2", "parameter_server", 2, 0, 200.0, stats={"rounds": 10})
     partial = root / "star_3" / "2"
     (partial / ".hydra").mkdir(parents=True)
     (partial / ".hydra" / "config.yaml").write_text(_config_yaml("star", 7))
@@ -128,7 +159,7 @@ def _table(out):
 def test_table_has_every_key_and_correct_speedups(sweep_out):
     out = sweep_out
     rows = _table(out)
-    expected = {("cartpole", "dqn", t, ws) for t, ws in TIMES} | {("cartpole", "dqn", "star[gradients]", 2)}
+    expected = {("cartpole", "dqn", t, ws) for t, ws in TIMES} | {("cartpole", "dqn", "parameter_server", 2)}
     assert set(rows) == expected
     seq = np.mean(TIMES[("sequential", 1)])
     for (topology, ws), times in TIMES.items():
@@ -141,7 +172,8 @@ def test_table_has_every_key_and_correct_speedups(sweep_out):
         assert float(row["threshold_s_mean"]) == pytest.approx(0.9 * np.mean(times))
         assert float(row["speedup_threshold"]) == pytest.approx(seq / np.mean(times))
         assert float(row["efficiency_threshold"]) == pytest.approx(seq / np.mean(times) / ws)
-    assert float(rows[("cartpole", "dqn", "star[gradients]", 2)]["speedup_fixed"]) == pytest.approx(seq / 200)
+    server = rows[("cartpole", "dqn", "parameter_server", 2)]
+    assert float(server["speedup_fixed"]) == pytest.approx(seq / 200)
     assert len(list(csv.DictReader(open(out / "runs.csv")))) == 2 * len(TIMES) + 1
 
 
@@ -158,7 +190,7 @@ def test_markdown_lists_missing_and_failed_runs_and_paper_layout(sweep, sweep_ou
     assert "Skipped launcher jobs (1)" in text and "needs exactly 2 ranks" in text
     lines = text.splitlines()
     assert "|  | Standard | 2 Processes | MP(2) | MP(3) |" in lines
-    assert "|  | Standard | star[gradients](2) |" in lines
+    assert "|  | Standard | parameter_server(2) |" in lines
     seq = np.mean(TIMES[("sequential", 1)])
     t_row = lines[lines.index("|  | Standard | 2 Processes | MP(2) | MP(3) |") + 2]
     speed_row = lines[lines.index("|  | Standard | 2 Processes | MP(2) | MP(3) |") + 3]
@@ -179,7 +211,7 @@ def test_default_out_is_first_path_slash_report(tmp_path, capsys):
     run = make_run(tmp_path / "runs", "only", "sequential", 1, 0, 10.0)
     partial = tmp_path / "runs" / "partial"
     (partial / ".hydra").mkdir(parents=True)
-    (partial / ".hydra" / "config.yaml").write_text(_config_yaml("p2p", 3))
+    (partial / ".hydra" / "config.yaml").write_text(_config_yaml("p2p", 3).replace("null", "2"))
     assert main([str(tmp_path / "runs")]) == 0
     assert (tmp_path / "runs" / "report" / "report.md").is_file()
     printed = capsys.readouterr().out
@@ -190,19 +222,41 @@ def test_default_out_is_first_path_slash_report(tmp_path, capsys):
     assert main([str(tmp_path / "runs")]) == 0 and run.is_dir()
 
 
-def test_no_baseline_says_na_and_variants_are_labelled(tmp_path):
+def test_no_baseline_says_na_and_labels_come_from_the_topologies(tmp_path):
     root = tmp_path / "runs"
     make_run(root, "a", "star", 3, 0, 50.0, algo="ppo")
-    make_run(root, "b", "allgather", 2, 0, 40.0, algo="ppo", stats={"reduce": "allgather"})
-    make_run(root, "c", "async", 3, 0, 30.0, algo="ppo", stats={"utd_mode": "free"}, lag=3.5)
-    # the variant read from the config when topology_stats lacks it
-    make_run(root, "d", "star", 2, 0, 30.0, algo="ppo", extra_topology="  payload: gradients\n")
-    rows = _table(build_report([root], tmp_path / "out").out)
-    assert {k[2] for k in rows} == {"star", "allgather[allgather]", "async[free]", "star[gradients]"}
+    make_run(root, "b", "allgather", 2, 0, 40.0, algo="ppo", label="allgather[allgather]")
+    make_run(root, "c", "async", 3, 0, 30.0, algo="ppo", label="async[free]", lag=3.5)
+    # no label fields in the summary: the class named by topology._target_ is asked ...
+    fake = "tests.test_report.FakeTopology"
+    make_run(root, "d", "fake", 2, 0, 30.0, algo="ppo", declared=False,
+             extra_topology="  mode: turbo\n", extra_config="")
+    (root / "d" / ".hydra" / "config.yaml").write_text(
+        _config_yaml("fake", 0, "ppo", extra_topology="  mode: turbo\n", target=fake))
+    # ... and a class that cannot be imported leaves the plain name
+    make_run(root, "e", "gone", 2, 0, 30.0, algo="ppo", declared=False)
+    report = build_report([root], tmp_path / "out")
+    rows = _table(report.out)
+    assert {k[2] for k in rows} == {"star", "allgather[allgather]", "async[free]", "fake[turbo]", "gone"}
     for row in rows.values():
         assert row["speedup_fixed"] == "n/a (no sequential run)"
         assert row["efficiency_threshold"] == "n/a (no sequential run)"
     assert float(rows[("cartpole", "ppo", "async[free]", 3)]["policy_lag_mean"]) == 3.5
+    # rows in the topologies' own order: star 20, fake 25, async 40, allgather 50, unknown last
+    assert [g.topology for g in report.groups] == ["star", "fake[turbo]", "async[free]",
+                                                   "allgather[allgather]", "gone"]
+    assert [g.paper for g in report.groups] == ["MP(3)", "F(2)", None, None, None]
+
+
+def test_missing_run_asks_the_topology_class(tmp_path):
+    partial = tmp_path / "runs" / "p"
+    (partial / ".hydra").mkdir(parents=True)
+    (partial / ".hydra" / "config.yaml").write_text(
+        _config_yaml("fake", 4, target="tests.test_report.FakeTopology").replace(
+            "world_size: null", "world_size: ${by_topology.${topology.name}}"))
+    make_run(tmp_path / "runs", "s", "sequential", 1, 0, 10.0)
+    (missing,) = build_report([tmp_path / "runs"], tmp_path / "out").runset.missing
+    assert (missing.topology, missing.world_size, missing.seed) == ("fake[plain]", 7, 4)
 
 
 def test_unsolved_runs_are_left_out_of_time_to_threshold(tmp_path):
@@ -243,3 +297,100 @@ def test_mean_curve_holds_last_value_and_starts_when_all_have():
                              (np.array([2.0, 4.0]), np.array([0.0, 40.0]))])
     assert grid.tolist() == [2.0, 3.0, 4.0]
     assert mean.tolist() == [10.0, 15.0, 35.0]
+
+
+def _partial(root, name, topology, world_size, seed, extra=""):
+    """A run directory that never wrote summary.json (crashed or killed)."""
+    run = root / name
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text(
+        _config_yaml(topology, seed).replace("world_size: null", f"world_size: {world_size}") + extra)
+    return run
+
+
+def test_learning_table_medians_ranges_and_budget(tmp_path):
+    """The learning-matrix table: solved/run, median [min-max] steps and seconds to threshold,
+    the budget verdict (with missing runs) and the speedup of median times."""
+    root, budget = tmp_path / "lm", "budget_env_steps: 50000\n"
+    cells = {  # (topology, ranks) -> [(steps to threshold or None if unsolved, train seconds)]
+        ("sequential", 1): [(30000, 40.0), (35000, 50.0), (40000, 60.0)],
+        ("p2p", 2): [(45000, 30.0), (48000, 32.0)],
+        ("star", 3): [(20000, 20.0), (60000, 40.0), (None, 80.0)],
+        ("async", 3): [(40000, 30.0), (None, 90.0)],
+    }
+    for (topology, ws), seeds in cells.items():
+        for seed, (steps, secs) in enumerate(seeds):
+            make_run(root, f"{topology}_{seed}", topology, ws, seed, secs, solved=steps is not None,
+                     steps=steps or 100000, extra_config=budget)
+    _partial(root, "p2p_9", "p2p", 2, 9, budget)
+    _partial(root, "async_9", "async", 3, 9, budget)
+    _partial(root, "allgather_0", "allgather", 3, 0, budget)
+    report = build_report([root], tmp_path / "out")
+    rows = _table(report.out)
+    seq, p2p = rows[("cartpole", "dqn", "sequential", 1)], rows[("cartpole", "dqn", "p2p", 2)]
+    star, asy = rows[("cartpole", "dqn", "star", 3)], rows[("cartpole", "dqn", "async", 3)]
+    assert (seq["solved"], seq["n"], seq["missing"]) == ("3", "3", "0")
+    assert float(seq["threshold_steps_median"]) == 35000 and float(seq["threshold_s_max"]) == 0.9 * 60
+    assert seq["budget_env_steps"] == "50000" and seq["budget_source"] == "budget_env_steps"
+    assert seq["budget_met"] == "yes"
+    assert p2p["missing"] == "1" and p2p["budget_met"] == "yes"  # 45k, 48k, ?: median <= 48k
+    assert star["budget_met"] == "no"            # 20k, 60k, never: median 60k > 50k
+    assert asy["budget_met"] == "incomplete"     # 40k, never, ?: depends on the missing run
+    assert float(star["threshold_steps_median"]) == 40000
+    assert float(star["speedup_threshold_median"]) == pytest.approx((0.9 * 50) / (0.9 * 30))
+    text = (report.out / "report.md").read_text()
+    assert "## Learning: solved runs, steps and time to threshold" in text
+    lines = text.splitlines()
+    assert "| cartpole | dqn | star | 3 | 2/3 | 40k [20k-60k] | 27.0 [18.0-36.0] | 50k | no | 1.67 |" in lines
+    assert ("| cartpole | dqn | p2p | 2 | 2/2 (+1 missing) | 46k [45k-48k] | 27.9 [27.0-28.8] | 50k | yes "
+            "| 1.61 |") in lines
+    assert "| cartpole | dqn | allgather | 3 | 0/0 (+1 missing) | - | - | - | incomplete | - |" in lines
+
+
+def test_learning_budget_defaults_to_the_runs_own(tmp_path):
+    root = tmp_path / "runs"
+    make_run(root, "s", "sequential", 1, 0, 10.0, steps=90000, max_env_steps=80000)
+    row = _table(build_report([root], tmp_path / "out").out)[("cartpole", "dqn", "sequential", 1)]
+    assert (row["budget_env_steps"], row["budget_source"], row["budget_met"]) == \
+        ("80000", "run.max_env_steps", "no")
+
+
+def test_throughput_table_speedup_and_raw_stepping_ceiling(tmp_path):
+    root = tmp_path / "tp"
+    for name, algo, topology, ws, secs in [("d1", "dqn", "sequential", 1, 100.0),
+                                          ("d2", "dqn", "allgather", 2, 40.0),
+                                          ("r1", "random", "sequential", 1, 10.0),
+                                          ("r2", "random", "allgather", 2, 5.0)]:
+        make_run(root, name, topology, ws, 0, secs, algo=algo, env="lunarlander", solved=False,
+                 steps=10000, updates=0 if algo == "random" else None)
+    report = build_report([root], tmp_path / "out")
+    rows = _table(report.out)
+    dqn2 = rows[("lunarlander", "dqn", "allgather", 2)]
+    assert float(dqn2["speedup_throughput"]) == pytest.approx(2.5)
+    assert float(dqn2["efficiency_throughput"]) == pytest.approx(1.25)
+    assert float(dqn2["ceiling_env_steps_per_s"]) == pytest.approx(2000)
+    assert float(rows[("lunarlander", "dqn", "sequential", 1)]["ceiling_env_steps_per_s"]) == 1000
+    assert float(rows[("lunarlander", "random", "allgather", 2)]["speedup_throughput"]) == 2.0
+    text = (report.out / "report.md").read_text()
+    assert "| lunarlander | dqn | allgather | 2 | 1 | 250 | 125.0 | 2.50 | 1.25 | 2,000 | 20% |" \
+        in text.splitlines()
+
+
+def test_report_code_names_no_topology():
+    """Labels, order and paper names come from the runs and topology classes, never from names
+    written into drlmpi.report (docstrings and the documented --baseline default aside)."""
+    import ast
+    import re
+
+    names = re.compile(r"\b(p2p|star|async|allgather|parameter_server|sequential|gradients)\b")
+    for path in sorted((REPO / "drlmpi" / "report").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                found = set(names.findall(node.value))
+                if path.name in ("__init__.py", "__main__.py"):  # the --baseline default
+                    found -= {"sequential"}
+                assert not found, f"{path.name}: topology name in {node.value!r}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -67,13 +68,145 @@ def test_dry_run_prints_the_command_it_would_submit(tmp_path):
     assert "topology=star" in job["command"] and "world_size=4" in job["command"]
 
 
-def test_presets_compose_into_the_source_documents_studies(tmp_path):
-    proc = _sweep(tmp_path, "+experiment=dqn_paper_cartpole", "hydra.launcher.dry_run=true")
+def test_a_job_whose_config_cannot_resolve_is_skipped_with_the_reason(tmp_path):
+    proc = _sweep(tmp_path, "+experiment=learning_matrix", "+experiment/pair=dqn_cartpole", "seed=0",
+                  "topology=sequential,p2p", "~world_size_by_topology.p2p",
+                  "hydra.launcher.dry_run=true")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    ran = sorted((j["overrides"][0], j["ranks"]) for j in _jobs(tmp_path) if j["status"] == "dry_run")
-    # Standard, 2 Processes, MP(2)..MP(5): the columns of the paper's tables.
-    assert ran == [("topology=p2p", 2), ("topology=sequential", 1), ("topology=star", 2),
-                   ("topology=star", 3), ("topology=star", 4), ("topology=star", 5)]
+    sequential, p2p = _jobs(tmp_path)
+    assert sequential["status"] == "dry_run" and sequential["ranks"] == 1
+    assert p2p["status"] == "skipped" and "world_size_by_topology" in p2p["reason"]
+
+
+def test_jobs_share_the_cores_a_rerun_reuses_them_and_the_report_reads_them(tmp_path):
+    """cores=2: the two 1-rank jobs run side by side on their own CPU, each 2-rank job alone;
+    the same command again (same sweep dir) runs nothing and records the jobs as reused; then
+    python -m drlmpi.report on the sweep."""
+    args = ["hydra.launcher.cores=2", "topology=sequential,p2p", "seed=0,1", "run.max_env_steps=2000",
+            "run.eval_every=1000", "run.progress_every_s=0", "algo.learning_starts=200",
+            "run.stop_on_solve=false"]
+    proc = _sweep(tmp_path, *args)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = {(j["overrides"][0], j["overrides"][1]): j for j in _jobs(tmp_path)}
+    assert [j["status"] for j in jobs.values()] == ["ok"] * 4
+    seq0, seq1 = jobs[("topology=sequential", "seed=0")], jobs[("topology=sequential", "seed=1")]
+    assert seq0["started"] < seq1["ended"] and seq1["started"] < seq0["ended"], "not side by side"
+    assert {seq0["cpus"], seq1["cpus"]} == {str(c) for c in sorted(os.sched_getaffinity(0))[:2]}
+    p2p = [j for key, j in jobs.items() if key[0] == "topology=p2p"]
+    assert all(j["command"][:5] == ["mpiexec", "-n", "2", "-bind-to", "none"] for j in p2p)
+    for j in p2p:  # a 2-rank job takes both cores: nothing beside it
+        assert not any(o is not j and o["started"] < j["ended"] and j["started"] < o["ended"]
+                       for o in jobs.values())
+    def stamps() -> list[int]:
+        return [(Path(j["run_dir"]) / "summary.json").stat().st_mtime_ns for j in jobs.values()]
+
+    before = stamps()
+    again = _sweep(tmp_path, *args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    records = _jobs(tmp_path)
+    assert len(records) == 4 and {r["status"] for r in records} == {"reused"}
+    assert stamps() == before
+    assert [(r["started"], r["returncode"]) for r in records] == [(j["started"], 0) for j in jobs.values()]
+    # Another sweep in the same directory: a job whose run dir holds other overrides' results
+    # fails instead of reusing or overwriting them.
+    other = _sweep(tmp_path, "topology=sequential", "seed=1,0", "hydra.launcher.dry_run=true")
+    assert other.returncode != 0
+    clash = next(r for r in _jobs(tmp_path) if r["overrides"] == ["topology=sequential", "seed=1"])
+    assert clash["status"] == "failed" and "holds a finished run of other overrides" in clash["reason"]
+    _check_report(tmp_path, jobs)
+
+
+def _check_report(tmp_path, jobs: dict) -> None:
+    out = tmp_path / "report"
+    report = subprocess.run([sys.executable, "-m", "drlmpi.report", str(tmp_path / "sweep"),
+                             "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    with open(out / "table.csv") as f:
+        rows = {(r["topology"], int(r["world_size"])): r for r in csv.DictReader(f)}
+    assert set(rows) == {("sequential", 1), ("p2p", 2)}
+    train: dict[str, list[float]] = {}
+    for job in jobs.values():
+        summary = json.loads((Path(job["run_dir"]) / "summary.json").read_text())
+        train.setdefault(summary["topology"], []).append(summary["train_seconds"])
+    assert int(rows[("p2p", 2)]["n"]) == 2
+    speedup = float(rows[("p2p", 2)]["speedup_fixed"])
+    assert speedup == pytest.approx(sum(train["sequential"]) / sum(train["p2p"]), rel=1e-2)
+    assert float(rows[("sequential", 1)]["speedup_fixed"]) == 1.0
+    text = (out / "report.md").read_text()
+    assert "Standard" in text  # the DQN paper's layout, its other names as the topologies declare
+    if json.loads((Path(jobs[("topology=p2p", "seed=0")]["run_dir"]) / "summary.json").read_text()).get(
+            "paper_label"):
+        assert "2 Processes" in text
+    assert "## Learning: solved runs" in text and "## Throughput" in text
+    for png in ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+
+
+# Every preset: (overrides narrowing its sweep, jobs, jobs that run, {reason of a skipped job:
+# how many}, jobs of the whole sweep). The two largest are narrowed to one seed / one regime to
+# keep the test short (composing a job costs ~0.2 s); the whole sweep's size is checked on the
+# preset's own parameters.
+PRESETS = {
+    "dqn_paper_cartpole": ([], 15, 6, {"topology=sequential needs exactly 1 rank": 4,
+                                       "topology=p2p needs exactly 2 ranks": 4,
+                                       "topology=star needs at least 2 ranks": 1}, 15),
+    "dqn_paper_lunarlander": ([], 15, 6, {"topology=sequential needs exactly 1 rank": 4,
+                                          "topology=p2p needs exactly 2 ranks": 4,
+                                          "needs at least 2 ranks": 1}, 15),
+    "td3_slides_pendulum": ([], 24, 16, {"topology=sequential needs exactly 1 rank": 6,
+                                         "needs at least 2 ranks": 2}, 24),
+    "ppo_tetris_grid": ([], 12, 12, {}, 12),
+    "learning_matrix": (["seed=0"], 36, 36, {}, 108),
+    "topology_throughput": (["env.sim_cost_ms=5"], 40, 28, {"topology=sequential needs exactly 1 rank": 8,
+                                                            "topology=star needs at least 2 ranks": 2,
+                                                            "topology=async needs at least 2 ranks": 2}, 120),
+}
+
+
+def test_every_preset_is_covered():
+    assert {p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml")} == set(PRESETS)
+
+
+def _sweep_size(preset: str) -> int:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from drlmpi.__main__ import _launch_time_resolver
+
+    OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
+    return math.prod(len(str(v).split(",")) for v in cfg.hydra.sweeper.params.values())
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_presets_compose_into_their_studies(tmp_path, preset):
+    narrow, total, runs, skipped, whole = PRESETS[preset]
+    assert _sweep_size(preset) == whole
+    proc = _sweep(tmp_path, f"+experiment={preset}", *narrow, "hydra.launcher.dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = _jobs(tmp_path)
+    assert len(jobs) == total and sum(j["status"] == "dry_run" for j in jobs) == runs
+    reasons = [j["reason"] for j in jobs if j["status"] == "skipped"]
+    assert len(reasons) == total - runs
+    for text, count in skipped.items():
+        assert sum(text in r for r in reasons) == count, (text, reasons)
+    if preset.startswith("dqn_paper"):  # Standard, 2 Processes, MP(2)..MP(5)
+        ran = sorted((j["overrides"][0], j["ranks"]) for j in jobs if j["status"] == "dry_run")
+        assert ran == [("topology=p2p", 2), ("topology=sequential", 1), ("topology=star", 2),
+                       ("topology=star", 3), ("topology=star", 4), ("topology=star", 5)]
+    if preset == "learning_matrix":  # 6 pairs x 6 topologies (x 3 seeds), each at its world size
+        ranks = {o.split("=")[1]: j["ranks"] for j in jobs for o in j["overrides"]
+                 if o.startswith("topology=")}
+        assert ranks == {"sequential": 1, "p2p": 2, "star": 3, "parameter_server": 3, "async": 3,
+                         "allgather": 3}
+        pairs = {o for j in jobs for o in j["overrides"] if o.startswith("+experiment/pair=")}
+        assert len(pairs) == 6
+    if preset == "topology_throughput":
+        ran = [j for j in jobs if j["status"] == "dry_run"]
+        assert sum("algo=random" in j["overrides"] for j in ran) == 14  # the raw-stepping ceiling
+        assert max(j["ranks"] for j in ran) == 16
 
 
 def test_sweeping_process_never_initialises_mpi():
@@ -81,6 +214,7 @@ def test_sweeping_process_never_initialises_mpi():
             "from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher, job_ranks\n"
             "from drlmpi.run import validate\n"
             "import drlmpi.topologies.star, drlmpi.topologies.asynchronous, drlmpi.topologies.allgather\n"
+            "import drlmpi.algos.random_policy, drlmpi.report\n"
             "assert 'mpi4py.MPI' not in sys.modules, 'MPI imported'\n")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
@@ -92,31 +226,3 @@ def test_world_size_alone_relaunches_under_mpiexec(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "starting mpiexec -n 2" in proc.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2
-
-
-def test_sweep_then_report_tables_and_plots(tmp_path):
-    """Two topologies x two sizes with tiny budgets, then python -m drlmpi.report on the sweep."""
-    proc = _sweep(tmp_path, "topology=sequential,p2p", "world_size=1,2", "run.max_env_steps=1200",
-                  "run.eval_every=400", "run.progress_every_s=0", "algo.learning_starts=200",
-                  "run.stop_on_solve=false")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = tmp_path / "report"
-    report = subprocess.run([sys.executable, "-m", "drlmpi.report", str(tmp_path / "sweep"),
-                             "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert report.returncode == 0, report.stderr[-3000:]
-    with open(out / "table.csv") as f:
-        rows = {(r["topology"], int(r["world_size"])): r for r in csv.DictReader(f)}
-    assert set(rows) == {("sequential", 1), ("p2p", 2)}  # every job that could run; 2 skipped
-    runs = {}
-    for job in _jobs(tmp_path):
-        if job["status"] == "ok":
-            summary = json.loads((Path(job["run_dir"]) / "summary.json").read_text())
-            runs[summary["topology"]] = summary["train_seconds"]
-    speedup = float(rows[("p2p", 2)]["speedup_fixed"])
-    assert speedup == pytest.approx(runs["sequential"] / runs["p2p"], rel=1e-2)
-    assert float(rows[("sequential", 1)]["speedup_fixed"]) == 1.0
-    text = (out / "report.md").read_text()
-    assert "Standard" in text and "2 Processes" in text  # the DQN paper's layout
-    for png in ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png"):
-        data = (out / png).read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000

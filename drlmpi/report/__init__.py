@@ -75,7 +75,7 @@ def build_report(paths: list[Path], out: Path | None = None, baseline: str = "se
                           + (f" ({'; '.join(runset.warnings)})" if runset.warnings else ""))
     out = Path(out) if out is not None else paths[0] / "report"
     out.mkdir(parents=True, exist_ok=True)
-    groups = group_runs(runset.runs)
+    groups = group_runs(runset.runs, runset.missing)
     rows = build_table(groups, baseline)
     baselines = find_baselines(groups, baseline)
     files = [out / "report.md", out / "table.csv", out / "runs.csv"]

@@ -2,8 +2,9 @@
 
 ``hydra_plugins/drlmpi_launcher`` writes ``jobs.json``: a list of
 ``{"overrides": [...], "returncode": int | null, "run_dir": str, "log_tail": str, ...}``, plus
-``status`` (``ok`` / ``failed`` / ``skipped`` / ``dry_run``), ``reason`` (why a job was
-skipped) and ``ranks`` when it knows them. Each job's stdout and stderr go to
+``status`` (``ok`` / ``failed`` / ``skipped`` / ``reused`` / ``dry_run``, and ``queued`` /
+``running`` while the sweep goes on), ``reason`` (why a job was skipped or reused) and
+``ranks`` when it knows them. Each job's stdout and stderr go to
 ``<run_dir>/job.log``, whose first line is ``$ <the command>``.
 """
 

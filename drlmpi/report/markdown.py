@@ -1,4 +1,5 @@
-"""``report.md``: the main table, the DQN paper's runtime-table layout, missing runs, failed jobs."""
+"""``report.md``: the main table, the learning and throughput tables, the DQN paper's runtime-table
+layout, missing runs, failed jobs."""
 
 from __future__ import annotations
 
@@ -48,6 +49,73 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def fmt_steps(value: Any) -> str:
+    """Env steps compactly: 850, 5.1k, 35k, 1.20M."""
+    if value is None or isinstance(value, str):
+        return "-" if value is None else value
+    value = float(value)
+    if value >= 1e6:
+        return f"{value / 1e6:.2f}M"
+    if value >= 1e4:
+        return f"{value / 1e3:.0f}k"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f}k"
+    return f"{value:.0f}"
+
+
+def spread(row: dict[str, Any], key: str, show: Any) -> str:
+    """``median [min-max]`` of ``<key>_median``/``_min``/``_max`` (``-`` without values)."""
+    median, low, high = row[f"{key}_median"], row[f"{key}_min"], row[f"{key}_max"]
+    if median is None:
+        return "-"
+    return f"{show(median)} [{show(low)}-{show(high)}]" if low != high else show(median)
+
+
+LEARNING_HEADER = ["env", "algo", "topology", "ranks", "solved/run",
+                   "steps to threshold: median [min-max]", "s to threshold: median [min-max]",
+                   "budget (steps)", "budget met", "speedup to threshold (medians)"]
+
+
+def learning_table(groups: list[Group], missing: list[MissingRun]) -> list[str]:
+    """One row per cell: solved runs, steps and seconds to threshold, the budget verdict. Cells
+    with only missing runs get a row too."""
+    rows, seen = [], set()
+    for g in groups:
+        r = g.row
+        seen.add(g.key)
+        solved = f"{r['solved']}/{r['n']}" + (f" (+{r['missing']} missing)" if r["missing"] else "")
+        budget = fmt_steps(r["budget_env_steps"])
+        if r["budget_env_steps"] is not None and r["budget_source"] != "budget_env_steps":
+            budget += " (run)"
+        rows.append([g.env, g.algo, g.topology, str(g.world_size), solved,
+                     spread(r, "threshold_steps", fmt_steps),
+                     spread(r, "threshold_s", lambda v: f"{v:,.1f}"), budget, r["budget_met"],
+                     fmt(r["speedup_threshold_median"], 2)])
+    lost: dict[tuple, int] = defaultdict(int)
+    for m in missing:
+        key = (m.env, m.algo, m.topology, m.world_size)
+        if key not in seen:
+            lost[key] += 1
+    for (env, algo, topology, ws), count in sorted(lost.items(), key=str):
+        rows.append([env, algo, topology, "?" if ws is None else str(ws), f"0/0 (+{count} missing)",
+                     "-", "-", "-", "incomplete", "-"])
+    return table(LEARNING_HEADER, rows)
+
+
+THROUGHPUT_COLUMNS: list[tuple[str, str, Any]] = [
+    ("env", "env", None), ("algo", "algo", None), ("topology", "topology", None),
+    ("world_size", "ranks", None), ("n", "n", None), ("env_steps_per_s", "env steps/s", 0),
+    ("updates_per_s", "updates/s", 1), ("speedup_throughput", "speedup", 2),
+    ("efficiency_throughput", "efficiency", 2), ("ceiling_env_steps_per_s", "raw-stepping ceiling", 0),
+    ("mpi_wait_share", "MPI wait", "%"),
+]
+
+
+def throughput_table(groups: list[Group]) -> list[str]:
+    return table([h for _, h, _ in THROUGHPUT_COLUMNS],
+                 [[fmt(g.row[k], d) for k, _, d in THROUGHPUT_COLUMNS] for g in groups])
+
+
 def main_table(groups: list[Group]) -> list[str]:
     return table([h for _, h, _ in MAIN_COLUMNS],
                  [[fmt(g.row[k], d) for k, _, d in MAIN_COLUMNS] for g in groups])
@@ -70,10 +138,12 @@ def paper_tables(groups: list[Group], baselines: dict, baseline: str) -> list[st
     for g in groups:
         by_pair[g.pair].append(g)
     out = ["## Runtime tables in the DQN paper's layout", "",
-           f"`Standard` = {baseline} on the fewest ranks, `2 Processes` = p2p, `MP(n)` = star with n "
-           "ranks (1 learner + n-1 simulators); other topologies are columns `label(ranks)` of the "
-           "second table. `t(s)` = mean training seconds (fixed budget), `Speedup` = Standard's t(s) / "
-           "t(s); the threshold rows use the solved runs only.", ""]
+           f"`Standard` = {baseline} on the fewest ranks; the other columns of the first table are "
+           "the topologies that name a column of the paper's table (`2 Processes`: 1 learner and 1 "
+           "simulator exchanging point to point, `MP(n)`: 1 learner and n-1 simulators); the others "
+           "are columns `label(ranks)` of the second table. `t(s)` = mean training seconds (fixed "
+           "budget), `Speedup` = Standard's t(s) / t(s); the threshold rows use the solved runs only.",
+           ""]
     for (env, algo), pair_groups in by_pair.items():
         main, other = paper_columns(pair_groups, baselines)
         out += [f"### {env} / {algo}", ""]
@@ -130,7 +200,8 @@ def jobs_section(failed: list[Job], skipped: list[Job]) -> list[str]:
         out.append("")
     if skipped:
         out += [f"## Skipped launcher jobs ({len(skipped)})", "",
-                "Combinations the launcher refused before starting any rank.", ""]
+                "Jobs the launcher did not start: combinations that cannot run, or the sweep's "
+                "deadline had passed.", ""]
         out += [f"- `{' '.join(job.overrides) or '(no overrides)'}`: {job.reason}" for job in skipped]
         out.append("")
     return out
@@ -152,6 +223,22 @@ def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
         out += ["**Comparability warnings**: the means and speedups above mix runs whose settings "
                 "differ:", ""]
         out += [f"- {n}" for n in notes] + [""]
+    if groups or runset.missing:
+        out += ["## Learning: solved runs, steps and time to threshold", "",
+                "Per cell: solved runs / complete runs (+ run directories without a summary); steps "
+                "and training seconds to the reward threshold over the solved runs, median [min-max]; "
+                "the budget is the study's `budget_env_steps`, else the run's `run.max_env_steps` "
+                "(`(run)`); budget met = the median steps to threshold, an unsolved run counting as "
+                f"never, is within it; speedup = {baseline}'s median seconds to threshold / this "
+                "cell's.", ""]
+        out += learning_table(groups, runset.missing) + [""]
+    if groups:
+        out += ["## Throughput", "",
+                f"Mean env steps/s and updates/s over training time; speedup = env steps/s / {baseline}'s "
+                "(same env and algo), efficiency = speedup / ranks; raw-stepping ceiling = the "
+                "highest env steps/s at this env and world size among runs that never updated "
+                "(`algo=random`).", ""]
+        out += throughput_table(groups) + [""]
     if groups:
         out += paper_tables(groups, baselines, baseline)
     out += ["## Plots", ""]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
-from drlmpi.report.tables import TOPOLOGY_ORDER, Group
+from drlmpi.report.tables import Group
 
 PLOT_FILES = ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png")
 LINESTYLES = ["-", "--", ":", "-."]
@@ -25,12 +25,19 @@ BREAKDOWN = [("simulate", "simulate_s", "tab:blue"), ("learn", "learn_s", "tab:o
 DPI = 110
 
 
+_COLORS: dict[str, str] = {}
+
+
+def assign_colors(groups: list[Group]) -> None:
+    """One colour per topology label, in topology order, the same in every plot of a report."""
+    labels = sorted({(g.order, g.topology) for g in groups})
+    _COLORS.clear()
+    for _, label in labels:
+        _COLORS.setdefault(label, f"C{len(_COLORS) % 10}")
+
+
 def topology_color(label: str) -> str:
-    """One colour per topology label, the same in every plot."""
-    palette = [f"C{i}" for i in range(10)]
-    if label in TOPOLOGY_ORDER:
-        return palette[TOPOLOGY_ORDER.index(label) % 10]
-    return palette[(len(TOPOLOGY_ORDER) + sum(map(ord, label))) % 10]
+    return _COLORS.get(label) or f"C{sum(map(ord, label)) % 10}"
 
 
 def by_pair(groups: list[Group]) -> dict[tuple[str, str], list[Group]]:
@@ -212,6 +219,7 @@ def plot_breakdown(groups: list[Group], path: Path) -> None:
 
 def write_plots(groups: list[Group], baselines: dict, baseline: str, out: Path) -> list[Path]:
     paths = [out / name for name in PLOT_FILES]
+    assign_colors(groups)
     plot_returns(groups, paths[0], 0, "training wall-clock (s, evaluation excluded)", "training time")
     plot_returns(groups, paths[1], 1, "environment steps (job-wide)", "environment steps")
     plot_speedup(groups, baselines, baseline, paths[2])

@@ -27,14 +27,22 @@ SUMMARY = "summary.json"
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
 LOG_TAIL_LINES = 6
 
-# topology name -> (key in summary topology_stats / config topology, value, label suffix)
-VARIANTS: dict[str, tuple[str, str, str]] = {
-    "star": ("payload", "gradients", "gradients"),
-    "allgather": ("reduce", "allgather", "allgather"),
-    "async": ("utd_mode", "free", "free"),
-}
-# Rank counts implied by a topology when nothing else tells (missing runs only).
-FIXED_WORLD_SIZE = {"sequential": 1, "p2p": 2}
+UNKNOWN_ORDER = 1000  # sort key of a topology that declares none
+
+
+@dataclass(frozen=True)
+class TopologyInfo:
+    """How a run's topology is shown: its row label, sort key and name in the DQN paper's layout.
+
+    Read from the run's ``summary.json`` (``topology_label``, ``topology_order``,
+    ``paper_label``), else asked of the topology class named by the config's
+    ``topology._target_`` (``report_label(cfg)``, ``report_order``, ``paper_label(world_size)``),
+    else the plain topology name (sorted last, no paper name).
+    """
+
+    label: str
+    order: int = UNKNOWN_ORDER
+    paper: str | None = None
 
 
 @dataclass
@@ -46,10 +54,12 @@ class Run:
     config: dict[str, Any]
     env: str            # env name, plus [sim=...] when a simulated cost was set
     algo: str
-    topology: str       # topology label, e.g. star[gradients]
+    topology: str       # topology label, e.g. allgather[allgather]
     world_size: int
     seed: Any
     evals: np.ndarray   # (n, 3): train_seconds, env_steps, return of each eval row
+    order: int = UNKNOWN_ORDER   # the topology's sort key
+    paper: str | None = None     # its column name in the DQN paper's layout, if it has one
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -113,15 +123,67 @@ def _dig(mapping: Any, *keys: str) -> Any:
     return mapping
 
 
-def topology_label(name: str, stats: dict[str, Any] | None, topo_cfg: dict[str, Any] | None) -> str:
-    """``star`` -> ``star[gradients]`` etc.: the variant read from ``topology_stats``, else the config."""
-    variant = VARIANTS.get(name)
-    if variant is None:
-        return name
-    key, value, suffix = variant
-    stats = stats or {}
-    found = stats.get(key, (topo_cfg or {}).get(key))
-    return f"{name}[{suffix}]" if found == value else name
+_CLASSES: dict[str, Any] = {}
+
+
+def topology_class(config: dict[str, Any]) -> Any:
+    """The class named by ``topology._target_`` in a run's config (``None`` if it cannot be
+    imported); imported lazily, once per name."""
+    target = _dig(config, "topology", "_target_")
+    if not isinstance(target, str) or not target:
+        return None
+    if target not in _CLASSES:
+        try:
+            from hydra.utils import get_class
+
+            _CLASSES[target] = get_class(target)
+        except Exception:  # noqa: BLE001 (a renamed or removed class: fall back to the name)
+            _CLASSES[target] = None
+    return _CLASSES[target]
+
+
+def _ask(cls: Any, attribute: str, *args: Any) -> Any:
+    """``cls.attribute(*args)`` (the attribute itself when it is not callable); ``None`` when
+    there is no class or on any error."""
+    if cls is None:
+        return None
+    try:
+        value = getattr(cls, attribute)
+        return value(*args) if callable(value) else value
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def topology_info(name: str, summary: dict[str, Any] | None, config: dict[str, Any],
+                  world_size: int | None) -> TopologyInfo:
+    """A run's :class:`TopologyInfo`: summary fields first, the topology class second, the
+    plain ``name`` last."""
+    summary = summary or {}
+    cls = None
+    if not {"topology_label", "topology_order", "paper_label"} <= summary.keys():
+        cls = topology_class(config)
+    topo_cfg = config.get("topology") if isinstance(config.get("topology"), dict) else {}
+    label = summary.get("topology_label")
+    if not isinstance(label, str) or not label:
+        label = _ask(cls, "report_label", topo_cfg)
+    order = summary.get("topology_order")
+    if not isinstance(order, int):
+        order = _ask(cls, "report_order")
+    if "paper_label" in summary:
+        paper = summary["paper_label"]
+    else:
+        paper = _ask(cls, "paper_label", world_size) if world_size else None
+    return TopologyInfo(label=label if isinstance(label, str) and label else name,
+                        order=order if isinstance(order, int) else UNKNOWN_ORDER,
+                        paper=paper if isinstance(paper, str) and paper else None)
+
+
+def _int_or_none(value: Any) -> int | None:
+    """An int from a config value (``None`` for null or an unresolved interpolation)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def env_label(name: str, sim_cost_ms: Any, env_cfg: dict[str, Any] | None) -> str:
@@ -164,14 +226,14 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def _world_size_of_missing(run_dir: Path, config: dict[str, Any], topology: str,
-                           launched: int | None) -> int | None:
-    if config.get("world_size") is not None:
-        return int(config["world_size"])
+def _world_size_of_missing(run_dir: Path, config: dict[str, Any], launched: int | None) -> int | None:
+    if _int_or_none(config.get("world_size")) is not None:
+        return _int_or_none(config.get("world_size"))
     if launched is not None:
         return launched
-    if topology.split("[")[0] in FIXED_WORLD_SIZE:
-        return FIXED_WORLD_SIZE[topology.split("[")[0]]
+    fixed = _ask(topology_class(config), "fixed_world_size")
+    if isinstance(fixed, int):
+        return fixed
     # Otherwise the highest rank log: a lower bound (only ranks that started wrote one).
     logs = (re.fullmatch(r"rank(\d+)\.log", p.name) for p in run_dir.glob("rank*.log"))
     ranks = [int(m.group(1)) for m in logs if m]
@@ -194,16 +256,17 @@ def load_run(run_dir: Path) -> Run | MissingRun:
     else:
         reason = "no summary.json"
     if summary is not None:
-        topology = topology_label(str(summary.get("topology", _dig(config, "topology", "name"))),
-                                  summary.get("topology_stats"), config.get("topology"))
+        world_size = int(summary.get("world_size") or 1)
+        info = topology_info(str(summary.get("topology", _dig(config, "topology", "name"))), summary,
+                             config, world_size)
         return Run(
             path=run_dir, summary=summary, config=config,
             env=env_label(summary.get("env", _dig(config, "env", "name")),
                           summary.get("sim_cost_ms", _dig(config, "env", "sim_cost_ms")), config.get("env")),
             algo=str(summary.get("algo", _dig(config, "algo", "name"))),
-            topology=topology, world_size=int(summary.get("world_size") or 1),
+            topology=info.label, world_size=world_size,
             seed=summary.get("seed", config.get("seed")),
-            evals=read_evals(run_dir / "metrics.csv"),
+            evals=read_evals(run_dir / "metrics.csv"), order=info.order, paper=info.paper,
         )
     overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml")
     launched, cmd_overrides = job_log_command(run_dir)
@@ -213,7 +276,8 @@ def load_run(run_dir: Path) -> Run | MissingRun:
         value = _dig(config, group, key) if key else config.get(group)
         return value if value is not None else override_value(overrides, group)
 
-    topology = topology_label(str(what("topology") or "?"), None, config.get("topology"))
+    world_size = _world_size_of_missing(run_dir, config, launched)
+    topology = topology_info(str(what("topology") or "?"), None, config, world_size).label
     evals = read_evals(run_dir / "metrics.csv")
     last = ""
     if len(evals):
@@ -223,7 +287,7 @@ def load_run(run_dir: Path) -> Run | MissingRun:
         path=run_dir,
         env=env_label(what("env") or "?", _dig(config, "env", "sim_cost_ms"), config.get("env")),
         algo=str(what("algo") or "?"), topology=topology,
-        world_size=_world_size_of_missing(run_dir, config, topology, launched),
+        world_size=world_size,
         seed="?" if what("seed", "") is None else what("seed", ""),
         overrides=overrides, reason=reason, log_tail=log_tail(run_dir / "rank0.log"), last_eval=last,
         job_log_tail=log_tail(run_dir / JOB_LOG),

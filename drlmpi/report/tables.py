@@ -1,13 +1,17 @@
 """Group runs by (env, algo, topology label, world size), average seeds, compute speedups.
 
-Speedups compare group means with the baseline group of the same env+algo (the baseline topology
-label at its smallest world size, i.e. ``sequential`` on 1 rank):
+Speedups compare a group with the baseline group of the same env+algo (the baseline topology
+label at its smallest world size, by default the sequential topology on 1 rank):
 
 * fixed budget: ``mean(baseline train_seconds) / mean(train_seconds)`` (the DQN paper's t(s));
 * to threshold: ``mean(baseline train_seconds_to_threshold) / mean(train_seconds_to_threshold)``,
-  each mean over the solved runs only;
+  each mean over the solved runs only (and the same with medians for the learning table);
+* throughput: ``mean(env_steps_per_s) / mean(baseline env_steps_per_s)``;
 * parallel efficiency: speedup / world size (speedup / (world size / baseline world size) when the
   baseline runs on more than one rank).
+
+Topology rows are ordered by the runs' topology sort key (:class:`~drlmpi.report.runs.TopologyInfo`),
+never by name.
 """
 
 from __future__ import annotations
@@ -20,16 +24,19 @@ from typing import Any
 
 import numpy as np
 
-from drlmpi.report.runs import Run
-
-TOPOLOGY_ORDER = ["sequential", "p2p", "star", "star[gradients]", "async", "async[free]",
-                  "allgather", "allgather[allgather]"]
+from drlmpi.report.runs import UNKNOWN_ORDER, MissingRun, Run
 
 TABLE_COLUMNS = [
     "env", "algo", "topology", "world_size", "n", "solved", "seeds", "max_env_steps",
     "train_s_mean", "train_s_std", "threshold_s_mean", "threshold_steps_mean",
     "speedup_fixed", "efficiency_fixed", "speedup_threshold", "efficiency_threshold",
     "env_steps_per_s", "updates_per_s", "mpi_wait_share", "policy_lag_mean",
+    # learning: medians and ranges over the solved runs, the step budget
+    "missing", "threshold_steps_median", "threshold_steps_min", "threshold_steps_max",
+    "threshold_s_median", "threshold_s_min", "threshold_s_max", "budget_env_steps",
+    "budget_source", "budget_met", "speedup_threshold_median",
+    # throughput
+    "speedup_throughput", "efficiency_throughput", "ceiling_env_steps_per_s",
 ]
 RUN_COLUMNS = [
     "run_dir", "env", "algo", "topology", "world_size", "seed", "solved", "stop_reason",
@@ -47,13 +54,28 @@ def _num_key(text: str) -> tuple:
     return (0, float(text), "") if text.replace(".", "", 1).isdigit() else (1, 0.0, text)
 
 
-def topology_rank(label: str) -> tuple[int, str]:
-    return (TOPOLOGY_ORDER.index(label) if label in TOPOLOGY_ORDER else len(TOPOLOGY_ORDER), label)
-
-
 def _mean(values: list[Any]) -> float | None:
     values = [float(v) for v in values if v is not None]
     return float(np.mean(values)) if values else None
+
+
+def _median(values: list[Any]) -> float | None:
+    values = [float(v) for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def run_budget(run: Run) -> int | None:
+    """The step budget a learning run is judged against: the config's ``budget_env_steps`` (a
+    study's reference budget, e.g. rl-baselines3-zoo's), else its own ``run.max_env_steps``."""
+    budget = _int(run.config.get("budget_env_steps"))
+    return budget if budget is not None else _int((run.config.get("run") or {}).get("max_env_steps"))
 
 
 @dataclass
@@ -64,17 +86,31 @@ class Group:
     world_size: int
     runs: list[Run] = field(default_factory=list)
     row: dict[str, Any] = field(default_factory=dict)
+    missing: int = 0    # run directories of this cell without a readable summary.json
 
     @property
     def pair(self) -> tuple[str, str]:
         return (self.env, self.algo)
 
     @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.env, self.algo, self.topology, self.world_size)
+
+    @property
     def name(self) -> str:
         return f"{self.topology}({self.world_size})"
 
+    @property
+    def order(self) -> int:
+        return min((r.order for r in self.runs), default=UNKNOWN_ORDER)
+
+    @property
+    def paper(self) -> str | None:
+        """The group's column name in the DQN paper's layout (``None``: not one of its columns)."""
+        return next((r.paper for r in self.runs if r.paper), None)
+
     def sort_key(self) -> tuple:
-        return (self.env, self.algo, topology_rank(self.topology), self.world_size)
+        return (self.env, self.algo, self.order, self.topology, self.world_size)
 
     def solved_runs(self) -> list[Run]:
         return [r for r in self.runs if r.get("solved", False)]
@@ -86,12 +122,18 @@ class Group:
         return _mean([r.get("train_seconds_to_threshold") for r in self.solved_runs()])
 
 
-def group_runs(runs: list[Run]) -> list[Group]:
+def group_runs(runs: list[Run], missing: list[MissingRun] = ()) -> list[Group]:
+    """Complete runs grouped by (env, algo, topology label, world size); each group counts the
+    missing runs of its cell too."""
     groups: dict[tuple, Group] = {}
     for run in runs:
         if run.key not in groups:
             groups[run.key] = Group(*run.key)
         groups[run.key].runs.append(run)
+    for m in missing:
+        group = groups.get((m.env, m.algo, m.topology, m.world_size))
+        if group is not None:
+            group.missing += 1
     return sorted(groups.values(), key=Group.sort_key)
 
 
@@ -147,7 +189,81 @@ def build_table(groups: list[Group], baseline: str) -> list[dict[str, Any]]:
             "mpi_wait_share": _mean([r.get("mpi_wait_share") for r in runs]),
             "policy_lag_mean": _mean([r.get("policy_lag_mean") for r in runs]),
         }
+        g.row.update(learning_fields(g, base, baseline))
+        g.row.update(throughput_fields(g, base, baseline, ratio))
+    ceilings = raw_stepping_ceilings(groups)
+    for g in groups:
+        g.row["ceiling_env_steps_per_s"] = ceilings.get((g.env, g.world_size))
     return [g.row for g in groups]
+
+
+def budget_verdict(steps: list[float], missing: int, budget: int | None) -> str:
+    """``yes`` when the median steps to threshold over the runs of a cell (an unsolved run
+    counting as never) is within ``budget``, ``no`` when it is not, ``incomplete`` when the
+    cell's missing runs could still change that, ``n/a`` without a budget or any run."""
+    if budget is None or not (steps or missing):
+        return "n/a"
+    best = float(np.median(steps + [0.0] * missing))          # every missing run solved at once
+    worst = float(np.median(steps + [float("inf")] * missing))  # none of them solved
+    if worst <= budget:
+        return "yes"
+    if best > budget:
+        return "no"
+    return "incomplete"
+
+
+def learning_fields(g: Group, base: Group | None, baseline: str) -> dict[str, Any]:
+    """Solved runs' medians and ranges of steps and seconds to threshold, the budget verdict and
+    the speedup of the median time to threshold."""
+    solved = g.solved_runs()
+    steps = [float(r.get("env_steps_to_threshold")) for r in solved
+             if r.get("env_steps_to_threshold") is not None]
+    secs = [float(r.get("train_seconds_to_threshold")) for r in solved
+            if r.get("train_seconds_to_threshold") is not None]
+    budget = next((b for b in (run_budget(r) for r in g.runs) if b is not None), None)
+    source = ("budget_env_steps" if any(r.config.get("budget_env_steps") is not None for r in g.runs)
+              else "run.max_env_steps")
+    judged = steps + [float("inf")] * (len(g.runs) - len(steps))
+    median_s = _median(secs)
+    if base is None:
+        speed: float | str = f"n/a (no {baseline} run)"
+    else:
+        speed = speedup(_median([r.get("train_seconds_to_threshold") for r in base.solved_runs()]),
+                        median_s, f"n/a ({baseline} not solved)", "n/a (not solved)")
+    return {
+        "missing": g.missing,
+        "threshold_steps_median": _median(steps), "threshold_steps_min": min(steps, default=None),
+        "threshold_steps_max": max(steps, default=None),
+        "threshold_s_median": median_s, "threshold_s_min": min(secs, default=None),
+        "threshold_s_max": max(secs, default=None),
+        "budget_env_steps": budget, "budget_source": source if budget is not None else None,
+        "budget_met": budget_verdict(judged, g.missing, budget),
+        "speedup_threshold_median": speed,
+    }
+
+
+def throughput_fields(g: Group, base: Group | None, baseline: str, ratio: float) -> dict[str, Any]:
+    """Env steps/s relative to the baseline group, and per rank."""
+    rate = g.row["env_steps_per_s"]
+    if base is None:
+        speed: float | str = f"n/a (no {baseline} run)"
+    else:
+        speed = speedup(rate, _mean([r.get("env_steps_per_s") for r in base.runs]),
+                        "n/a (no throughput)", f"n/a (no {baseline} throughput)")
+    return {"speedup_throughput": speed, "efficiency_throughput": efficiency(speed, ratio)}
+
+
+def raw_stepping_ceilings(groups: list[Group]) -> dict[tuple[str, int], float]:
+    """Per env label and world size, the highest env steps/s among groups whose runs did no
+    update at all (``algo=random``): what the simulators manage when nothing learns."""
+    out: dict[tuple[str, int], float] = {}
+    for g in groups:
+        rate = g.row.get("env_steps_per_s")
+        if rate is None or any(r.get("updates", 0) for r in g.runs):
+            continue
+        key = (g.env, g.world_size)
+        out[key] = max(out.get(key, 0.0), float(rate))
+    return out
 
 
 def run_rows(runs: list[Run]) -> list[dict[str, Any]]:
@@ -176,6 +292,7 @@ COMPARED_SETTINGS = {
     "run.stop_on_solve": lambda r: (r.config.get("run") or {}).get("stop_on_solve"),
     "run.eval_every": lambda r: (r.config.get("run") or {}).get("eval_every"),
     "env.num_envs": lambda r: r.summary.get("num_envs"),
+    "budget_env_steps": lambda r: r.config.get("budget_env_steps"),
     "device": lambda r: r.summary.get("device"),
     "threads_per_rank": lambda r: r.summary.get("threads_per_rank"),
 }
@@ -201,25 +318,20 @@ def comparability_notes(groups: list[Group]) -> list[str]:
 
 def paper_columns(groups: list[Group], baselines: dict[tuple[str, str], Group]
                   ) -> tuple[list[Group], list[Group]]:
-    """Columns of the DQN paper's runtime table (Standard, 2 Processes, MP(n)) and the others,
-    for the groups of one env+algo. The baseline group heads both lists."""
+    """Columns of the DQN paper's runtime table (the groups whose topology names one, e.g.
+    ``2 Processes``, ``MP(n)``) and the others, for the groups of one env+algo. The baseline
+    group heads both lists."""
     main, other = [], []
     for g in sorted(groups, key=Group.sort_key):
         if baselines.get(g.pair) is g:
             continue
-        if (g.topology == "p2p" and g.world_size == 2) or g.topology == "star":
-            main.append(g)
-        else:
-            other.append(g)
+        (main if g.paper else other).append(g)
     base = [baselines[groups[0].pair]] if groups and groups[0].pair in baselines else []
     return base + main, (base + other) if other else []
 
 
 def paper_header(g: Group, baselines: dict[tuple[str, str], Group]) -> str:
+    """``Standard`` for the baseline, else the paper's name for the group, else ``label(ranks)``."""
     if baselines.get(g.pair) is g:
         return "Standard"
-    if g.topology == "p2p" and g.world_size == 2:
-        return "2 Processes"
-    if g.topology == "star":
-        return f"MP({g.world_size})"
-    return g.name
+    return g.paper or g.name

@@ -1,0 +1,140 @@
+"""The sweep launcher's scheduler on its own: packing jobs onto cores, CPU lists, the sweep
+deadline and the per-job timeout (plain subprocesses, no MPI, no training)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hydra_plugins.drlmpi_launcher.mpi_launcher import (
+    NO_BIND_ARGS,
+    CorePool,
+    MPILauncher,
+    Scheduler,
+    SweepJob,
+    cpu_list,
+    parse_cores,
+)
+
+SHOW_AFFINITY = "import os, sys, time; print(sorted(os.sched_getaffinity(0))); time.sleep(float(sys.argv[1]))"
+
+
+def _job(tmp_path: Path, idx: int, ranks: int, seconds: float = 1.0) -> SweepJob:
+    run_dir = tmp_path / "sweep" / f"job{idx}"
+    job = SweepJob(idx, [f"seed={idx}"], f"job {idx}", run_dir,
+                   {"job": idx, "overrides": [f"seed={idx}"], "run_dir": str(run_dir), "ranks": ranks},
+                   ranks=ranks)
+    job.cmd = [sys.executable, "-c", SHOW_AFFINITY, str(seconds)]
+    return job
+
+
+def _scheduler(tmp_path: Path, pool: CorePool, pin: bool = True, deadline_s: float | None = None,
+               timeout_s: float | None = None) -> Scheduler:
+    return Scheduler(pool, pin, deadline_s, timeout_s, dict(os.environ), tmp_path / "sweep", total=9)
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["started"] < b["ended"] and b["started"] < a["ended"]
+
+
+def test_pool_packs_jobs_by_ranks_and_runs_a_wider_one_alone():
+    pool = CorePool(4, [0, 1, 2, 3])
+    three = pool.take(3)
+    assert three == [0, 1, 2] and pool.take(2) is None
+    assert pool.take(1) == [3] and pool.take(1) is None
+    pool.give_back(three)
+    assert pool.take(2) == [0, 1]
+    wide = CorePool(2, [0, 1])
+    assert wide.take(1) == [0] and wide.take(3) is None  # wider than the pool: only when idle
+    wide.give_back([0])
+    assert wide.take(3) == [0, 1]
+    # more slots than CPUs (oversubscription asked for): slots share CPUs round-robin
+    assert CorePool(4, [0, 1]).cpus_of([0, 1, 2, 3]) == [0, 1]
+    assert cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+def test_cores_option():
+    assert parse_cores(None) is None
+    assert parse_cores(3) == 3 and parse_cores("3") == 3
+    assert parse_cores("auto") == len(os.sched_getaffinity(0))
+    with pytest.raises(ValueError, match="cores"):
+        parse_cores(0)
+
+
+def test_binding_flags_only_when_packing(monkeypatch):
+    import hydra_plugins.drlmpi_launcher.mpi_launcher as launcher
+
+    monkeypatch.setitem(launcher._FLAVOURS, "mpirun", "openmpi")
+    packed = MPILauncher(mpiexec=["mpirun"], cores=4).command(["seed=0"], 2, Path("/r"))
+    assert packed[:5] == ["mpirun", "-n", "2", *NO_BIND_ARGS["openmpi"]]
+    alone = MPILauncher(mpiexec=["mpirun"]).command(["seed=0"], 2, Path("/r"))
+    assert alone[:4] == ["mpirun", "-n", "2", sys.executable]
+    unbound = MPILauncher(mpiexec=["mpirun"], cores=4, bind="none").command(["seed=0"], 2, Path("/r"))
+    assert unbound[3] == sys.executable
+    srun = MPILauncher(mpiexec=["srun", "--mpi=pmix"], cores=4).command(["seed=0"], 2, Path("/r"))
+    assert srun[:5] == ["srun", "--mpi=pmix", "-n", "2", sys.executable]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 usable CPUs")
+def test_jobs_run_side_by_side_on_disjoint_cpus(tmp_path):
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    jobs = [_job(tmp_path, 0, 2, 0.5), _job(tmp_path, 1, 1, 1.5), _job(tmp_path, 2, 1, 1.5)]
+    _scheduler(tmp_path, CorePool(2, cpus)).run(jobs)
+    wide, a, b = (j.record for j in jobs)
+    assert all(r["status"] == "ok" and r["returncode"] == 0 for r in (wide, a, b))
+    assert _overlap(a, b), "two 1-rank jobs on 2 cores must run at the same time"
+    assert not _overlap(wide, a) and not _overlap(wide, b)
+    assert wide["cpus"] == cpu_list(cpus)
+    assert {a["cpus"], b["cpus"]} == {str(cpus[0]), str(cpus[1])}
+    for job, expected in zip(jobs, (cpus, None, None)):  # each ran confined to its CPU list
+        lines = (job.run_dir / "job.log").read_text().splitlines()
+        assert lines[0].startswith("$ ")
+        assert lines[1] == str(expected or [int(job.record["cpus"])])
+
+
+def test_one_at_a_time_by_default_and_unpinned(tmp_path):
+    from hydra_plugins.drlmpi_launcher.mpi_launcher import _OneAtATime
+
+    jobs = [_job(tmp_path, 0, 1, 0.6), _job(tmp_path, 1, 3, 0.6)]
+    _scheduler(tmp_path, _OneAtATime(), pin=False).run(jobs)
+    first, second = (j.record for j in jobs)
+    assert first["status"] == second["status"] == "ok"
+    assert not _overlap(first, second) and "cpus" not in first
+    everything = str(sorted(os.sched_getaffinity(0)))
+    assert (jobs[0].run_dir / "job.log").read_text().splitlines()[1] == everything
+
+
+def test_deadline_leaves_later_jobs_unstarted_with_a_reason(tmp_path):
+    jobs = [_job(tmp_path, i, 1, 1.5) for i in range(3)]
+    start = time.monotonic()
+    _scheduler(tmp_path, CorePool(1, [0]), deadline_s=0.5).run(jobs)
+    assert time.monotonic() - start < 5
+    first, *later = (j.record for j in jobs)
+    assert first["status"] == "ok"  # already running at the deadline: left to finish
+    for record in later:
+        assert record["status"] == "skipped" and "deadline_s=0.5" in record["reason"]
+        assert "started" not in record
+    assert not jobs[1].run_dir.exists()
+
+
+def test_timeout_kills_the_job_and_the_sweep_goes_on(tmp_path):
+    slow, quick = _job(tmp_path, 0, 1, 30), _job(tmp_path, 1, 1, 0.1)
+    start = time.monotonic()
+    _scheduler(tmp_path, CorePool(1, [0]), timeout_s=0.5).run([slow, quick])
+    assert time.monotonic() - start < 10
+    assert slow.record["status"] == "failed" and slow.record["returncode"] < 0
+    assert "killed after timeout_s=0.5" in slow.record["reason"]
+    assert "killed after timeout_s=0.5" in (slow.run_dir / "job.log").read_text()
+    assert quick.record["status"] == "ok"
+
+
+def test_a_job_that_cannot_start_fails_and_the_others_run(tmp_path):
+    broken, fine = _job(tmp_path, 0, 1, 0.1), _job(tmp_path, 1, 1, 0.1)
+    broken.cmd = [str(tmp_path / "no-such-mpiexec"), "-n", "1"]
+    _scheduler(tmp_path, CorePool(1, [0])).run([broken, fine])
+    assert broken.record["status"] == "failed" and "cannot start" in broken.record["reason"]
+    assert fine.record["status"] == "ok"
