@@ -166,17 +166,11 @@ def run_drlmpi(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any
     s = json.loads((run_dir / "summary.json").read_text())
     with open(run_dir / "metrics.csv", newline="") as fh:
         evals = [row for row in csv.DictReader(fh) if row["kind"] == "eval"]
-    # train_seconds_to_threshold includes the solving evaluation (the learner reads the clock
-    # before pausing it): recovered as all pauses minus those before the last eval row.
-    leak = None
-    if s["solved"] and evals:
-        paused_before = float(evals[-1]["wall_seconds"]) - float(evals[-1]["train_seconds"])
-        leak = max(0.0, s["eval_seconds"] - paused_before)
     return {**{k: s[k] for k in ("solved", "train_seconds_to_threshold", "env_steps_to_threshold",
                                  "updates_to_threshold", "env_steps", "updates", "eval_seconds",
                                  "evaluations", "best_eval_return", "stop_reason")},
             "train_seconds": s["train_seconds_to_threshold"] if s["solved"] else s["train_seconds"],
-            "learn_seconds": s["per_rank"][0].get("learn_s"), "solving_eval_seconds_in_clock": leak,
+            "learn_seconds": s["per_rank"][0].get("learn_s"),
             "eval_history": [[int(r["env_steps"]), float(r["train_seconds"]), float(r["return"])]
                              for r in evals],
             "process_seconds": seconds, "versions": s.get("versions"), "command": cmd}
@@ -210,20 +204,16 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     header = (f"{'seed':>4} | {'drlmpi s':>9} {'steps':>8} | {'SB3 s':>9} {'steps':>8} | "
               f"{'SB3/drlmpi':>10} | {'upd/s dl':>8} {'sb3':>6}")
     print(header + "\n" + "-" * len(header))
-    ratios, corrected = [], []
+    ratios = []
     for row in rows:
         d, s, ratio = row["drlmpi"], row["sb3"], row["ratio_sb3_over_drlmpi"]
         if ratio is not None:
             ratios.append(ratio)
-            if not row["censored"]:  # drlmpi's solving evaluation taken off its clock too
-                leak = d.get("solving_eval_seconds_in_clock") or 0.0
-                corrected.append(s["train_seconds"] / (d["train_seconds"] - leak))
         text = "-" if ratio is None else f"{ratio:.2f}" + ("*" if row["censored"] else "")
         print(f"{row['seed']:>4} | {secs(d):>9} {steps(d):>8} | {secs(s):>9} {steps(s):>8} | {text:>10} | "
               f"{ups(d):>8} {ups(s):>6}")
     agg = {"median_ratio": statistics.median(ratios) if ratios else None,
            "mean_ratio": statistics.fmean(ratios) if ratios else None,
-           "median_ratio_drlmpi_solving_eval_removed": statistics.median(corrected) if corrected else None,
            "drlmpi_solved": sum(bool(r["drlmpi"].get("solved")) for r in rows),
            "sb3_solved": sum(bool(r["sb3"].get("solved")) for r in rows), "seeds": len(rows)}
     fmt = "-" if agg["median_ratio"] is None else f"{agg['median_ratio']:.2f} (mean {agg['mean_ratio']:.2f})"
