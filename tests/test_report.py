@@ -394,3 +394,14 @@ def test_report_code_names_no_topology():
                 if path.name in ("__init__.py", "__main__.py"):  # the --baseline default
                     found -= {"sequential"}
                 assert not found, f"{path.name}: topology name in {node.value!r}"
+
+
+def test_learner_device_is_its_own_regime(tmp_path):
+    """Runs with a GPU learner are grouped apart from CPU-learner runs, each against the
+    sequential run on its own device."""
+    from drlmpi.report.runs import algo_label
+
+    assert algo_label("dqn", "cpu") == "dqn"
+    assert algo_label("dqn", "cuda") == "dqn[cuda]"
+    assert algo_label("dqn", "cuda:1", updates=10) == "dqn[cuda:1]"
+    assert algo_label("random", "cuda", updates=0) == "random"

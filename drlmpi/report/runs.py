@@ -186,6 +186,16 @@ def _int_or_none(value: Any) -> int | None:
         return None
 
 
+def algo_label(name: Any, device: Any, updates: Any = None) -> str:
+    """The algorithm name, plus ``[cuda]`` (the learner's device) when it learned elsewhere than
+    on the CPU: a GPU learner is another regime, compared with the sequential run on the same
+    device. A run that did no update (``algo=random``) has no learner to label."""
+    device = str(device or "cpu")
+    if device in ("cpu", "auto", "None") or updates == 0:
+        return str(name)
+    return f"{name}[{device}]"
+
+
 def env_label(name: str, sim_cost_ms: Any, env_cfg: dict[str, Any] | None) -> str:
     """The env name, plus ``[sim=Xms]`` when a simulated step cost makes it another regime."""
     parts = []
@@ -263,7 +273,8 @@ def load_run(run_dir: Path) -> Run | MissingRun:
             path=run_dir, summary=summary, config=config,
             env=env_label(summary.get("env", _dig(config, "env", "name")),
                           summary.get("sim_cost_ms", _dig(config, "env", "sim_cost_ms")), config.get("env")),
-            algo=str(summary.get("algo", _dig(config, "algo", "name"))),
+            algo=algo_label(summary.get("algo", _dig(config, "algo", "name")),
+                            summary.get("device", config.get("device")), summary.get("updates")),
             topology=info.label, world_size=world_size,
             seed=summary.get("seed", config.get("seed")),
             evals=read_evals(run_dir / "metrics.csv"), order=info.order, paper=info.paper,
@@ -286,7 +297,7 @@ def load_run(run_dir: Path) -> Run | MissingRun:
     return MissingRun(
         path=run_dir,
         env=env_label(what("env") or "?", _dig(config, "env", "sim_cost_ms"), config.get("env")),
-        algo=str(what("algo") or "?"), topology=topology,
+        algo=algo_label(what("algo") or "?", config.get("device")), topology=topology,
         world_size=world_size,
         seed="?" if what("seed", "") is None else what("seed", ""),
         overrides=overrides, reason=reason, log_tail=log_tail(run_dir / "rank0.log"), last_eval=last,
