@@ -23,6 +23,9 @@ from pathlib import Path
 CONFIG_ERROR_EXIT = 2
 CRASH_EXIT = 1
 CONFIG_ERROR_GRACE_S = 3.0
+# Before MPI_Abort kills the job, give the launcher a moment to forward the line just printed:
+# under load an immediate abort can lose a rank's last output.
+ABORT_FLUSH_S = 0.5
 _launch_time = datetime.now()
 
 
@@ -141,6 +144,8 @@ def _task(cfg) -> int:
         print(f"drlmpi: error: {exc}" if rank == 0 else f"drlmpi: error (rank {rank}): {exc}",
               file=sys.stderr, flush=True)
         if world.Get_size() > 1:
+            sys.stderr.flush()
+            time.sleep(ABORT_FLUSH_S)
             world.Abort(CONFIG_ERROR_EXIT)
         sys.exit(CONFIG_ERROR_EXIT)
     except BaseException as exc:  # noqa: BLE001 (any crash must take the whole job down)
@@ -150,6 +155,8 @@ def _task(cfg) -> int:
         print(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{detail}",
               file=sys.stderr, flush=True)
         if world.Get_size() > 1:
+            sys.stderr.flush()
+            time.sleep(ABORT_FLUSH_S)
             world.Abort(CRASH_EXIT)
         sys.exit(CRASH_EXIT)
     return 0
