@@ -23,6 +23,11 @@ from tests.dp_reference import concatenated, make_algo
 UPDATES = 6
 
 
+def _pythonpath() -> str:
+    """This checkout first, then whatever the caller's PYTHONPATH already holds."""
+    return os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
+
 def _reference(name: str, contributors: list[int]) -> dict[str, torch.Tensor]:
     algo = make_algo(name)
     for k in range(UPDATES):
@@ -41,7 +46,7 @@ def test_data_parallel_equals_one_process_on_the_concatenated_batch(tmp_path, mo
     cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py", script, mode, str(tmp_path),
            str(UPDATES), *names]
     job = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180,
-                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": _pythonpath()})
     assert job.returncode == 0, job.stderr[-3000:]
     for name in names:
         reference = _reference(name, contributors)
