@@ -18,6 +18,7 @@ from drlmpi.algos.base import ConfigError, local_sync
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
 from drlmpi.algos.td3 import TD3
+from drlmpi.bench.learner import random_rows as bench_rows
 from drlmpi.device import CapturedUpdate, Metrics, Staging, resolve_capture
 from drlmpi.envs import probe_spec
 from tests.conftest import CONF
@@ -35,20 +36,11 @@ def cfg_for(name: str, **overrides):
     return cfg
 
 
-def random_rows(algo, n: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    layout, spec = algo.layout, algo.spec
-    rows = layout.empty(n)
-    layout.column(rows, "obs")[:] = rng.normal(size=(n, spec.obs_dim))
-    layout.column(rows, "next_obs")[:] = rng.normal(size=(n, spec.obs_dim))
-    if spec.discrete:
-        layout.column(rows, "action")[:, 0] = rng.integers(0, spec.n_actions, n)
-    else:
-        low, high = spec.action_low, spec.action_high
-        layout.column(rows, "action")[:] = rng.uniform(low, high, (n, spec.action_dim))
-    layout.column(rows, "reward")[:, 0] = rng.normal(size=n)
-    layout.column(rows, "terminated")[:, 0] = rng.random(n) < 0.2
-    layout.column(rows, "stream")[:, 0] = np.arange(n) % 4
+def random_rows(algo, n: int, seed: int = 0, identical: bool = False) -> np.ndarray:
+    """Random transitions for ``algo`` (20% terminal, 4 streams, no behaviour log-probs)."""
+    rows = bench_rows(algo.layout, algo.spec, n, seed, terminal_prob=0.2, streams=4, log_probs=False)
+    if identical:  # every row the same: any sampled indices give the same minibatch
+        rows[:] = rows[0]
     return rows
 
 

@@ -54,8 +54,11 @@ def algo_cfg(name: str, batch: int, **overrides) -> dict:
     return cfg
 
 
-def random_rows(layout, spec: EnvSpec, n: int, seed: int = 0) -> np.ndarray:
-    """``n`` packed rows of random transitions (valid actions, 10% terminal)."""
+def random_rows(layout, spec: EnvSpec, n: int, seed: int = 0, terminal_prob: float = 0.1,
+                streams: int = 8, log_probs: bool = True) -> np.ndarray:
+    """``n`` packed rows of random transitions: valid actions, ``terminal_prob`` of them
+    terminal, ``streams`` environments in time order, and (``log_probs``, where the layout has
+    the column) behaviour log-probabilities near log(1/2)."""
     rng = np.random.default_rng(seed)
     rows = layout.empty(n)
     layout.column(rows, "obs")[:] = rng.normal(size=(n, spec.obs_dim))
@@ -66,10 +69,9 @@ def random_rows(layout, spec: EnvSpec, n: int, seed: int = 0) -> np.ndarray:
         layout.column(rows, "action")[:] = rng.uniform(spec.action_low, spec.action_high,
                                                        (n, spec.action_dim))
     layout.column(rows, "reward")[:, 0] = rng.normal(size=n)
-    layout.column(rows, "terminated")[:, 0] = rng.random(n) < 0.1
-    # PPO: streams of 8 environments in time order, behaviour log-probs near log(1/2).
-    layout.column(rows, "stream")[:, 0] = np.arange(n) % 8
-    if "log_prob" in layout.slices:
+    layout.column(rows, "terminated")[:, 0] = rng.random(n) < terminal_prob
+    layout.column(rows, "stream")[:, 0] = np.arange(n) % streams
+    if log_probs and "log_prob" in layout.slices:
         layout.column(rows, "log_prob")[:, 0] = np.log(0.5) + 0.01 * rng.normal(size=n)
     return rows
 
