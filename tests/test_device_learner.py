@@ -20,7 +20,6 @@ from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
 from drlmpi.algos.td3 import TD3
 from drlmpi.bench.learner import random_rows as bench_rows
 from drlmpi.device import CapturedUpdate, Metrics, Staging, resolve_capture
-from drlmpi.envs import probe_spec
 from tests.conftest import CONF
 
 
@@ -42,16 +41,6 @@ def random_rows(algo, n: int, seed: int = 0, identical: bool = False) -> np.ndar
     if identical:  # every row the same: any sampled indices give the same minibatch
         rows[:] = rows[0]
     return rows
-
-
-@pytest.fixture(scope="module")
-def cartpole():
-    return probe_spec("CartPole-v1")
-
-
-@pytest.fixture(scope="module")
-def pendulum():
-    return probe_spec("Pendulum-v1")
 
 
 def test_dqn_update_equals_a_hand_computed_reference(cartpole):

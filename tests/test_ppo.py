@@ -21,16 +21,6 @@ def ppo_cfg(**overrides):
     return cfg
 
 
-@pytest.fixture(scope="module")
-def cartpole():
-    return probe_spec("CartPole-v1")
-
-
-@pytest.fixture(scope="module")
-def pendulum():
-    return probe_spec("Pendulum-v1")
-
-
 def test_gae_hand_computed_with_termination_truncation_and_cut():
     gamma, lam = 0.9, 0.5  # gamma * lambda = 0.45
     # Two streams (ids 7 and 3) interleaved; rows of each stream are in time order.

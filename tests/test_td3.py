@@ -27,11 +27,6 @@ def td3_cfg(**overrides):
     return cfg
 
 
-@pytest.fixture(scope="module")
-def pendulum():
-    return probe_spec("Pendulum-v1")
-
-
 def random_rows(algo: TD3, n: int, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     rows = algo.layout.empty(n)
