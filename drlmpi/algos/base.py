@@ -167,9 +167,9 @@ class Algorithm(ABC):
         self.learner = learner
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
-        self.layout = ExperienceLayout(spec.obs_dim, spec.action_dim, self.extra_columns)
+        self.layout = self.experience_layout(spec)
         self.updates = 0
-        capture = str(cfg.get("capture", "auto")) if hasattr(cfg, "get") else "auto"
+        capture = str(cfg.get("capture", "auto"))
         if capture not in CAPTURE_MODES:
             raise ConfigError(f"algo.capture must be one of {list(CAPTURE_MODES)}, got {capture!r}")
         #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved).
@@ -180,6 +180,16 @@ class Algorithm(ABC):
         data-parallel ranks build identical networks from one seed, then explore apart."""
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
+
+    @classmethod
+    def experience_layout(cls, spec: EnvSpec) -> ExperienceLayout:
+        """The columns of this algorithm's experience rows for ``spec`` (base + its extras)."""
+        return ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns)
+
+    @classmethod
+    def config_name(cls, cfg: Mapping[str, Any]) -> str:
+        """The name messages use for this algorithm (``cfg.name``, else the class name)."""
+        return str(cfg.get("name", cls.__name__.lower()))
 
     # -- checks ---------------------------------------------------------------------------
     @classmethod
@@ -205,12 +215,11 @@ class Algorithm(ABC):
         if free_bytes is None:
             free_bytes, _ = torch.cuda.mem_get_info(device)
         if need > headroom * free_bytes:
-            name = cfg.get("name", cls.__name__.lower()) if hasattr(cfg, "get") else cls.__name__
             option = cls.storage_option
             raise ConfigError(
-                f"algo={name}: its storage needs {need / 2**30:.2f} GiB on {device} "
-                f"(algo.{option}={cfg[option]} rows x {storage_row_bytes(cls, spec)} bytes) but only "
-                f"{free_bytes / 2**30:.2f} GiB is free: lower algo.{option} or use device=cpu"
+                f"algo={cls.config_name(cfg)}: its storage needs {need / 2**30:.2f} GiB on {device} "
+                f"(algo.{option}={cfg[option]} rows x {cls.experience_layout(spec).width * 4} bytes) "
+                f"but only {free_bytes / 2**30:.2f} GiB is free: lower algo.{option} or use device=cpu"
             )
 
     # -- acting (simulator side) ------------------------------------------------------------
@@ -293,10 +302,10 @@ class Algorithm(ABC):
         return metrics
 
     def _schedule_mismatch(self, index: int, expected: tuple[str, ...], seen: tuple[str, ...]) -> str:
-        name = self.cfg.get("name", type(self).__name__) if hasattr(self.cfg, "get") else type(self).__name__
-        return (f"algo={name} update {index} synced {list(seen)} but sync_schedule({index}) "
-                f"promised {list(expected)}: ranks averaging gradients would wait for each other "
-                f"forever. Make sync_schedule() return exactly the networks update() syncs, in order")
+        return (f"algo={self.config_name(self.cfg)} update {index} synced {list(seen)} but "
+                f"sync_schedule({index}) promised {list(expected)}: ranks averaging gradients would "
+                f"wait for each other forever. Make sync_schedule() return exactly the networks "
+                f"update() syncs, in order")
 
     def remote_update(self, sync: GradSync) -> dict[str, float]:
         """One update whose gradients come from other ranks (a parameter server): ``sync``
@@ -331,11 +340,6 @@ class Algorithm(ABC):
             with torch.no_grad():
                 for key, tensor in group.module.state_dict().items():
                     tensor.copy_(sub[key])
-
-
-def storage_row_bytes(cls: type[Algorithm], spec: EnvSpec) -> int:
-    """Bytes of one stored experience row of ``cls`` for ``spec`` (float32 columns)."""
-    return ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns).width * 4
 
 
 class OffPolicyAlgorithm(Algorithm):
@@ -374,8 +378,7 @@ class OffPolicyAlgorithm(Algorithm):
     def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
         from drlmpi.replay import replay_bytes
 
-        return replay_bytes(ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns),
-                            int(cfg["buffer_size"]))
+        return replay_bytes(cls.experience_layout(spec), int(cfg["buffer_size"]))
 
     def observe(self, rows: np.ndarray) -> None:
         self.replay.add(rows)
@@ -432,7 +435,7 @@ class OffPolicyAlgorithm(Algorithm):
                 self.after_update_device(synced)
                 return values
 
-            label = f"{self.cfg.get('name', type(self).__name__)} {'+'.join(synced)}"
+            label = f"{self.config_name(self.cfg)} {'+'.join(synced)}"
             self._seed_sampler()  # before any capture: seeding is a host operation
             runner = self._captures[synced] = CapturedUpdate(
                 body, self.capture, self.device, label, generators=(self.replay.generator,))

@@ -52,7 +52,6 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
-from drlmpi.comm import ExperienceLayout
 from drlmpi.device import Metrics, Staging
 from drlmpi.envs import EnvSpec
 
@@ -202,7 +201,7 @@ class PPO(Algorithm):
     @classmethod
     def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
         """A rollout's rows twice (pending chunks and the frozen copy) plus its minibatch table."""
-        layout = ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns)
+        layout = cls.experience_layout(spec)
         table = spec.obs_dim + spec.action_dim + 4
         return int(cfg["rollout_steps"]) * (2 * layout.width + table) * 4
 
