@@ -29,8 +29,28 @@ ABORT_FLUSH_S = 0.5
 _launch_time = datetime.now()
 
 
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
 def _is_multirun(argv: list[str]) -> bool:
-    return any(a in ("-m", "--multirun") for a in argv)
+    """Whether the command is a sweep: ``-m``/``--multirun``, ``hydra.mode=MULTIRUN``, or an
+    experiment preset (``+experiment=NAME``) whose file sets ``hydra.mode: MULTIRUN`` - then a
+    single ``world_size=N`` is one sweep value, never a reason to re-launch under mpiexec."""
+    if any(a in ("-m", "--multirun") for a in argv) or "hydra.mode=MULTIRUN" in argv:
+        return True
+    from omegaconf import OmegaConf
+
+    for arg in argv:
+        key, _, names = arg.lstrip("+").partition("=")
+        if key != "experiment":
+            continue
+        for name in names.split(","):
+            path = CONF_DIR / "experiment" / f"{name.strip()}.yaml"
+            if path.is_file():
+                preset = OmegaConf.load(path)
+                if OmegaConf.select(preset, "hydra.mode", default=None) == "MULTIRUN":
+                    return True
+    return False
 
 
 def _launch_time_resolver(fmt: str = "%Y-%m-%d_%H-%M-%S") -> str:
@@ -177,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         argv = _prepare_single_run(argv)
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
     sys.argv = [sys.argv[0], *argv]
-    config_dir = str(Path(__file__).resolve().parent.parent / "conf")
+    config_dir = str(CONF_DIR)
     if not os.path.isdir(config_dir):  # pragma: no cover
         sys.exit(f"drlmpi: error: config directory {config_dir} not found (install with pip -e)")
     hydra.main(config_path=config_dir, config_name="config", version_base="1.3")(_task)()

@@ -308,27 +308,33 @@ class Learner:
     def train(self, sync: GradSync = local_sync, max_updates: int | None = None) -> int:
         """Run the updates the stored data entitles (at most ``max_updates``); returns count."""
         n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
-        self._run_updates(n, lambda: self.algo.checked_update(sync))
+        self._run_updates(lambda: self.algo.run_updates(n, sync), n)
         self.pending_updates -= n
         return n
 
     def train_free(self, sync: GradSync = local_sync) -> None:
         """One update regardless of what the data entitles (a free-running learner; the
         algorithm must be :meth:`~drlmpi.algos.base.Algorithm.ready_to_update`)."""
-        self._run_updates(1, lambda: self.algo.checked_update(sync))
+        self._run_updates(lambda: self.algo.checked_update(sync))
 
     def apply_remote_updates(self, n: int, sync: GradSync) -> None:
         """``n`` updates whose gradients were computed on other ranks: for each network the
         update's schedule names, ``sync`` brings the gradients in and steps; then the
         algorithm's own after-update hooks run (target networks)."""
-        self._run_updates(n, lambda: self.algo.remote_update(sync))
+        def updates() -> Mapping[str, float]:
+            metrics: Mapping[str, float] = {}
+            for _ in range(n):
+                metrics = self.algo.remote_update(sync)
+            return metrics
 
-    def _run_updates(self, n: int, update: Callable[[], Mapping[str, float]]) -> None:
+        self._run_updates(updates, n)
+
+    def _run_updates(self, updates: Callable[[], Mapping[str, float]], n: int = 1) -> None:
+        """Run ``updates`` (``n`` of them) and charge their time, less MPI, to ``learn_s``."""
         if n <= 0:
             return
         t0, mpi0 = time.perf_counter(), self.mpi_clock()
-        for _ in range(n):
-            self.last_metrics = update()
+        self.last_metrics = updates()
         self.algo.synchronize()  # a device queues updates: count them when they are done
         self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
 

@@ -108,7 +108,7 @@ def sb3_worker(args: argparse.Namespace) -> None:
         def _on_training_end(self) -> None:
             self.maybe_evaluate()  # the budget ran out right after a training burst
 
-    model = DQN(env=gym.make(ENV_ID), seed=args.seed, device="cpu", verbose=0,
+    model = DQN(env=gym.make(ENV_ID), seed=args.seed, device=args.device, verbose=0,
                 exploration_fraction=ZOO_EXPLORATION_FRACTION * ZOO_N_TIMESTEPS / args.budget,
                 **ZOO_DQN_CARTPOLE)
     timer = ThresholdTimer()
@@ -159,7 +159,7 @@ def run_drlmpi(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any
     cmd = [sys.executable, "-m", "drlmpi", f"seed={seed}", f"hydra.run.dir={run_dir}",
            "run.progress_every_s=0", f"run.max_env_steps={args.budget}", f"run.eval_every={args.eval_every}",
            f"run.eval_episodes={args.eval_episodes}", f"env.reward_threshold={args.threshold}",
-           "threads_per_rank=1", "device=cpu", *args.drlmpi_extra]
+           "threads_per_rank=1", f"device={args.device}", *args.drlmpi_extra]
     error, seconds = run(cmd, args.timeout)
     if error is not None or not (run_dir / "summary.json").exists():
         return error or {"error": "no summary.json", "command": cmd}
@@ -181,7 +181,8 @@ def run_sb3(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out = work / f"sb3_{seed}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--sb3-worker", "--seed", str(seed),
            "--budget", str(args.budget), "--eval-every", str(args.eval_every),
-           "--eval-episodes", str(args.eval_episodes), "--threshold", str(args.threshold), "--out", str(out)]
+           "--eval-episodes", str(args.eval_episodes), "--threshold", str(args.threshold), "--out", str(out),
+           "--device", args.device]
     error, seconds = run(cmd, args.timeout)
     if error is not None or not out.exists():
         return error or {"error": "no output", "command": cmd}
@@ -227,6 +228,9 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--device", default="cpu",
+                   help="where both learners run: cpu (default) or cuda (drlmpi's device learner, "
+                        "SB3's GPU policy)")
     p.add_argument("--budget", type=int, default=100_000, help="env steps per run (default 1e5)")
     p.add_argument("--eval-every", type=int, default=2000, help="env steps between evaluations")
     p.add_argument("--eval-episodes", type=int, default=10, help="greedy episodes per evaluation")
@@ -275,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": f"drlmpi sequential DQN vs stable-baselines3 DQN (rl-baselines3-zoo), {ENV_ID}, "
                      "training seconds to threshold (evaluation excluded)",
         "ratio_definition": "sb3 train_seconds / drlmpi train_seconds (>1: drlmpi faster)",
-        "settings": {**{k: getattr(args, k) for k in ("seeds", "budget", "eval_every", "eval_episodes",
-                                                        "threshold", "drlmpi_extra")},
+        "settings": {**{k: getattr(args, k) for k in ("seeds", "device", "budget", "eval_every",
+                                                      "eval_episodes", "threshold", "drlmpi_extra")},
                      "sb3_hyperparameters": ZOO_DQN_CARTPOLE},
         "aggregate": report(rows), "runs": rows,
         "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),

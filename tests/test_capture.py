@@ -18,7 +18,7 @@ from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
 from drlmpi.algos.td3 import TD3
 from drlmpi.envs import probe_spec
 from tests.conftest import CONF
-from tests.test_device_learner import random_rows
+from tests.test_device_learner import HostSync, random_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -89,7 +89,8 @@ def test_td3_two_graphs_learn_what_eager_learns(identical):
     spec = probe_spec("Pendulum-v1")
     cfg = cfg_for("td3", policy_delay=2, tau=0.05, policy_noise=0.0 if identical else 0.2)
     eager, captured, m_eager, m_captured = run_pair(TD3, spec, cfg, identical)
-    assert set(captured._captures) == {("critic",), ("critic", "actor")}
+    # one runner per schedule, keyed by (the schedules of its updates, the sync's kind)
+    assert set(captured._captures) == {((("critic",),), None), ((("critic", "actor"),), None)}
     assert_same_state(eager, captured)
     for a, b in zip(m_eager, m_captured):
         assert a["critic_loss"] == pytest.approx(b["critic_loss"], rel=1e-4, abs=1e-6)
@@ -158,3 +159,88 @@ def test_ppo_rollout_and_gae_on_the_device():
             (rng.random(n) < 0.05).astype(float), (rng.random(n) < 0.03).astype(float), rng.integers(0, 8, n))
     got = gae_tensor(*[torch.as_tensor(a, dtype=torch.float32, device="cuda") for a in args], 0.99, 0.95)
     assert np.allclose(got.cpu().numpy(), compute_gae(*args, 0.99, 0.95), atol=1e-5)
+
+
+@pytest.mark.parametrize("steps_locally", [True, False], ids=["allreduce_like", "server_like"])
+@pytest.mark.parametrize("name", ["dqn", "td3"])
+def test_segmented_capture_learns_what_eager_learns(name, steps_locally):
+    """Updates whose gradients go through a host exchange (as allgather's and a parameter
+    server worker's do): captured as segments cut at each exchange, they learn what eager
+    updates with the same exchange learn, and the exchanges run in schedule order."""
+    if name == "dqn":
+        cls, spec, cfg = DQN, probe_spec("CartPole-v1"), cfg_for("dqn", target_update_every=4)
+    else:
+        cls, spec, cfg = TD3, probe_spec("Pendulum-v1"), cfg_for("td3", policy_delay=2, tau=0.05,
+                                                                 policy_noise=0.0)
+    rows = random_rows(cls(spec, cfg, device="cpu", seed=0, learner=False), 2000)
+    learners, syncs = [], []
+    for capture in ("off", "graph"):
+        algo = build(cls, spec, cfg, capture, rows)
+        sync = HostSync(steps_locally)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(UPDATES):
+                algo.checked_update(sync)
+        torch.cuda.synchronize()
+        assert not [w for w in caught if "drlmpi:" in str(w.message)]
+        learners.append(algo)
+        syncs.append(sync)
+    eager, captured = learners
+    assert syncs[0].calls == syncs[1].calls and len(syncs[1].calls) >= UPDATES
+    runners = list(captured._captures.values())
+    assert runners and all(r.captured and len(r.graphs) == len(r.cuts) + 1 >= 2 for r in runners)
+    assert_same_state(eager, captured)
+
+
+def test_capture_failing_after_a_cut_exchanges_once():
+    """A body whose second segment cannot be captured (a host read): the fallback's eager
+    update performs the exchange, which the failed capture must not have done already."""
+    from drlmpi.device import CapturedUpdate
+
+    x = torch.zeros(4, device="cuda")
+    exchanged: list[str] = []
+
+    class Group:
+        def apply_gradients(self):
+            x.mul_(2.0)
+
+    class Sync:
+        steps_locally = True
+
+        def exchange(self, name, group):
+            exchanged.append(name)
+
+        def __call__(self, name, group):
+            self.exchange(name, group)
+            group.apply_gradients()
+
+    def body(sync):
+        x.add_(1.0)
+        sync("g", Group())
+        if float(x.sum()) < -1:  # a host synchronisation: not capturable
+            x.zero_()
+        return x.sum().reshape(1)
+
+    runner = CapturedUpdate(body, "graph", torch.device("cuda"), "test", warmup=1)
+    sync = Sync()
+    with pytest.warns(UserWarning, match="capture=graph failed"):
+        runner(sync), runner(sync)
+    assert exchanged == ["g", "g"] and runner.failure is not None
+    assert float(x.sum()) == 4 * ((0 + 1) * 2 + 1) * 2
+
+
+def test_updates_per_graph_on_the_device():
+    """Four DQN updates per replay learn what one update per replay learns."""
+    spec = probe_spec("CartPole-v1")
+    cfg = cfg_for("dqn", target_update_every=3)
+    rows = random_rows(DQN(spec, cfg, learner=False), 2000)
+    single, blocked = build(DQN, spec, cfg, "graph", rows), build(DQN, spec, cfg, "graph", rows)
+    blocked.updates_per_graph = 4
+    for _ in range(5):
+        single.run_updates(7)
+        blocked.run_updates(7)
+    torch.cuda.synchronize()
+    assert single.updates == blocked.updates == 35
+    assert {len(s) for s, _ in blocked._captures} == {4, 1}
+    assert all(r.captured for r in blocked._captures.values())
+    assert_same_state(single, blocked)

@@ -129,14 +129,15 @@ def test_non_local_sync_runs_eager_and_keeps_the_schedule(pendulum):
 def test_captured_update_counts_one_body_call_per_update():
     calls = []
 
-    def body():
+    def body(sync):
+        assert sync is local_sync
         calls.append(1)
         return torch.tensor([float(len(calls))])
 
     runner = CapturedUpdate(body, "graph", torch.device("cpu"), "test", warmup=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        outs = [float(runner()[0]) for _ in range(5)]
+        outs = [float(runner(local_sync)[0]) for _ in range(5)]
     assert outs == [1, 2, 3, 4, 5] and len(caught) == 1 and not runner.captured
     assert "CUDA" in runner.failure
 
@@ -210,3 +211,101 @@ def test_local_sync_identity_is_the_capture_switch(cartpole):
     algo = twin(DQN, cartpole, cfg_for("dqn"), "off")
     algo.update(local_sync)
     assert algo.updates == 1 and not algo._captures
+
+
+class HostSync:
+    """A gradient sync with a host exchange, as the MPI syncs have (one rank, no MPI).
+
+    ``steps_locally``: the exchange sends the gradients through host memory (scaled, as an
+    average would) and the local optimizer steps; otherwise the exchange itself computes new
+    parameters on the host (plain SGD, a stand-in for a parameter server's round trip).
+    """
+
+    def __init__(self, steps_locally: bool) -> None:
+        self.steps_locally = steps_locally
+        self.calls: list[str] = []
+
+    def exchange(self, name, group) -> None:
+        self.calls.append(name)
+        grads = group.flat.grads_numpy().copy()
+        if self.steps_locally:
+            group.flat.load_grads(grads * 0.5)
+        else:
+            group.flat.load_params(group.flat.params_numpy() - 0.01 * grads)
+
+    def __call__(self, name, group) -> None:
+        self.exchange(name, group)
+        if self.steps_locally:
+            group.apply_gradients()
+
+
+def assert_same_learners(a, b) -> None:
+    assert a.updates == b.updates
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for key in sa:
+        assert torch.allclose(sa[key], sb[key], atol=1e-6), key
+
+
+@pytest.mark.parametrize("steps_locally", [True, False], ids=["allreduce_like", "server_like"])
+def test_a_failed_segmented_capture_falls_back_with_each_exchange_once(steps_locally, pendulum):
+    """A sync with a host exchange makes the capture cut into segments; when the capture fails
+    (always, on the CPU) the eager fallback must run each scheduled exchange exactly once and
+    learn what an eager learner with the same sync learns. (A capture failing between two
+    segments is checked on CUDA: tests/test_capture.py.)"""
+    cfg = cfg_for("td3", policy_delay=2, tau=0.1)
+    eager, captured = twin(TD3, pendulum, cfg, "off"), twin(TD3, pendulum, cfg, "graph")
+    sync_e, sync_c = HostSync(steps_locally), HostSync(steps_locally)
+    torch.manual_seed(3)
+    for _ in range(10):  # each of the two runners: 3 warm-up calls, then the capture attempt
+        eager.checked_update(sync_e)
+    torch.manual_seed(3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(10):
+            captured.checked_update(sync_c)
+    expected = ["critic", "critic", "actor"] * 5
+    assert sync_e.calls == sync_c.calls == expected
+    assert len([w for w in caught if "capture=graph failed" in str(w.message)]) == 2
+    assert set(captured._captures) == {((("critic",),), steps_locally),
+                                       ((("critic", "actor"),), steps_locally)}
+    assert_same_learners(eager, captured)
+
+
+@pytest.mark.parametrize("name", ["dqn", "td3"])
+def test_updates_per_graph_blocks_learn_what_single_updates_learn(name, cartpole, pendulum):
+    """``run_updates(7)`` with ``updates_per_graph=3``: two 3-update bodies and one single
+    update (the capture falls back on the CPU, so the same bodies run eagerly), with the hard
+    target copy (every 2 updates) and TD3's delayed actor falling inside the blocks."""
+    if name == "dqn":
+        cls, spec, cfg = DQN, cartpole, cfg_for("dqn", target_update_every=2)
+    else:
+        cls, spec, cfg = TD3, pendulum, cfg_for("td3", policy_delay=2, tau=0.1)
+    single = twin(cls, spec, cfg, "off")
+    blocked = twin(cls, spec, cfg.copy(), "graph")
+    blocked.updates_per_graph = 3
+    torch.manual_seed(4)
+    last = single.run_updates(7)
+    torch.manual_seed(4)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        last_blocked = blocked.run_updates(7)
+    assert_same_learners(single, blocked)
+    assert dict(last) == pytest.approx(dict(last_blocked), nan_ok=True)
+    assert {len(schedules) for schedules, _ in blocked._captures} == {3, 1}
+    if name == "dqn":  # the blocks' hard copies happened: the target is the update-6 network
+        assert not torch.equal(blocked._target_flat, blocked.policy.flat.params)
+        assert int(blocked.update_number) == 7
+
+
+def test_dqn_hard_copy_follows_the_device_update_number(cartpole):
+    algo = DQN(cartpole, cfg_for("dqn", target_update_every=3), seed=0)
+    algo.observe(random_rows(algo, 300))
+    start = algo._target_flat.clone()
+    algo.update()
+    algo.update()
+    assert torch.equal(algo._target_flat, start)
+    algo.update()
+    assert torch.equal(algo._target_flat, algo.policy.flat.params)
+    algo.update()
+    assert not torch.equal(algo._target_flat, algo.policy.flat.params)

@@ -226,3 +226,15 @@ def test_world_size_alone_relaunches_under_mpiexec(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "starting mpiexec -n 2" in proc.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2
+
+
+def test_a_one_value_sweep_is_not_relaunched():
+    """``world_size=16`` in a sweep preset (hydra.mode: MULTIRUN) is one sweep value: re-launching
+    the sweeping process itself under ``mpiexec -n 16`` ran 16 sweepers (each calling mpiexec)."""
+    from drlmpi.__main__ import _is_multirun
+
+    assert _is_multirun(["+experiment=topology_throughput", "world_size=16"])
+    assert _is_multirun(["experiment=learning_matrix", "world_size=3"])
+    assert _is_multirun(["hydra.mode=MULTIRUN", "world_size=2"]) and _is_multirun(["-m", "world_size=2"])
+    assert not _is_multirun(["world_size=2", "topology=p2p"])
+    assert not _is_multirun(["+experiment=no_such_preset", "world_size=2"])

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from drlmpi.comm import ExperienceLayout, FlatParams
-from drlmpi.device import CAPTURE_MODES, CapturedUpdate, Metrics, resolve_capture, synchronize
+from drlmpi.device import CAPTURE_MODES, CapturedUpdate, Metrics, exchange_of, resolve_capture, synchronize
 from drlmpi.envs import EnvSpec
 
 
@@ -73,7 +73,7 @@ class ParamGroup:
             # buffer): Adam's update is then a handful of vector operations over the whole
             # network instead of a loop over its parameter tensors.
             self.flat.params.grad = self.flat.grads
-            extra = {"capturable": True, "foreach": False} if self.flat.params.is_cuda else {}
+            extra = {"capturable": True, "fused": True} if self.flat.params.is_cuda else {}
             self.optimizer = torch.optim.Adam([self.flat.params], lr=float(lr), eps=float(adam_eps), **extra)
             # Eager steps of a capturable optimizer are intended here (warm-up before a capture,
             # updates with gradient collectives): silence torch's one-time advice against them.
@@ -123,6 +123,37 @@ updated. The local version just calls ``group.apply_gradients()``; distributed v
 def local_sync(name: str, group: ParamGroup) -> None:
     """The single-process :data:`GradSync`: step with this rank's own gradients."""
     group.apply_gradients()
+
+
+class CheckedSync:
+    """A :data:`GradSync` wrapper that verifies the networks synced against a schedule (see
+    :meth:`Algorithm.checked_update`). It keeps the wrapped sync's host part
+    (``exchange``/``steps_locally``, :func:`~drlmpi.device.exchange_of`), so an update whose
+    collectives sit between captured segments is checked at each exchange, before it runs."""
+
+    def __init__(self, sync: GradSync, index: int, expected: tuple[str, ...],
+                 mismatch: Callable[[int, tuple[str, ...], tuple[str, ...]], str]) -> None:
+        self.sync, self.index, self.expected, self.mismatch = sync, index, expected, mismatch
+        self.seen: list[str] = []
+        self.steps_locally = getattr(sync, "steps_locally", None)
+
+    def _check(self, name: str) -> None:
+        if len(self.seen) >= len(self.expected) or self.expected[len(self.seen)] != name:
+            raise SyncScheduleError(self.mismatch(self.index, self.expected, (*self.seen, name)))
+        self.seen.append(name)
+
+    def __call__(self, name: str, group: ParamGroup) -> None:
+        self._check(name)
+        self.sync(name, group)
+
+    def exchange(self, name: str, group: ParamGroup) -> None:
+        self._check(name)
+        self.sync.exchange(name, group)
+
+    def finish(self) -> None:
+        """Raise if the update returned with a scheduled sync missing."""
+        if len(self.seen) != len(self.expected):
+            raise SyncScheduleError(self.mismatch(self.index, self.expected, tuple(self.seen)))
 
 
 def mlp(in_dim: int, out_dim: int, hidden: tuple[int, ...], activation: type[nn.Module] = nn.ReLU,
@@ -286,19 +317,19 @@ class Algorithm(ABC):
         """
         if sync is local_sync:
             return self.update(sync)
-        index = self.updates
-        expected = tuple(self.sync_schedule(index))
-        seen: list[str] = []
-
-        def checked(name: str, group: ParamGroup) -> None:
-            if len(seen) >= len(expected) or expected[len(seen)] != name:
-                raise SyncScheduleError(self._schedule_mismatch(index, expected, (*seen, name)))
-            seen.append(name)
-            sync(name, group)
-
+        checked = CheckedSync(sync, self.updates, tuple(self.sync_schedule(self.updates)),
+                              self._schedule_mismatch)
         metrics = self.update(checked)
-        if len(seen) != len(expected):
-            raise SyncScheduleError(self._schedule_mismatch(index, expected, tuple(seen)))
+        checked.finish()
+        return metrics
+
+    def run_updates(self, n: int, sync: GradSync = local_sync) -> Mapping[str, float]:
+        """``n`` updates (each :meth:`checked_update`); returns the last one's metrics. The
+        learner calls this with every batch of due updates, so an algorithm may run several
+        of them at once (:class:`OffPolicyAlgorithm`: several updates per captured graph)."""
+        metrics: Mapping[str, float] = {}
+        for _ in range(n):
+            metrics = self.checked_update(sync)
         return metrics
 
     def _schedule_mismatch(self, index: int, expected: tuple[str, ...], seen: tuple[str, ...]) -> str:
@@ -345,15 +376,17 @@ class Algorithm(ABC):
 class OffPolicyAlgorithm(Algorithm):
     """An algorithm that learns from a replay buffer with an update-to-data ratio (DQN, TD3).
 
-    Reads ``batch_size``, ``buffer_size``, ``learning_starts`` and ``updates_per_step`` from the
-    config; the replay is allocated on learner instances only, on the learner's device.
+    Reads ``batch_size``, ``buffer_size``, ``learning_starts``, ``updates_per_step`` and
+    ``updates_per_graph`` from the config; the replay is allocated on learner instances only,
+    on the learner's device.
 
     Subclasses implement :meth:`learn` (losses, backward and ``sync`` of the groups a schedule
-    names, on a given minibatch) and split their target-network work between
-    :meth:`after_update_device` (every update of a schedule, graph-safe) and
-    :meth:`after_update_host` (decided by the update counter). :meth:`update` then either runs
-    them eagerly or replays one captured graph per distinct :meth:`sync_schedule` (TD3: a
-    critic-only graph and a critic+actor+targets graph, chosen by the host counter).
+    names, on a given minibatch) and :meth:`after_update_device` (target networks: device work
+    only, deciding by the device counter :attr:`update_number` rather than by a host branch, so
+    that it can be captured). :meth:`update` then either runs them eagerly or replays a
+    captured graph (one per distinct run of :meth:`sync_schedule` entries: TD3 has a
+    critic-only graph and a critic+actor+targets graph). With ``updates_per_graph=K`` the
+    learner's batches of due updates replay graphs of K updates each (the remainder one by one).
     """
 
     kind = "off_policy"
@@ -368,11 +401,18 @@ class OffPolicyAlgorithm(Algorithm):
         self.batch_size = int(cfg["batch_size"])
         self.learning_starts = int(cfg["learning_starts"])
         self.updates_per_step = float(cfg["updates_per_step"])
+        self.updates_per_graph = int(cfg.get("updates_per_graph", 1))
+        if self.updates_per_graph < 1:
+            raise ConfigError(f"algo.updates_per_graph must be >= 1, got {self.updates_per_graph}")
         self._update_credit = 0.0
         self.replay = (ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device, seed)
                        if learner else None)
+        #: the number of updates done, as a device integer: :meth:`after_update_device` reads
+        #: it (a captured graph of several updates advances it itself; the host sets it from
+        #: :attr:`updates` before each update or replay).
+        self.update_number = torch.zeros((), dtype=torch.int64, device=self.device)
         self._sampler_seeded = False
-        self._captures: dict[tuple[str, ...], CapturedUpdate] = {}
+        self._captures: dict[tuple, CapturedUpdate] = {}
 
     @classmethod
     def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
@@ -409,39 +449,64 @@ class OffPolicyAlgorithm(Algorithm):
             self.replay.generator.manual_seed(int(self.rng.integers(2**62)))
             self._sampler_seeded = True
 
+    def _capturable(self, sync: GradSync) -> bool:
+        return self.capture != "off" and (sync is local_sync or exchange_of(sync) is not None)
+
     def update(self, sync: GradSync = local_sync) -> Mapping[str, float]:
-        """One update on a sampled minibatch: replayed from a capture when ``sync`` is the
-        local one and :attr:`capture` is on, eager otherwise (gradient collectives)."""
-        if sync is local_sync and self.capture != "off":
-            return self._captured_update()
+        """One update on a sampled minibatch: replayed from a capture when :attr:`capture` is
+        on and ``sync`` is local or has a host exchange (then the capture is cut into segments
+        around it: :class:`~drlmpi.device.CapturedUpdate`), eager otherwise."""
+        if self._capturable(sync):
+            return self._captured_updates(1, sync)
         return self.update_on(self.sample(), sync)
+
+    def run_updates(self, n: int, sync: GradSync = local_sync) -> Mapping[str, float]:
+        """``n`` updates; with ``updates_per_graph=K > 1`` and local gradients, ``n // K``
+        replays of a K-update graph, then the remainder one update per replay."""
+        k = self.updates_per_graph
+        if k <= 1 or sync is not local_sync or self.capture == "off":
+            return super().run_updates(n, sync)
+        metrics: Mapping[str, float] = {}
+        while n > 0:
+            block = k if n >= k else 1
+            metrics = self._captured_updates(block, sync)
+            n -= block
+        return metrics
 
     def update_on(self, batch: Mapping[str, torch.Tensor],
                   sync: GradSync = local_sync) -> Mapping[str, float]:
         """One eager update on a given minibatch (``obs``, ``action``, ``reward``, ``next_obs``,
         ``terminated``): :meth:`learn`, then the after-update hooks."""
         synced = tuple(self.sync_schedule(self.updates))
-        values = self.learn(batch, sync, synced)
+        self.update_number.fill_(self.updates)
+        values = self._learn_and_follow(batch, sync, synced)
         self.updates += 1
-        self.after_update(synced)
         return Metrics(self.metric_names, values)
 
-    def _captured_update(self) -> Mapping[str, float]:
-        synced = tuple(self.sync_schedule(self.updates))
-        runner = self._captures.get(synced)
+    def _learn_and_follow(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
+                          synced: tuple[str, ...]) -> torch.Tensor:
+        values = self.learn(batch, sync, synced)
+        self.update_number.add_(1)
+        self.after_update_device(synced)
+        return values
+
+    def _captured_updates(self, k: int, sync: GradSync) -> Mapping[str, float]:
+        schedules = tuple(tuple(self.sync_schedule(self.updates + j)) for j in range(k))
+        key = (schedules, getattr(sync, "steps_locally", None))
+        runner = self._captures.get(key)
         if runner is None:
-            def body(synced: tuple[str, ...] = synced) -> torch.Tensor:
-                values = self.learn(self.sample(), local_sync, synced)
-                self.after_update_device(synced)
+            def body(sync: GradSync, schedules: tuple[tuple[str, ...], ...] = schedules) -> torch.Tensor:
+                for synced in schedules:
+                    values = self._learn_and_follow(self.sample(), sync, synced)
                 return values
 
-            label = f"{self.config_name(self.cfg)} {'+'.join(synced)}"
+            label = f"{self.config_name(self.cfg)} {' '.join('+'.join(s) for s in schedules)}"
             self._seed_sampler()  # before any capture: seeding is a host operation
-            runner = self._captures[synced] = CapturedUpdate(
+            runner = self._captures[key] = CapturedUpdate(
                 body, self.capture, self.device, label, generators=(self.replay.generator,))
-        values = runner()
-        self.updates += 1
-        self.after_update_host(synced)
+        self.update_number.fill_(self.updates)
+        values = runner(sync)
+        self.updates += k
         return Metrics(self.metric_names, values)
 
     def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
@@ -452,13 +517,9 @@ class OffPolicyAlgorithm(Algorithm):
         raise NotImplementedError
 
     def after_update_device(self, synced: tuple[str, ...]) -> None:
-        """The part of :meth:`after_update` every update with this schedule does (Polyak
-        steps): device work only, captured with the update."""
-
-    def after_update_host(self, synced: tuple[str, ...]) -> None:
-        """The part of :meth:`after_update` the update counter decides (a hard target copy
-        every N updates): run on the host after each update, captured or not."""
+        """Target-network work after an update with this schedule (a Polyak step, or a hard
+        copy when :attr:`update_number` says so): device work only, captured with the update."""
 
     def after_update(self, synced: tuple[str, ...]) -> None:
+        self.update_number.fill_(self.updates)
         self.after_update_device(synced)
-        self.after_update_host(synced)

@@ -96,15 +96,14 @@ class DQN(OffPolicyAlgorithm):
 
     @torch.no_grad()
     def after_update_device(self, synced: tuple[str, ...]) -> None:
-        """Polyak step of the target network every update (``tau < 1``)."""
+        """The target network follows: a Polyak step every update (``tau < 1``), or a hard copy
+        when :attr:`update_number` is a multiple of ``target_update_every``: ``lerp`` with a
+        device weight of exactly 0 or 1 (which torch computes exactly), so no host branch."""
         if self.tau < 1.0:
             self._target_flat.lerp_(self.policy.flat.params, self.tau)
-
-    @torch.no_grad()
-    def after_update_host(self, synced: tuple[str, ...]) -> None:
-        """Hard copy of the target network every ``target_update_every`` updates (``tau == 1``)."""
-        if self.tau >= 1.0 and self.updates % self.target_update_every == 0:
-            self._target_flat.copy_(self.policy.flat.params)
+            return
+        due = (self.update_number % self.target_update_every == 0).to(self._target_flat.dtype)
+        self._target_flat.lerp_(self.policy.flat.params, due)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         out = super().state_dict()

@@ -240,11 +240,16 @@ BARE = {"dqn": bare_dqn, "td3": bare_td3, "ppo": bare_ppo}
 
 
 # -- (b)-(e) drlmpi -----------------------------------------------------------------------------
-def drlmpi_step(name: str, batch: int, device: str, capture: str | None) -> Callable[[], object]:
-    """An update closure over a drlmpi algorithm whose storage holds random transitions."""
+def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
+                per_graph: int = 1) -> Callable[[], object]:
+    """An update closure over a drlmpi algorithm whose storage holds random transitions; with
+    ``per_graph`` K > 1 (off-policy, captured) one call is ``run_updates(K)``: K updates in one
+    graph replay."""
     from hydra.utils import get_class
 
     cfg = OmegaConf.create(algo_cfg(name, batch, capture=capture))
+    if per_graph > 1:
+        cfg["updates_per_graph"] = per_graph
     spec = SPECS[name]
     algo = get_class(cfg["_target_"])(spec, cfg, device=device, seed=0, learner=True)
     if name == "ppo":
@@ -258,6 +263,8 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None) -> Call
 
         return step
     algo.observe(random_rows(algo.layout, spec, 50_000))
+    if per_graph > 1:
+        return lambda: algo.run_updates(per_graph)
     return algo.update
 
 
@@ -282,18 +289,21 @@ def main(argv: list[str] | None = None) -> None:
                              "(a shared machine's noise)")
     parser.add_argument("--modes", nargs="+", default=None,
                         help="device modes to run (default: eager graph compile)")
+    parser.add_argument("--updates-per-graph", nargs="+", type=int, default=[],
+                        help="also measure graph mode with algo.updates_per_graph=K for each K "
+                             "(DQN, TD3; rows 'graph xK')")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     best: dict[tuple[str, int, str, str], tuple[float | None, str]] = {}
 
     def record(algo: str, batch: int, device: str, mode: str,
-               make: Callable[[], Callable[[], object]]) -> None:
+               make: Callable[[], Callable[[], object]], per_call: int = 1) -> None:
         torch.manual_seed(0)
         dev = torch.device(device)
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                rate = timed(make(), args.seconds, dev, clock=args.clock)
+                rate = timed(make(), args.seconds, dev, clock=args.clock) * per_call
             note = "; ".join(str(w.message).splitlines()[0] for w in caught)[:90]
         except Exception as exc:  # noqa: BLE001 (a benchmark reports, never stops)
             rate, note = None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
@@ -314,6 +324,12 @@ def main(argv: list[str] | None = None) -> None:
                         capture = {"drlmpi": "off", "eager": "off"}.get(mode, mode)
                         record(algo, batch, device, mode,
                                lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(a, b, d, c))
+                    if device == "cpu" or algo == "ppo":
+                        continue
+                    for k in args.updates_per_graph:
+                        record(algo, batch, device, f"graph x{k}",
+                               lambda a=algo, b=batch, d=device, k=k: drlmpi_step(a, b, d, "graph", k),
+                               per_call=k)
     print_table([(*key, rate, note) for key, (rate, note) in best.items()])
 
 

@@ -29,30 +29,48 @@ from drlmpi.comm import RoundCounts, TimedComm, int64_message
 from drlmpi.roles import Actor, Learner, episode_stats
 
 
-class AllreduceSync:
-    """Average gradients with one ``Allreduce`` per network, then step on every rank."""
+class ExchangeSync:
+    """A :data:`~drlmpi.algos.base.GradSync` in two parts: :meth:`exchange` moves data through
+    MPI (host buffers; it can never be inside a captured CUDA graph), then, if
+    :attr:`steps_locally`, the group's own optimizer steps (device work, which a captured update
+    records in the segment after the exchange: see :class:`~drlmpi.device.SegmentedUpdate`)."""
+
+    #: whether the local optimizer steps after :meth:`exchange` (False: the exchange brought
+    #: the new parameters themselves).
+    steps_locally = True
 
     def __init__(self, comm: TimedComm) -> None:
         self.comm = comm
 
+    def exchange(self, name: str, group: ParamGroup) -> None:
+        raise NotImplementedError
+
     def __call__(self, name: str, group: ParamGroup) -> None:
+        self.exchange(name, group)
+        if self.steps_locally:
+            group.apply_gradients()
+
+
+class AllreduceSync(ExchangeSync):
+    """Average gradients with one ``Allreduce`` per network, then step on every rank."""
+
+    def exchange(self, name: str, group: ParamGroup) -> None:
         from mpi4py import MPI
 
         grads = group.flat.grads_numpy()
         self.comm.Allreduce(MPI.IN_PLACE, grads, op=MPI.SUM, kind="gradients")
         grads /= self.comm.size
         group.flat.load_grads(grads)
-        group.apply_gradients()
 
 
-class AllgatherSync:
+class AllgatherSync(ExchangeSync):
     """Gather every rank's gradients with one ``Allgather`` per network, average in rank order."""
 
     def __init__(self, comm: TimedComm) -> None:
-        self.comm = comm
+        super().__init__(comm)
         self._buffers: dict[str, np.ndarray] = {}
 
-    def __call__(self, name: str, group: ParamGroup) -> None:
+    def exchange(self, name: str, group: ParamGroup) -> None:
         grads = group.flat.grads_numpy()
         gathered = self._buffers.get(name)
         if gathered is None:
@@ -63,17 +81,18 @@ class AllgatherSync:
             total += row
         total /= self.comm.size
         group.flat.load_grads(total)
-        group.apply_gradients()
 
 
-class ParameterServerSync:
+class ParameterServerSync(ExchangeSync):
     """A worker's sync: send gradients to the server, receive the parameters it computed."""
 
+    steps_locally = False
+
     def __init__(self, comm: TimedComm, server: int = 0) -> None:
-        self.comm = comm
+        super().__init__(comm)
         self.server = server
 
-    def __call__(self, name: str, group: ParamGroup) -> None:
+    def exchange(self, name: str, group: ParamGroup) -> None:
         from mpi4py import MPI
 
         self.comm.Reduce(group.flat.grads_numpy(), None, op=MPI.SUM, root=self.server,
