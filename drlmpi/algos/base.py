@@ -18,8 +18,9 @@ On a device (``device=cuda[:N]``) the learner's storage, networks and optimizer 
 the device, and with ``algo.capture`` (``auto``: CUDA graphs on CUDA, eager on the CPU) an
 update whose gradients stay local (:func:`local_sync`) is replayed from a captured graph:
 sampling, forward, loss, backward, clipping, optimizer step and the target update, with no host
-synchronisation. Updates whose ``sync`` reduces gradients across ranks run eagerly on the device
-(a collective cannot be inside a graph); both paths share the same tensors and optimizer state.
+synchronisation. An update whose ``sync`` reduces gradients across ranks through a host exchange
+is replayed as graph segments with the exchange between them (a collective cannot be inside a
+graph); any other sync runs eagerly. All paths share the same tensors and optimizer state.
 Metrics come back as :class:`~drlmpi.device.Metrics`: one device tensor, floats when read.
 """
 
