@@ -182,14 +182,109 @@ def _task(cfg) -> int:
     return 0
 
 
+USAGE = """\
+drlmpi - deep RL experiments across MPI ranks, with interchangeable topologies
+
+usage:
+  python -m drlmpi [key=value ...]                         one run (world_size=N re-launches under mpiexec)
+  mpiexec -n N python -m mpi4py -m drlmpi topology=star    one run on N ranks
+  python -m drlmpi -m topology=star,async world_size=4,8   a sweep: one MPI job per combination
+  python -m drlmpi +experiment=learning_matrix             a study preset (conf/experiment/)
+  python -m drlmpi.report RUN_OR_SWEEP_DIR ...             tables and plots from run directories
+  python -m drlmpi.play RUN_DIR                            replay a trained policy
+
+config groups: algo=dqn|td3|ppo|random  env=cartpole|lunarlander|pendulum
+               topology=sequential|p2p|star|parameter_server|async|allgather
+  --hydra-help  Hydra's own options     --cfg job  print the composed config and exit
+Options (type and allowed values are checked before any rank starts; docs/configuration.md):"""
+
+
+def print_help() -> None:
+    """``--help``: the usage header and every option's one-line doc, from the schema."""
+    from drlmpi.schema import help_lines
+
+    print(USAGE)
+    print("\n".join(help_lines()))
+
+
+def _chosen(argv: list[str], group: str, default: str) -> str | None:
+    """The ``group=name`` the command line picks (``None`` when a preset may change it)."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key == group:
+            return value if "," not in value else None
+    if any(a.lstrip("+").startswith("experiment") for a in argv):
+        return None
+    return default
+
+
+def check_command_line(argv: list[str]) -> None:
+    """Refuse, in one line and before Hydra or MPI start, an override whose value the schema
+    rejects (every value of a sweep) and an output directory that cannot be written."""
+    from drlmpi.algos.base import ConfigError
+    from drlmpi.schema import check_override
+
+    scopes = {"algo": _chosen(argv, "algo", "dqn"), "topology": _chosen(argv, "topology", "sequential")}
+    try:
+        for arg in argv:
+            if arg.startswith("-"):
+                continue
+            check_override(arg, scopes)
+            key, _, value = arg.partition("=")
+            if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+                check_writable(key, value)
+    except ConfigError as exc:
+        print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(CONFIG_ERROR_EXIT)
+    if not any(a.startswith(("hydra.run.dir", "hydra.sweep.dir")) for a in argv):
+        try:
+            check_writable("the current directory (outputs/, multirun/)", ".")
+        except ConfigError as exc:
+            print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(CONFIG_ERROR_EXIT)
+
+
+def check_writable(option: str, path: str) -> None:
+    """Raise ConfigError unless a file can be written in directory ``path`` (created for the
+    check if it does not exist, and removed again with every level the check created)."""
+    import tempfile
+
+    from drlmpi.algos.base import ConfigError
+
+    target = Path(path).expanduser().absolute()
+    created: list[Path] = []
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        created.append(probe)
+        probe = probe.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{option} is not a writable directory ({exc.strerror}), got {path}") from None
+    finally:
+        for level in created:  # deepest first
+            try:
+                level.rmdir()
+            except OSError:
+                break
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse overrides, share the run directory across ranks and hand over to Hydra."""
     import hydra
     from omegaconf import OmegaConf
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    single = not _is_multirun(argv) and not any(a in ("--help", "-h", "--hydra-help", "--cfg", "-c",
-                                                                  "--info") for a in argv)
+    if any(a in ("--help", "-h") for a in argv):
+        print_help()
+        return
+    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    if not under_mpi_launcher() or rank == "0":
+        check_command_line(argv)
+    single = not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info")
+                                                for a in argv)
     if single:
         ranks = _requested_world_size(argv)
         if ranks is not None and ranks > 1 and not under_mpi_launcher():

@@ -216,7 +216,7 @@ class Learner:
         self.algo = algo
         self._make_eval_envs = make_eval_envs
         self._eval_envs: list[gym.Env] | None = None
-        self.max_env_steps = int(run["max_env_steps"])
+        self.max_env_steps = None if run.get("max_env_steps") is None else int(run["max_env_steps"])
         self.max_train_seconds = run.get("max_train_seconds")
         self.max_episodes = run.get("max_episodes")
         self.eval_every = int(run["eval_every"])
@@ -386,7 +386,7 @@ class Learner:
         """Why the run should stop now (``None``: keep going)."""
         if self.stop_on_solve and self.solved_at is not None:
             return "solved"
-        if self.env_steps >= self.max_env_steps:
+        if self.max_env_steps is not None and self.env_steps >= self.max_env_steps:
             return "max_env_steps"
         if self.max_episodes is not None and self.episodes >= int(self.max_episodes):
             return "max_episodes"

@@ -20,6 +20,7 @@ from drlmpi.algos.base import Algorithm, ConfigError
 from drlmpi.comm import TimedComm
 from drlmpi.envs import EnvSpec, probe_spec
 from drlmpi.metrics import format_summary, write_summary
+from drlmpi.schema import check_config
 from drlmpi.topologies.base import RunContext, Topology
 
 POLICY_FILE = "policy.pt"
@@ -41,6 +42,7 @@ def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
 
 def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology], EnvSpec]:
     """Check the whole job before it starts; raise :class:`ConfigError` with one clear line."""
+    check_config(cfg)  # types and ranges of every option (drlmpi.schema)
     algo_cls, topology_cls = resolve_classes(cfg)
     topology_cls.check(world_size, algo_cls, cfg)
     if cfg.get("world_size") is not None and int(cfg.world_size) != world_size:
@@ -60,10 +62,6 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"algo={cfg.algo.name}: invalid configuration: {exc}") from exc
-    if int(cfg.env.num_envs) < 1:
-        raise ConfigError(f"env.num_envs must be >= 1, got {cfg.env.num_envs}")
-    if float(cfg.env.sim_cost_ms) < 0:
-        raise ConfigError(f"env.sim_cost_ms must be >= 0, got {cfg.env.sim_cost_ms}")
     device = str(cfg.device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device=cuda was asked for but torch sees no CUDA device: use device=cpu")

@@ -1,0 +1,399 @@
+"""The configuration schema: every option's type, allowed range and one-line doc, in one place.
+
+Defaults live where Hydra composes them (``conf/``: the root config, one YAML per algorithm,
+environment and topology, the tuned files and the experiment presets layered over them); this
+module owns what a value may be. :func:`check_config` walks a composed config against it and
+raises :class:`~drlmpi.algos.base.ConfigError` with one line,
+``<option> <what is wrong>, got <value>``, for the first bad value; :func:`check_override`
+does the same for one ``key=value`` command-line override before Hydra starts (the sweeping
+process included, for every value of a sweep). ``docs/configuration.md``'s reference table and
+``python -m drlmpi --help`` are generated from :data:`SCHEMA` (``python -m drlmpi.schema``
+prints the table; a test keeps the document in step). A test also holds the YAML files and the
+schema to the same set of keys, so an option cannot exist without a type, a range and a doc.
+
+Scopes: ``""`` (root), ``run``, ``env``, ``algo/<name>``, ``topology/<name>``; an algorithm's or
+a topology's options are checked against the scope of the ``name`` it was composed with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Option:
+    """What one option may be.
+
+    Args:
+        kind: ``int``, ``float``, ``bool``, ``str``, ``ints`` (a list of positive integers),
+            ``map`` (a mapping) or ``any``.
+        doc: one line.
+        low, high: inclusive bounds for numbers (``None``: unbounded).
+        low_open: the lower bound itself is not allowed (``> low`` rather than ``>= low``).
+        choices: the allowed strings.
+        nullable: ``null`` is allowed (it means "off" or "not set"; the doc says which).
+    """
+
+    kind: str
+    doc: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+
+    def bounds(self) -> str:
+        """A number's range in words: ``in [0, 1]``, ``>= 1``, ``> 0`` (empty: unbounded)."""
+        if self.low is not None and self.high is not None:
+            return f"in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]"
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {_num(self.low)}"
+        if self.high is not None:
+            return f"<= {_num(self.high)}"
+        return ""
+
+    def allowed(self, markdown: bool = False) -> str:
+        """The allowed values in words (the reference table's column when ``markdown``)."""
+        if self.choices:
+            text = (" \\| ".join(f"`{c}`" for c in self.choices) if markdown
+                    else " | ".join(self.choices))
+        elif self.kind in ("int", "float"):
+            text = f"{self.kind} {self.bounds() or 'any'}"
+        elif self.kind == "ints":
+            text = "list of ints >= 1"
+        else:
+            text = self.kind
+        return text + (", or null" if self.nullable else "")
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` (``None`` when it is allowed)."""
+        if value is None:
+            return None if self.nullable else "must be set (null is not allowed)"
+        kind = self.kind
+        if kind == "any":
+            return None
+        if kind == "bool":
+            return None if isinstance(value, bool) else "must be true or false"
+        if kind == "str":
+            if not isinstance(value, str):
+                return "must be a string"
+            if self.choices and value not in self.choices:
+                return f"must be one of {', '.join(self.choices)}"
+            return None
+        if kind == "map":
+            return None if isinstance(value, Mapping) else "must be a mapping ({key: value, ...})"
+        if kind == "ints":
+            if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+                return "must be a list of integers, e.g. [64, 64]"
+            items = list(value)
+            if not items or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                    for v in items):
+                return "must be a non-empty list of integers >= 1"
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return "must be an integer" if kind == "int" else "must be a number"
+        if kind == "int" and not (isinstance(value, int) or float(value).is_integer()):
+            return "must be an integer"
+        if not math.isfinite(float(value)):
+            return "must be finite"
+        below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        above = self.high is not None and value > self.high
+        if below or above:
+            return f"must be {self.bounds()}"
+        return None
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+def _int(doc: str, low: float | None = 1, high: float | None = None, nullable: bool = False) -> Option:
+    return Option("int", doc, low=low, high=high, nullable=nullable)
+
+
+def _float(doc: str, low: float | None = None, high: float | None = None, low_open: bool = False,
+           nullable: bool = False) -> Option:
+    return Option("float", doc, low=low, high=high, low_open=low_open, nullable=nullable)
+
+
+def _positive(doc: str, nullable: bool = False) -> Option:
+    return _float(doc, low=0, low_open=True, nullable=nullable)
+
+
+def _unit(doc: str) -> Option:
+    return _float(doc, low=0, high=1)
+
+
+def _str(doc: str, *choices: str) -> Option:
+    return Option("str", doc, choices=tuple(choices))
+
+
+_BOOL = "bool"
+_TARGET = Option("str", "the class Hydra builds (module.Class)")
+_CAPTURE = _str("device learner: auto (CUDA graphs on CUDA, eager on cpu) | graph | compile | off",
+                "auto", "graph", "compile", "off")
+_PER_GRAPH = _int("captured updates: this many updates per graph replay when that many are due")
+_SYNC_UNIT = _str("what sync_every counts: environment steps or episodes", "steps", "episodes")
+
+
+def _topology(sync_every_doc: str, **extra: Option) -> dict[str, Option]:
+    return {"_target_": _TARGET, "name": Option("str", "the topology's name"),
+            "sync_every": _int(sync_every_doc), "sync_unit": _SYNC_UNIT, **extra}
+
+
+SCHEMA: dict[str, dict[str, Option]] = {
+    "": {
+        "seed": _int("base seed; rank r uses seed + 10000 * r", low=0),
+        "device": _str("learner device: cpu | cuda | cuda:N | auto (checked by run.validate)"),
+        "threads_per_rank": _int("torch, OpenMP and MKL threads per rank"),
+        "world_size": _int("the number of ranks the job must have (null: any)", nullable=True),
+        "budget_env_steps": _int("the step budget the report judges 'budget met' by "
+                                 "(null: run.max_env_steps)", nullable=True),
+    },
+    "run": {
+        "max_env_steps": _int("budget: job-wide environment steps (null: no step budget)", nullable=True),
+        "max_train_seconds": _positive("budget: training wall-clock seconds, evaluation excluded "
+                                       "(null: none)", nullable=True),
+        "max_episodes": _int("budget: job-wide training episodes (null: none)", nullable=True),
+        "eval_every": _int("greedy evaluation every this many job-wide env steps"),
+        "eval_episodes": _int("episodes per evaluation"),
+        "stop_on_solve": Option(_BOOL, "stop at the first evaluation that reaches env.reward_threshold"),
+        "progress_every_s": _float("seconds between progress lines on rank 0 (0: quiet)", low=0),
+        "eval_envs": _int("evaluation environments stepped together (at most eval_episodes)"),
+        "eval_seed_offset": _int("evaluation episodes are seeded from seed + this", low=0),
+        "recent_window": _int("training episodes averaged in the progress line's recent return"),
+        "idle_busy_share": _unit("a rank busy less than this share of its wall time is reported idle"),
+    },
+    "env": {
+        "name": Option("str", "the environment's short name (run directories, report)"),
+        "id": Option("str", "the Gymnasium id"),
+        "reward_threshold": _float("greedy mean return that solves the task (null: never solved)",
+                                   nullable=True),
+        "sim_cost_ms": _float("CPU milliseconds of busy work added per step", low=0),
+        "sim_cost_ms_by_rank": Option("map", "per-rank sim_cost_ms, e.g. {1: 20} (null: none)",
+                                      nullable=True),
+        "num_envs": _int("environments stepped in lock step by each simulator"),
+        "max_episode_steps": _int("override the registered time limit (null keeps it)", nullable=True),
+        "kwargs": Option("map", "extra keyword arguments for gymnasium.make"),
+    },
+    "algo/dqn": {
+        "_target_": _TARGET, "name": Option("str", "the algorithm's name"),
+        "hidden": Option("ints", "hidden layer widths of the Q-network"),
+        "lr": _positive("Adam learning rate"),
+        "gamma": _unit("discount factor"),
+        "double_q": Option(_BOOL, "double-DQN target (false: the target net's own maximum)"),
+        "batch_size": _int("minibatch size per update"),
+        "buffer_size": _int("replay capacity (transitions)"),
+        "learning_starts": _int("transitions in the replay before the first update", low=0),
+        "updates_per_step": _positive("gradient updates per job-wide environment step"),
+        "target_update_every": _int("hard target copy every this many updates (tau = 1)"),
+        "tau": _float("Polyak rate of the target (1: hard copies instead)", low=0, high=1, low_open=True),
+        "eps_start": _unit("epsilon-greedy: initial epsilon"),
+        "eps_end": _unit("epsilon-greedy: final epsilon"),
+        "exploration_steps": _int("job-wide env steps over which epsilon decays linearly", low=0),
+        "max_grad_norm": _positive("clip the gradient norm (null: no clipping)", nullable=True),
+        "capture": _CAPTURE,
+        "updates_per_graph": _PER_GRAPH,
+    },
+    "algo/td3": {
+        "_target_": _TARGET, "name": Option("str", "the algorithm's name"),
+        "hidden": Option("ints", "hidden widths of the actor and of each critic"),
+        "actor_lr": _positive("Adam learning rate of the actor"),
+        "critic_lr": _positive("Adam learning rate of the twin critics"),
+        "gamma": _unit("discount factor"),
+        "tau": _float("Polyak rate of the target networks", low=0, high=1, low_open=True),
+        "batch_size": _int("minibatch size per update"),
+        "buffer_size": _int("replay capacity (transitions)"),
+        "learning_starts": _int("uniform random actions, and no updates, before this many env steps",
+                                low=0),
+        "updates_per_step": _positive("critic updates per job-wide environment step"),
+        "policy_delay": _int("actor and target updates every this many critic updates"),
+        "policy_noise": _float("target smoothing noise std (fraction of the half action range)", low=0),
+        "noise_clip": _float("target smoothing noise clip (fraction of the half action range)", low=0),
+        "exploration_noise": _float("exploration noise std (fraction of the half action range)", low=0),
+        "max_grad_norm": _positive("clip each network's gradient norm (null: no clipping)",
+                                   nullable=True),
+        "capture": _CAPTURE,
+        "updates_per_graph": _PER_GRAPH,
+    },
+    "algo/ppo": {
+        "_target_": _TARGET, "name": Option("str", "the algorithm's name"),
+        "hidden": Option("ints", "hidden widths of the policy trunk and of the value trunk"),
+        "activation": _str("hidden-layer activation", "tanh", "relu"),
+        "ortho_init": Option(_BOOL, "orthogonal initialisation"),
+        "lr": _positive("Adam learning rate"),
+        "adam_eps": _positive("Adam epsilon"),
+        "gamma": _unit("discount factor"),
+        "gae_lambda": _unit("GAE lambda"),
+        "rollout_steps": _int("rows (all envs of all simulators) per rollout"),
+        "batch_size": _int("minibatch size"),
+        "epochs": _int("passes over each rollout"),
+        "clip_range": _positive("clip of the probability ratio"),
+        "clip_range_vf": _positive("clip of the value change (null: no clipping)", nullable=True),
+        "ent_coef": _float("entropy bonus coefficient", low=0),
+        "vf_coef": _float("value loss coefficient", low=0),
+        "max_grad_norm": _positive("clip the global gradient norm (null: no clipping)", nullable=True),
+        "normalize_advantage": Option(_BOOL, "normalise advantages per minibatch"),
+        "log_std_init": _float("Box actions: initial log standard deviation"),
+        "reward_scale": _positive("rewards are multiplied by this before GAE"),
+        "capture": _CAPTURE,
+    },
+    "algo/random": {
+        "_target_": _TARGET, "name": Option("str", "the algorithm's name"),
+    },
+    "topology/sequential": _topology("experience collected between training phases"),
+    "topology/p2p": _topology("experience the simulator collects between exchanges"),
+    "topology/star": _topology("experience each simulator collects per round"),
+    "topology/parameter_server": _topology("experience each worker collects per round"),
+    "topology/async": _topology(
+        "steps (per environment) per experience chunk",
+        publish_every=_int("the learner publishes weights every this many updates"),
+        max_policy_lag=_int("discard chunks acted with weights older than this many updates "
+                            "(null: keep all)", low=0, nullable=True),
+        utd_mode=_str("ratio: algo.updates_per_step per received step; free: train flat out",
+                      "ratio", "free"),
+        max_pending_updates=_int("ratio mode: owed updates above which credits are withheld "
+                                 "(null: 2 x the most one chunk entitled)", nullable=True),
+        slots=_int("experience buffers in flight per simulator"),
+    ),
+    "topology/allgather": _topology(
+        "steps (per environment) each rank collects per round",
+        reduce=_str("allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
+                    "allreduce", "allgather"),
+        check_every=_int("verify identical parameters every N updates (0: only at the end)", low=0),
+    ),
+}
+
+
+def scope_of(cfg: Mapping[str, Any], path: str) -> dict[str, Option] | None:
+    """The schema of ``cfg[path]`` (``algo``/``topology`` by their composed ``name``)."""
+    if path in ("", "run", "env"):
+        return SCHEMA[path]
+    name = (cfg.get(path) or {}).get("name")
+    return SCHEMA.get(f"{path}/{name}")
+
+
+def check_config(cfg: Mapping[str, Any]) -> None:
+    """Raise :class:`~drlmpi.algos.base.ConfigError` for the first value the schema refuses.
+
+    Options the schema does not know (an experiment preset's own keys, a custom algorithm's)
+    are left to their users; ``algo``/``topology`` are checked against the scope named by their
+    ``name``, when the schema has one."""
+    from drlmpi.algos.base import ConfigError
+
+    for path in ("", "run", "env", "algo", "topology"):
+        scope = scope_of(cfg, path)
+        node = cfg if path == "" else cfg.get(path)
+        if scope is None or node is None:
+            continue
+        for key, option in scope.items():
+            if key not in node:
+                continue
+            value = node[key]
+            problem = option.problem(value)
+            if problem is not None:
+                name = f"{path}.{key}" if path else key
+                raise ConfigError(f"{name} {problem}, got {_show(value)}")
+    run = cfg.get("run") or {}
+    if all(run.get(k) is None for k in ("max_env_steps", "max_train_seconds", "max_episodes")):
+        raise ConfigError("run.max_env_steps, run.max_train_seconds and run.max_episodes are all null: "
+                          "set at least one budget, got none")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return str(dict(value))
+    if hasattr(value, "__iter__"):
+        try:
+            return str(list(value))
+        except TypeError:
+            pass
+    return str(value)
+
+
+def check_override(arg: str, scopes: Mapping[str, str]) -> None:
+    """Check one command-line override ``key=value`` (each value of a ``a,b,c`` sweep) before
+    Hydra composes anything; ``scopes`` maps ``algo``/``topology`` to the name chosen on the
+    command line (or its default). Unknown keys, interpolations and sweep functions are left
+    to Hydra."""
+    from drlmpi.algos.base import ConfigError
+
+    key, sep, text = arg.lstrip("+~").partition("=")
+    if not sep or key.startswith("hydra") or "${" in text or "(" in text:
+        return
+    path, _, leaf = key.rpartition(".")
+    if path in ("algo", "topology"):
+        scope = SCHEMA.get(f"{path}/{scopes.get(path)}")
+    else:
+        scope = SCHEMA.get(path) if path in ("", "run", "env") else None
+    option = None if scope is None else scope.get(leaf)
+    if option is None or option.kind in ("map", "any"):
+        return
+    values = [text] if option.kind == "ints" or text.startswith("[") else text.split(",")
+    for raw in values:
+        value = parse_value(raw)
+        problem = option.problem(value)
+        if problem is not None:
+            raise ConfigError(f"{key} {problem}, got {_show(value)}")
+
+
+def parse_value(raw: str) -> Any:
+    """A command-line value as Hydra's override grammar reads it: ``null``, ``true``/``false``,
+    an integer, a float (``1e-3``, ``inf``), a ``[list]``, else the (unquoted) string."""
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    lowered = text.lower()
+    if lowered in ("null", "none", ""):
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    if text.startswith("["):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+    return text
+
+
+def reference_table() -> str:
+    """The markdown reference of every option: scope, key, allowed values, doc."""
+    lines = ["| option | allowed | meaning |", "|---|---|---|"]
+    for scope, options in SCHEMA.items():
+        prefix = scope.replace("/", "=") + ": " if "/" in scope else (f"{scope}." if scope else "")
+        for key, option in options.items():
+            if key == "_target_":
+                continue
+            doc = option.doc.replace("|", "\\|")
+            lines.append(f"| `{prefix}{key}` | {option.allowed(markdown=True)} | {doc} |")
+    return "\n".join(lines)
+
+
+def help_lines() -> list[str]:
+    """One line per option for ``python -m drlmpi --help``."""
+    out = []
+    for scope, options in SCHEMA.items():
+        out.append("")
+        out.append(f"  [{scope.replace('/', '=') or 'top level'}]")
+        prefix = scope.split("/")[0] + "." if scope else ""
+        for key, option in options.items():
+            if key in ("_target_", "name"):
+                continue
+            out.append(f"    {prefix + key:30} {option.allowed():28} {option.doc}")
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(reference_table())

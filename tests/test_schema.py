@@ -1,0 +1,147 @@
+"""The configuration schema (drlmpi/schema.py): every option typed, ranged and documented, and
+every refusal one line with exit code 2 - on the command line, after composition, in sweeps."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from drlmpi.__main__ import _launch_time_resolver, check_writable
+from drlmpi.algos.base import ConfigError
+from drlmpi.run import validate
+from drlmpi.schema import SCHEMA, check_config, check_override, parse_value, reference_table
+from tests.conftest import CONF, REPO
+
+OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def test_every_yaml_key_has_a_schema_entry_and_back():
+    root = OmegaConf.load(CONF / "config.yaml")
+    scopes = {"": {k for k in root if k not in ("defaults", "run", "hydra")}, "run": set(root.run)}
+    for group in ("algo", "env", "topology"):
+        for path in sorted((CONF / group).glob("*.yaml")):
+            node = OmegaConf.load(path)
+            scope = "env" if group == "env" else f"{group}/{node.name}"
+            keys = {k for k in node if k != "defaults"}
+            scopes[scope] = keys if scope not in scopes else scopes[scope] | keys
+    for scope, keys in scopes.items():
+        assert keys == set(SCHEMA[scope]), (scope, keys ^ set(SCHEMA[scope]))
+    assert set(SCHEMA) == set(scopes)
+    assert all(option.doc and "\n" not in option.doc for s in SCHEMA.values() for option in s.values())
+
+
+@pytest.mark.parametrize("algo,env", [("dqn", "cartpole"), ("dqn", "lunarlander"), ("td3", "pendulum"),
+                                      ("ppo", "cartpole"), ("ppo", "lunarlander"), ("ppo", "pendulum"),
+                                      ("random", "cartpole")])
+def test_every_shipped_default_and_tuned_value_passes(algo, env):
+    for topology in ("sequential", "p2p", "star", "parameter_server", "async", "allgather"):
+        check_config(_compose(f"algo={algo}", f"env={env}", f"topology={topology}"))
+
+
+@pytest.mark.parametrize("override,message", [
+    ("algo.lr=abc", "algo.lr must be a number, got 'abc'"),
+    ("algo.gamma=1.5", "algo.gamma must be in [0, 1], got 1.5"),
+    ("algo.batch_size=0", "algo.batch_size must be >= 1, got 0"),
+    ("algo.batch_size=64.5", "algo.batch_size must be an integer, got 64.5"),
+    ("algo.tau=0", "algo.tau must be in (0, 1], got 0"),
+    ("algo.hidden=[64,0]", "algo.hidden must be a non-empty list of integers >= 1, got [64, 0]"),
+    ("algo.capture=yes", "algo.capture must be one of auto, graph, compile, off, got 'yes'"),
+    ("algo.double_q=maybe", "algo.double_q must be true or false, got 'maybe'"),
+    ("env.sim_cost_ms=-1", "env.sim_cost_ms must be >= 0, got -1"),
+    ("run.eval_every=null", "run.eval_every must be set (null is not allowed), got None"),
+    ("run.idle_busy_share=2", "run.idle_busy_share must be in [0, 1], got 2"),
+    ("run.max_train_seconds=-5", "run.max_train_seconds must be > 0, got -5"),
+    ("topology.sync_unit=weeks", "topology.sync_unit must be one of steps, episodes, got 'weeks'"),
+    ("seed=-1", "seed must be >= 0, got -1"),
+    ("run.eval_every=100,0", "run.eval_every must be >= 1, got 0"),  # every value of a sweep
+])
+def test_a_bad_override_is_refused_before_anything_starts(override, message):
+    with pytest.raises(ConfigError) as info:
+        check_override(override, {"algo": "dqn", "topology": "star"})
+    assert str(info.value) == message
+
+
+def test_overrides_the_schema_leaves_to_hydra_pass():
+    scopes = {"algo": "dqn", "topology": "star"}
+    for ok in ("algo.lr=1e-3", "algo.hidden=[32,32]", "run.max_env_steps=null", "+foo=bar",
+               "hydra.run.dir=x", "algo.lr=${oc.env:LR}", "algo.lr=range(1,3)", "algo=ppo",
+               "topology.publish_every=0"):  # not a star option: Hydra refuses it, not us
+        check_override(ok, scopes)
+    check_override("algo.clip_range=-1", {"algo": None, "topology": None})  # scope unknown yet
+    assert parse_value("1e-3") == 1e-3 and parse_value("'7'") == "7" and parse_value("True") is True
+
+
+def test_composed_values_are_checked_too():
+    """A value from a tuned file or preset never went through the command line."""
+    cfg = _compose("algo=ppo", "topology=async")
+    cfg.algo.gae_lambda = 1.2
+    with pytest.raises(ConfigError, match=r"^algo.gae_lambda must be in \[0, 1\], got 1.2$"):
+        validate(cfg, world_size=3)
+    cfg = _compose()
+    cfg.run.max_env_steps = None
+    with pytest.raises(ConfigError, match="set at least one budget"):
+        check_config(cfg)
+
+
+def test_unwritable_output_directory(tmp_path):
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    with pytest.raises(ConfigError, match=r"^hydra.run.dir is not a writable directory \(Not a directory\)"):
+        check_writable("hydra.run.dir", str(afile / "run"))
+    check_writable("hydra.run.dir", str(tmp_path / "a" / "b"))
+    assert not (tmp_path / "a").exists()  # the check leaves nothing behind
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "drlmpi", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args,line", [
+    (("algo.gamma=1.5",), "drlmpi: error: algo.gamma must be in [0, 1], got 1.5"),
+    (("-m", "topology=sequential", "algo.lr=1e-3,abc"), "drlmpi: error: algo.lr must be a number, got 'abc'"),
+    (("+experiment/pair=ppo_cartpole", "algo.clip_range=-1", "run.max_env_steps=100"),
+     "drlmpi: error: algo.clip_range must be > 0, got -1"),  # caught after composition
+    (("hydra.run.dir=/dev/null/run",), "drlmpi: error: hydra.run.dir is not a writable directory "
+                                       "(Not a directory), got /dev/null/run"),
+])
+def test_refusals_are_one_line_exit_2_no_traceback(args, line):
+    proc = run_cli(*args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == line
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_names_the_app_and_every_option():
+    proc = run_cli("--help")
+    assert proc.returncode == 0 and "powered by Hydra" not in proc.stdout
+    assert proc.stdout.startswith("drlmpi - ")
+    for scope, options in SCHEMA.items():
+        prefix = scope.split("/")[0] + "." if scope else ""
+        for key in options:
+            if key not in ("_target_", "name"):
+                assert f"    {prefix}{key} " in proc.stdout, (scope, key)
+
+
+def test_the_documented_reference_is_the_schema():
+    text = (REPO / "docs" / "configuration.md").read_text()
+    block = text.split("<!-- schema:begin -->\n", 1)[1].split("\n<!-- schema:end -->", 1)[0]
+    assert block == reference_table(), "regenerate: python -m drlmpi.schema"
+
+
+def test_numbers_at_the_bounds():
+    gamma = SCHEMA["algo/dqn"]["gamma"]
+    tau = SCHEMA["algo/dqn"]["tau"]
+    for value, ok in ((0, True), (1, True), (-1e-9, False), (1.0000001, False)):
+        assert (gamma.problem(value) is None) == ok, value
+    assert tau.problem(1) is None and tau.problem(0) is not None and tau.problem(float("nan")) is not None
+    assert SCHEMA["algo/dqn"]["batch_size"].problem(True) == "must be an integer"
