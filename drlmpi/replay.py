@@ -87,6 +87,23 @@ class ReplayBuffer:
         self._size_f.fill_(float(self.size))
         self._last.fill_(self.size - 1)
 
+    def state(self) -> dict[str, object]:
+        """The stored rows (on the CPU), the ring position and the sampler's state."""
+        return {"rows": self.storage[: self.size].detach().cpu().clone(), "next_index": self.next_index,
+                "size": self.size, "generator": self.generator.get_state()}
+
+    def load_state(self, state: dict[str, object]) -> None:
+        """Inverse of :meth:`state` (the capacity must hold the saved rows)."""
+        rows = state["rows"]
+        size = int(state["size"])
+        if size > self.capacity:
+            raise ValueError(f"a replay of {size} rows does not fit a capacity of {self.capacity}")
+        self.storage[:size].copy_(rows)
+        self.next_index, self.size = int(state["next_index"]), size
+        self._size_f.fill_(float(size))
+        self._last.fill_(max(size - 1, 0))
+        self.generator.set_state(state["generator"])
+
     def _put(self, start: int, rows: np.ndarray) -> None:
         if self.device.type == "cpu":
             self.storage.numpy()[start : start + rows.shape[0]] = rows

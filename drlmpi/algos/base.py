@@ -99,6 +99,17 @@ class ParamGroup:
         self.optimizer.step()
 
 
+def _cpu(obj: Any) -> Any:
+    """``obj`` with every tensor in it copied to the CPU (dicts and lists walked)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu(v) for v in obj)
+    return obj
+
+
 def flat_target(module: nn.Module) -> tuple[nn.Module, torch.Tensor]:
     """A frozen copy of ``module`` (a target network) whose parameters are views into one flat
     buffer, returned with it: a hard copy is then ``flat.copy_(online)`` and a Polyak step
@@ -356,6 +367,43 @@ class Algorithm(ABC):
         synchronize(self.device)
 
     # -- persistence -------------------------------------------------------------------------
+    def training_state(self, with_storage: bool = True) -> dict[str, Any]:
+        """Everything a learner needs to continue exactly where it is: networks and target
+        networks, optimizer states, the update counter, the random states (numpy, torch CPU, the
+        device's) and, ``with_storage``, the replay or rollout contents. Tensors (on the CPU),
+        numbers, strings, lists and dicts only: it loads with ``torch.load(weights_only=True)``."""
+        rng: dict[str, Any] = {"numpy": self.rng.bit_generator.state, "torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        return {
+            "networks": self.state_dict(),
+            "optimizers": {name: _cpu(group.optimizer.state_dict())
+                           for name, group in self.groups.items() if group.optimizer is not None},
+            "updates": self.updates,
+            "rng": rng,
+            "storage": self.storage_state() if with_storage else None,
+        }
+
+    def load_training_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`training_state` (a run saved without storage starts it empty)."""
+        self.load_state_dict(state["networks"])
+        for name, opt_state in state["optimizers"].items():
+            self.groups[name].optimizer.load_state_dict(opt_state)
+        self.updates = int(state["updates"])
+        self.rng.bit_generator.state = state["rng"]["numpy"]
+        torch.set_rng_state(state["rng"]["torch"])
+        if self.device.type == "cuda" and "cuda" in state["rng"]:
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+        if state.get("storage") is not None:
+            self.load_storage_state(state["storage"])
+
+    def storage_state(self) -> dict[str, Any]:
+        """The learner's experience (replay rows, pending and frozen rollouts) and its counters."""
+        return {}
+
+    def load_storage_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of :meth:`storage_state`."""
+
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Every network's tensors, flat-keyed ``"<group>.<param>"`` (loads with weights_only)."""
         out: dict[str, torch.Tensor] = {}
@@ -423,6 +471,15 @@ class OffPolicyAlgorithm(Algorithm):
 
     def observe(self, rows: np.ndarray) -> None:
         self.replay.add(rows)
+
+    def storage_state(self) -> dict[str, Any]:
+        return {"replay": self.replay.state(), "update_credit": self._update_credit,
+                "sampler_seeded": self._sampler_seeded}
+
+    def load_storage_state(self, state: Mapping[str, Any]) -> None:
+        self.replay.load_state(state["replay"])
+        self._update_credit = float(state["update_credit"])
+        self._sampler_seeded = bool(state["sampler_seeded"])
 
     def updates_due(self, new_steps: int) -> int:
         """``updates_per_step`` per new step, fractions carried; none before the replay holds

@@ -304,6 +304,40 @@ class PPO(Algorithm):
         due, self._ungranted = self._ungranted, 0
         return due
 
+    def storage_state(self) -> dict[str, Any]:
+        """Pending rows, and each frozen rollout: its rows, or once started its minibatch table,
+        column views, schedule and position (so a rollout in training continues exactly)."""
+        rollouts = []
+        for r in self._rollouts:
+            rollouts.append({
+                "n_updates": r.n_updates, "position": r.position,
+                "rows": None if r.rows is None else r.rows.detach().cpu(),
+                "table": None if r.table is None else r.table.detach().cpu(),
+                "views": {name: [cols.start, cols.stop] for name, cols in r.views.items()},
+                "schedule": [part.detach().cpu() for part in r.schedule],
+            })
+        pending = torch.cat(self._pending).detach().cpu() if self._pending else None
+        return {"pending": pending, "rollouts": rollouts, "ungranted": self._ungranted,
+                "generator": self._generator.get_state(), "generator_seeded": self._generator_seeded}
+
+    def load_storage_state(self, state: Mapping[str, Any]) -> None:
+        pending = state["pending"]
+        self._pending = [] if pending is None else [pending.to(self.device)]
+        self._pending_rows = 0 if pending is None else int(pending.shape[0])
+        self._rollouts = deque()
+        for saved in state["rollouts"]:
+            rows = saved["rows"]
+            rollout = _Rollout(None if rows is None else rows.to(self.device), int(saved["n_updates"]))
+            if saved["table"] is not None:
+                rollout.table = saved["table"].to(self.device)
+                rollout.views = {name: slice(a, b) for name, (a, b) in saved["views"].items()}
+                rollout.schedule = [part.to(self.device) for part in saved["schedule"]]
+            rollout.position = int(saved["position"])
+            self._rollouts.append(rollout)
+        self._ungranted = int(state["ungranted"])
+        self._generator.set_state(state["generator"])
+        self._generator_seeded = bool(state["generator_seeded"])
+
     def ready_to_update(self) -> bool:
         """True while a complete rollout has minibatch updates left."""
         return bool(self._rollouts)
