@@ -271,6 +271,46 @@ def check_writable(option: str, path: str) -> None:
                 break
 
 
+#: overrides a resumed run may change (budgets and reporting; anything else would change the run).
+RESUME_MAY_CHANGE = ("run.max_env_steps", "run.max_train_seconds", "run.max_episodes",
+                     "run.checkpoint_every_s", "run.progress_every_s", "run.stop_on_solve")
+
+
+def resume_arguments(argv: list[str]) -> tuple[list[str], int]:
+    """``resume=DIR [budget overrides]`` -> the run's own overrides (``DIR/.hydra/overrides.yaml``)
+    plus those, ``resume=DIR`` and ``hydra.run.dir=DIR``; and the checkpoint's world size.
+    Refuses, in one line, a directory without a checkpoint and overrides that would change
+    the run (another topology, algorithm or size)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from drlmpi.algos.base import ConfigError
+    from drlmpi.checkpoint import read_meta
+
+    value = next(a for a in argv if a.startswith("resume=")).split("=", 1)[1]
+    run_dir = Path(value).expanduser().absolute()
+    extra = [a for a in argv if not a.startswith("resume=")]
+    for arg in extra:
+        if arg.partition("=")[0] not in RESUME_MAY_CHANGE:
+            raise ConfigError(f"resume=DIR continues a run with its own configuration; only "
+                              f"{', '.join(RESUME_MAY_CHANGE)} may be changed, got {arg}")
+    overrides_file = run_dir / ".hydra" / "overrides.yaml"
+    if not overrides_file.is_file():
+        raise ConfigError(f"resume: {value} is not a drlmpi run directory (no .hydra/overrides.yaml), "
+                          f"got {value}")
+    try:
+        meta = read_meta(run_dir)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"resume: the checkpoint description cannot be read ({exc}), got {value}") from None
+    if meta is None:
+        raise ConfigError(f"resume: {value} has no checkpoint yet (one is written every "
+                          f"run.checkpoint_every_s seconds), got {value}")
+    saved = [str(o) for o in OmegaConf.load(overrides_file)
+             if not str(o).startswith(("resume=", "hydra.run.dir=")) and str(o) not in extra]
+    return [*saved, *extra, f"resume={run_dir}", f"hydra.run.dir={run_dir}"], int(meta["world_size"])
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse overrides, share the run directory across ranks and hand over to Hydra."""
     import hydra
@@ -280,15 +320,25 @@ def main(argv: list[str] | None = None) -> None:
     if any(a in ("--help", "-h") for a in argv):
         print_help()
         return
+    given = list(argv)
+    resume_ranks = None
+    if any(a.startswith("resume=") for a in argv):
+        from drlmpi.algos.base import ConfigError
+
+        try:
+            argv, resume_ranks = resume_arguments(argv)
+        except ConfigError as exc:
+            print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+            sys.exit(CONFIG_ERROR_EXIT)
     rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
     if not under_mpi_launcher() or rank == "0":
         check_command_line(argv)
     single = not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info")
                                                 for a in argv)
     if single:
-        ranks = _requested_world_size(argv)
+        ranks = _requested_world_size(argv) if resume_ranks is None else resume_ranks
         if ranks is not None and ranks > 1 and not under_mpi_launcher():
-            _relaunch_under_mpiexec(argv, ranks)
+            _relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
         argv = _prepare_single_run(argv)
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
     sys.argv = [sys.argv[0], *argv]

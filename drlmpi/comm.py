@@ -43,13 +43,15 @@ class Control(IntEnum):
     """The learner's round message to simulators / workers (int64, ``Tag.CONTROL`` or ``Bcast``).
 
     ``N_UPDATES`` is the number of updates every worker runs this round (parameter server);
-    0 elsewhere.
+    0 elsewhere. ``CHECKPOINT``: every rank holding learning state saves its part of a
+    checkpoint at the end of this round (collective topologies; see drlmpi.checkpoint).
     """
 
     STOP = 0
     ENV_STEPS = 1  # job-wide environment steps so far (drives exploration schedules)
     UPDATES = 2  # learner updates so far
     N_UPDATES = 3
+    CHECKPOINT = 4
 
 
 class RoundCounts(IntEnum):

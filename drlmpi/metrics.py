@@ -32,14 +32,31 @@ class RunLog:
             still logged).
     """
 
-    def __init__(self, run_dir: Path, progress_every_s: float = 5.0):
+    def __init__(self, run_dir: Path, progress_every_s: float = 5.0, keep_rows: int | None = None):
         self.path = Path(run_dir) / "metrics.csv"
-        self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
-        self._writer = csv.writer(self._file)
-        self._writer.writerow(METRIC_COLUMNS)
+        self.rows = 0
+        if keep_rows is not None and self.path.exists():
+            # Resuming: keep the rows the checkpoint counted, drop any written after it (their
+            # episodes are not in the restored state), and append from there.
+            with open(self.path, newline="") as fh:
+                kept = list(csv.reader(fh))[1 : 1 + keep_rows]
+            self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(METRIC_COLUMNS)
+            self._writer.writerows(kept)
+            self.rows = len(kept)
+        else:
+            self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(METRIC_COLUMNS)
         self.progress_every_s = progress_every_s
         self._last_progress = time.perf_counter()
         self.learner: Any = None
+
+    def flush(self) -> int:
+        """Write buffered rows to disk; returns the number of rows written so far."""
+        self._file.flush()
+        return self.rows
 
     def attach(self, learner: Any) -> None:
         """Bind the learner whose counters each row records."""
@@ -48,6 +65,7 @@ class RunLog:
     def __call__(self, kind: str, return_: float, length: int, rank: int,
                  return_std: float | None = None) -> None:
         learner = self.learner
+        self.rows += 1
         self._writer.writerow([
             kind,
             f"{learner.clock.elapsed():.4f}",

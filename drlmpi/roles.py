@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from drlmpi.algos.base import Algorithm, GradSync, local_sync
 
@@ -248,6 +249,38 @@ class Learner:
     def updates(self) -> int:
         """Gradient updates done so far."""
         return self.algo.updates
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def checkpoint_state(self, with_storage: bool = True) -> dict[str, Any]:
+        """The algorithm's training state and this learner's counters, clocks and evaluation
+        history (tensors and plain values only: see :mod:`drlmpi.checkpoint`)."""
+        return {
+            "algo": self.algo.training_state(with_storage=with_storage),
+            "learner": {
+                "env_steps": self.env_steps, "episodes": self.episodes,
+                "pending_updates": self.pending_updates, "learn_s": self.learn_s,
+                "next_eval": self.next_eval, "solved_at": self.solved_at, "last_eval": self.last_eval,
+                "best_eval": self.best_eval, "evaluations": self.evaluations,
+                "recent_returns": list(self.recent_returns),
+                "policy_lags": torch.tensor(self.policy_lags, dtype=torch.int64),
+                "train_seconds": self.clock.elapsed(), "wall_seconds": self.clock.wall(),
+            },
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`checkpoint_state`: the clocks go on from the saved times."""
+        self.algo.load_training_state(state["algo"])
+        saved = state["learner"]
+        for key in ("env_steps", "episodes", "pending_updates", "next_eval", "evaluations"):
+            setattr(self, key, int(saved[key]))
+        self.learn_s = float(saved["learn_s"])
+        self.solved_at = saved["solved_at"]
+        self.last_eval, self.best_eval = saved["last_eval"], saved["best_eval"]
+        self.recent_returns = [float(r) for r in saved["recent_returns"]]
+        self.policy_lags = saved["policy_lags"].tolist()
+        wall, train = float(saved["wall_seconds"]), float(saved["train_seconds"])
+        self.clock.start = time.perf_counter() - wall
+        self.clock.paused_s = wall - train
 
     @property
     def layout(self) -> Any:

@@ -17,6 +17,7 @@ import torch
 from hydra.utils import get_class
 
 from drlmpi.algos.base import Algorithm, ConfigError
+from drlmpi.checkpoint import read_meta
 from drlmpi.comm import TimedComm
 from drlmpi.envs import EnvSpec, probe_spec
 from drlmpi.metrics import format_summary, write_summary
@@ -43,6 +44,8 @@ def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
 def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology], EnvSpec]:
     """Check the whole job before it starts; raise :class:`ConfigError` with one clear line."""
     check_config(cfg)  # types and ranges of every option (drlmpi.schema)
+    if cfg.get("resume"):
+        check_resume(cfg, world_size)
     algo_cls, topology_cls = resolve_classes(cfg)
     topology_cls.check(world_size, algo_cls, cfg)
     if cfg.get("world_size") is not None and int(cfg.world_size) != world_size:
@@ -74,6 +77,22 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
     # Storage that cannot fit on the learner's device is refused now, with its size.
     algo_cls.check_storage(spec, cfg.algo, resolve_device(cfg))
     return algo_cls, topology_cls, spec
+
+
+def check_resume(cfg: Any, world_size: int) -> None:
+    """Refuse resuming a checkpoint this job cannot continue (another world size, topology,
+    algorithm or environment), in one line."""
+    meta = read_meta(cfg.resume)
+    if meta is None:
+        raise ConfigError(f"resume: {cfg.resume} has no checkpoint (checkpoint/meta.json), got {cfg.resume}")
+    if int(meta["world_size"]) != world_size:
+        raise ConfigError(f"resume: the checkpoint was written by {meta['world_size']} rank(s) and this "
+                          f"job has {world_size}: launch it with mpiexec -n {meta['world_size']}, "
+                          f"got {world_size}")
+    for key, now in (("topology", cfg.topology.name), ("algo", cfg.algo.name), ("env", cfg.env.id)):
+        if str(meta.get(key)) != str(now):
+            raise ConfigError(f"resume: the checkpoint was written with {key}={meta.get(key)}, "
+                              f"got {key}={now}")
 
 
 def resolve_device(cfg: Any) -> str:
@@ -141,7 +160,7 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
     topology_stats = reports[0].get("topology_stats") or {}
     idle_share = float(cfg.run.get("idle_busy_share", 0.2))
     train_s = learner.clock.elapsed()
-    wall_s = max(r["wall_s"] for r in reports)
+    wall_s = max(max(r["wall_s"] for r in reports), learner.clock.wall())  # a resumed run: both parts
     solved_at = learner.solved_at or {}
     wait_shares = [r["extra"]["mpi_wait_s"] / r["wall_s"] if r["wall_s"] > 0 else 0.0 for r in reports]
     per_rank = [

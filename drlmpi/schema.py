@@ -154,6 +154,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "world_size": _int("the number of ranks the job must have (null: any)", nullable=True),
         "budget_env_steps": _int("the step budget the report judges 'budget met' by "
                                  "(null: run.max_env_steps)", nullable=True),
+        "resume": Option("str", "a run directory to continue from its last checkpoint "
+                                "(python -m drlmpi resume=DIR)", nullable=True),
     },
     "run": {
         "max_env_steps": _int("budget: job-wide environment steps (null: no step budget)", nullable=True),
@@ -168,6 +170,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "eval_seed_offset": _int("evaluation episodes are seeded from seed + this", low=0),
         "recent_window": _int("training episodes averaged in the progress line's recent return"),
         "idle_busy_share": _unit("a rank busy less than this share of its wall time is reported idle"),
+        "checkpoint_every_s": _float("seconds between checkpoints (0 or null: none)", low=0, nullable=True),
+        "checkpoint_replay": Option(_BOOL, "checkpoints include the replay or rollout contents "
+                                           "(skipped above 2 GiB)"),
     },
     "env": {
         "name": Option("str", "the environment's short name (run directories, report)"),

@@ -80,10 +80,12 @@ class Allgather(Topology):
             if is_root:
                 learner.maybe_evaluate()
                 stop = learner.stop_reason() is not None
-            control = control_message(stop, learner)
+            control = control_message(stop, learner, checkpoint=not stop and ctx.checkpoint_due())
             comm.Bcast(control, root=ROOT, kind="control")
             if control[Control.STOP]:
                 break
+            if control[Control.CHECKPOINT]:  # every peer holds a learner: all save, together
+                ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
             ctx.progress()
         checksums = check_identical_params(comm, algo)
         stats = {

@@ -222,6 +222,7 @@ class _AsyncLearner:
                     self._publish()
                     since_publish = 0
             learner.maybe_evaluate()
+            self.ctx.maybe_checkpoint(learner)
             self.ctx.progress()
         self._shutdown()
         learner.finish()

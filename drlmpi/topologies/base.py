@@ -7,6 +7,7 @@ the context (so every topology seeds, sizes and logs them the same way) and retu
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -15,12 +16,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from drlmpi.algos.base import Algorithm, ConfigError
+from drlmpi.checkpoint import Checkpointer, load_rank_state, read_meta
 from drlmpi.comm import Control, TimedComm, int64_message
 from drlmpi.envs import EnvSpec, make_env
 from drlmpi.metrics import RunLog
 from drlmpi.roles import Actor, Learner
 
 SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
+RESUME_STRIDE = 1_000_003  # a run resumed from checkpoint generation g adds g * RESUME_STRIDE
 
 
 @dataclass
@@ -63,11 +66,22 @@ class RunContext:
         self.spec = spec
         self.algo_cls = algo_cls
         self.log: RunLog | None = None
+        #: the checkpoint this run resumes from (``checkpoint/meta.json``), or ``None``.
+        self.resume_meta: dict[str, Any] | None = None
+        if cfg.get("resume"):
+            self.resume_meta = read_meta(self.run_dir)
+        self.checkpointer = Checkpointer(
+            self.run_dir, comm.rank, comm.size, cfg.run,
+            {"topology": str(cfg.topology.name), "algo": str(cfg.algo.name), "env": str(cfg.env.id)},
+            generation=int(self.resume_meta["generation"]) if self.resume_meta else 0)
 
     @property
     def seed(self) -> int:
-        """This rank's base seed (``cfg.seed + SEED_STRIDE * rank``)."""
-        return int(self.cfg.seed) + SEED_STRIDE * self.comm.rank
+        """This rank's base seed (``cfg.seed + SEED_STRIDE * rank``; a resumed run adds
+        ``RESUME_STRIDE`` per checkpoint generation, so its simulators do not replay the
+        episodes of the first part)."""
+        generation = int(self.resume_meta["generation"]) if self.resume_meta else 0
+        return int(self.cfg.seed) + SEED_STRIDE * self.comm.rank + RESUME_STRIDE * generation
 
     def make_algo(self, learner: bool, device: str | None = None,
                   shared_init: bool = False) -> Algorithm:
@@ -112,13 +126,39 @@ class RunContext:
             count = min(int(run.eval_episodes), int(run.get("eval_envs", 10)))
             return [make_env(env.id, **eval_kwargs) for _ in range(count)]
 
-        run_log = RunLog(self.run_dir, float(run.progress_every_s)) if log else None
+        meta = self.resume_meta
+        keep = None if meta is None else int(meta.get("metrics_rows") or 0)
+        run_log = RunLog(self.run_dir, float(run.progress_every_s), keep_rows=keep) if log else None
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"),
                           log=run_log, seed=self.seed, mpi_clock=lambda: self.comm.wait_s)
+        if meta is not None:
+            state = load_rank_state(self.run_dir, self.comm.rank, meta)
+            if state is None:
+                raise ConfigError(f"resume: checkpoint generation {meta['generation']} holds no state "
+                                  f"for rank {self.comm.rank}, got ranks {meta['ranks_with_state']}")
+            learner.restore(state)
         if run_log is not None:
             run_log.attach(learner)
             self.log = run_log
         return learner
+
+    def checkpoint_due(self) -> bool:
+        """Whether rank 0 should checkpoint now (``run.checkpoint_every_s`` elapsed)."""
+        return self.comm.rank == 0 and self.checkpointer.due()
+
+    def maybe_checkpoint(self, learner: Learner) -> None:
+        """Single-learner topologies, on the learner: checkpoint if one is due."""
+        if self.checkpoint_due():
+            self.save_checkpoint(learner, ranks_with_state=[self.comm.rank])
+
+    def save_checkpoint(self, learner: Learner, ranks_with_state: list[int],
+                        collective: bool = False) -> None:
+        """Write this rank's part of a checkpoint (every rank in ``ranks_with_state`` calls it
+        at the same point when ``collective``). The time it takes is off the training clock."""
+        rows = self.log.flush() if self.log is not None else None
+        start = time.perf_counter()
+        self.checkpointer.save(learner, self.comm if collective else None, ranks_with_state, rows)
+        learner.clock.paused_s += time.perf_counter() - start
 
     def progress(self) -> None:
         """Print a progress line if one is due (learner rank only)."""
@@ -201,10 +241,11 @@ def sync_amount(cfg: Any) -> tuple[int, str]:
     return every, unit
 
 
-def control_message(stop: bool, learner: Learner, n_updates: int = 0) -> np.ndarray:
+def control_message(stop: bool, learner: Learner, n_updates: int = 0,
+                    checkpoint: bool = False) -> np.ndarray:
     """The learner's :class:`~drlmpi.comm.Control` message for this round."""
     return int64_message(Control, stop=stop, env_steps=learner.env_steps, updates=learner.updates,
-                         n_updates=n_updates)
+                         n_updates=n_updates, checkpoint=checkpoint)
 
 
 def empty_control() -> np.ndarray:

@@ -64,6 +64,7 @@ class PointToPoint(Topology):
                 break
             comm.Send(learner.policy_weights(), dest=SIMULATOR_RANK, tag=Tag.WEIGHTS, kind="weights")
             learner.train()
+            ctx.maybe_checkpoint(learner)
             ctx.progress()
         return learner_report(comm.rank, learner)
 

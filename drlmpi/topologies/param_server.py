@@ -67,10 +67,13 @@ class ParameterServer(Topology):
             learner.maybe_evaluate()
             stop = learner.stop_reason() is not None
             n_updates = 0 if stop else int(table[1:, RoundCounts.UPDATES_DUE].min())
-            comm.Bcast(control_message(stop, learner, n_updates), root=SERVER, kind="control")
+            checkpoint = not stop and ctx.checkpoint_due()
+            comm.Bcast(control_message(stop, learner, n_updates, checkpoint), root=SERVER, kind="control")
             if stop:
                 break
             learner.apply_remote_updates(n_updates, sync)
+            if checkpoint:  # the server and every worker save at the end of this round
+                ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
             ctx.progress()
         return learner_report(comm.rank, learner, role="server", stats={"rounds": rounds})
 
@@ -93,6 +96,8 @@ class ParameterServer(Topology):
             if control[Control.STOP]:
                 break
             learner.train(sync, max_updates=int(control[Control.N_UPDATES]))
+            if control[Control.CHECKPOINT]:
+                ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
             actor.load_weights(learner.policy_weights())
         actor.close()
         return learner_report(comm.rank, learner, role="worker", actor=actor)

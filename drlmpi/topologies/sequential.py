@@ -34,6 +34,7 @@ class Sequential(Topology):
             if learner.train():
                 actor.load_weights(learner.policy_weights())
             learner.maybe_evaluate()
+            ctx.maybe_checkpoint(learner)
             ctx.progress()
         report = learner_report(ctx.comm.rank, learner, role="simulator+learner", actor=actor)
         actor.close()

@@ -74,6 +74,7 @@ class Star(Topology):
                 break
             comm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
             learner.train()
+            ctx.maybe_checkpoint(learner)
             ctx.progress()
         return learner_report(comm.rank, learner)
 

@@ -1,0 +1,145 @@
+"""Checkpoints of a running job and what ``resume=RUN_DIR`` reads back.
+
+Layout in the run directory::
+
+    checkpoint/meta.json          which generation is complete, and what wrote it
+    checkpoint/rank<r>.g<g>.pt    the training state of rank r at generation g
+
+Every rank that holds learning state (the learner; in allgather every peer; in a parameter
+server job the server and every worker) writes its file with :func:`atomic_save` (a temporary
+file, then ``os.replace``); then rank 0 writes ``meta.json`` (also atomically) naming the
+generation, and only then deletes the previous generation's files. A job killed at any moment
+therefore leaves one complete generation that ``meta.json`` points to. Collective topologies
+(``allgather``, ``parameter_server``) decide to checkpoint on rank 0 and tell the others in the
+round's control message; every rank saves at the same point of the same round and they meet in
+one small ``Allreduce`` before rank 0 writes ``meta.json``. Single-learner topologies
+(``sequential``, ``p2p``, ``star``, ``async``) checkpoint on the learner alone: simulators hold
+nothing that must survive (they receive the weights; a resumed simulator starts new episodes
+with a fresh seed), and async's credits, pre-posted receives and lag counters restart from
+their initial state.
+
+A file holds tensors, numbers, strings, lists and dicts only, and is loaded with
+``torch.load(weights_only=True)``: resuming never unpickles code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_DIR = "checkpoint"
+META_FILE = "meta.json"
+#: storage (replay, rollouts) above this size is left out of checkpoints (networks, optimizers,
+#: counters and random states are always in): a resumed run then refills it.
+MAX_STORAGE_BYTES = 2 * 2**30
+
+
+def checkpoint_dir(run_dir: Path | str) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def rank_file(run_dir: Path | str, rank: int, generation: int) -> Path:
+    return checkpoint_dir(run_dir) / f"rank{rank}.g{generation}.pt"
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def atomic_write_json(data: dict[str, Any], path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def read_meta(run_dir: Path | str) -> dict[str, Any] | None:
+    """The last complete checkpoint's description (``None``: the run has none)."""
+    path = checkpoint_dir(run_dir) / META_FILE
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text())
+
+
+def load_rank_state(run_dir: Path | str, rank: int, meta: dict[str, Any]) -> dict[str, Any] | None:
+    """Rank ``rank``'s state of the generation ``meta`` names (``None``: it saved none)."""
+    if rank not in meta["ranks_with_state"]:
+        return None
+    path = rank_file(run_dir, rank, int(meta["generation"]))
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+class Checkpointer:
+    """Decides when checkpoints are due (on rank 0) and writes this rank's part of one.
+
+    Args:
+        run_dir: the run directory.
+        rank, world_size: this rank and the job's size.
+        run: the ``run`` config (``checkpoint_every_s``, ``checkpoint_replay``).
+        description: what ``meta.json`` records about the job (topology, algorithm...), checked
+            when resuming.
+        generation: the generation the run resumed from (0: a fresh run).
+    """
+
+    def __init__(self, run_dir: Path, rank: int, world_size: int, run: Any,
+                 description: dict[str, Any], generation: int = 0) -> None:
+        self.run_dir = Path(run_dir)
+        self.rank = rank
+        self.world_size = world_size
+        every = run.get("checkpoint_every_s")
+        self.every_s = float(every) if every else 0.0
+        self.with_storage = bool(run.get("checkpoint_replay", True))
+        self.description = description
+        self.generation = generation
+        self.last = time.monotonic()
+        self.saved = 0
+        self.seconds = 0.0
+
+    def due(self) -> bool:
+        """Whether a checkpoint is due now (decided on rank 0 only)."""
+        return self.every_s > 0 and time.monotonic() - self.last >= self.every_s
+
+    def save(self, learner: Any, comm: Any = None, ranks_with_state: list[int] | None = None,
+             metrics_rows: int | None = None) -> None:
+        """Write this rank's state for the next generation. ``comm`` (collective topologies):
+        every rank in ``ranks_with_state`` calls this at the same point and they meet in one
+        small Allreduce before rank 0 publishes the generation in ``meta.json``."""
+        t0 = time.perf_counter()
+        generation = self.generation + 1
+        checkpoint_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
+        algo = learner.algo
+        with_storage = self.with_storage and algo.storage_bytes(algo.spec, algo.cfg) <= MAX_STORAGE_BYTES
+        atomic_save(learner.checkpoint_state(with_storage), rank_file(self.run_dir, self.rank, generation))
+        if comm is not None:
+            from mpi4py import MPI
+
+            done = np.ones(1, dtype=np.int64)
+            comm.Allreduce(MPI.IN_PLACE, done, op=MPI.SUM, kind="checkpoint")
+        if self.rank == 0:
+            meta = {
+                "generation": generation,
+                "world_size": self.world_size,
+                "ranks_with_state": sorted(ranks_with_state or [0]),
+                "env_steps": learner.env_steps,
+                "updates": learner.updates,
+                "train_seconds": learner.clock.elapsed(),
+                "metrics_rows": metrics_rows,
+                "with_storage": with_storage,
+                "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+                **self.description,
+            }
+            atomic_write_json(meta, checkpoint_dir(self.run_dir) / META_FILE)
+            for old in checkpoint_dir(self.run_dir).glob(f"rank*.g{generation - 1}.pt"):
+                old.unlink(missing_ok=True)
+        self.generation = generation
+        self.last = time.monotonic()
+        self.saved += 1
+        self.seconds += time.perf_counter() - t0
