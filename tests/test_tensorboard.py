@@ -8,7 +8,9 @@ import time
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
+from drlmpi.algos.dqn import DQN
 from drlmpi.tensorboard import (
     FILE_PREFIX,
     FILE_VERSION,
@@ -22,6 +24,7 @@ from drlmpi.tensorboard import (
     masked_crc32c,
     read_scalars,
 )
+from tests.conftest import CONF
 
 
 # -- the format -------------------------------------------------------------------------------
@@ -128,3 +131,17 @@ def test_the_real_tensorboard_reads_our_files(tmp_path):
     events = acc.Scalars("train/loss")
     assert [e.step for e in events] == [100, 200, 300, 400, 500]
     assert [e.value for e in events] == pytest.approx([1.0 / s for s in range(1, 6)])
+
+
+# -- update metrics ---------------------------------------------------------------------------
+def _algo_cfg(name, spec, **overrides):
+    cfg = OmegaConf.load(CONF / "algo" / f"{name}.yaml")
+    for key, value in overrides.items():
+        cfg[key] = value
+    return spec, cfg
+
+
+def test_dqn_without_clipping_has_no_grad_norm(cartpole):
+    spec, cfg = _algo_cfg("dqn", cartpole, hidden=[8], max_grad_norm=None)
+    assert DQN(spec, cfg).metric_names == ("loss", "q_mean")
+    assert DQN(*_algo_cfg("dqn", cartpole, hidden=[8])).metric_names == ("loss", "q_mean", "grad_norm")
