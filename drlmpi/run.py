@@ -39,6 +39,18 @@ def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
     return algo_cls, topology_cls
 
 
+def validate_tensorboard(run: Any) -> None:
+    """``run.tensorboard`` must be a bool and ``run.tensorboard_every_s`` a number > 0."""
+    enabled = run.get("tensorboard", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"run.tensorboard must be true or false, got {enabled!r}")
+    every = run.get("tensorboard_every_s", 2.0)
+    if isinstance(every, bool) or not isinstance(every, (int, float)):
+        raise ConfigError(f"run.tensorboard_every_s must be a number of seconds, got {every!r}")
+    if not every > 0:
+        raise ConfigError(f"run.tensorboard_every_s must be > 0, got {every}")
+
+
 def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology], EnvSpec]:
     """Check the whole job before it starts; raise :class:`ConfigError` with one clear line."""
     algo_cls, topology_cls = resolve_classes(cfg)
@@ -64,6 +76,7 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
         raise ConfigError(f"env.num_envs must be >= 1, got {cfg.env.num_envs}")
     if float(cfg.env.sim_cost_ms) < 0:
         raise ConfigError(f"env.sim_cost_ms must be >= 0, got {cfg.env.sim_cost_ms}")
+    validate_tensorboard(cfg.run)
     device = str(cfg.device)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device=cuda was asked for but torch sees no CUDA device: use device=cpu")
@@ -130,6 +143,8 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path) -> dict[str, Any] | None
     if comm.rank == 0:
         summary = build_summary(cfg, run_dir, reports, learner, world.Get_size(), topology_cls)
         write_summary(run_dir, summary)
+        if ctx.log is not None:
+            ctx.log.finish(summary)
         print(format_summary(summary), flush=True)
     comm.free()
     return summary

@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import struct
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
+from drlmpi.algos.base import ConfigError
 from drlmpi.algos.dqn import DQN
+from drlmpi.algos.ppo import PPO
+from drlmpi.algos.td3 import TD3
+from drlmpi.envs import make_env
+from drlmpi.metrics import RunLog
+from drlmpi.roles import Actor, Learner
+from drlmpi.run import validate
 from drlmpi.tensorboard import (
     FILE_PREFIX,
     FILE_VERSION,
@@ -24,8 +32,13 @@ from drlmpi.tensorboard import (
     masked_crc32c,
     read_scalars,
 )
+from drlmpi.topologies.base import RunContext
 from tests.conftest import CONF
+from tests.mpirun import run_job
+from tests.test_config import _compose
 
+BUDGET = ["run.max_env_steps=2000", "run.eval_every=500", "run.progress_every_s=0",
+          "run.stop_on_solve=false", "algo.learning_starts=500", "run.tensorboard_every_s=0.3"]
 
 # -- the format -------------------------------------------------------------------------------
 def test_crc32c_check_value_and_masking():
@@ -132,8 +145,97 @@ def test_the_real_tensorboard_reads_our_files(tmp_path):
     assert [e.step for e in events] == [100, 200, 300, 400, 500]
     assert [e.value for e in events] == pytest.approx([1.0 / s for s in range(1, 6)])
 
+# -- real runs --------------------------------------------------------------------------------
+def _tb(run_dir):
+    files = list((run_dir / "tb").glob(f"{FILE_PREFIX}*"))
+    assert len(files) == 1, files
+    return read_scalars(files[0])
 
-# -- update metrics ---------------------------------------------------------------------------
+
+def _steps(scalars, tag):
+    return [s for s, _, _ in scalars[tag]]
+
+
+def _assert_increasing(scalars, tag):
+    steps = _steps(scalars, tag)
+    assert len(steps) >= 2 and steps == sorted(steps) and steps[-1] > steps[0], (tag, steps)
+
+
+def test_sequential_dqn_run_writes_its_curves(tmp_path):
+    job = run_job(1, BUDGET, tmp_path / "run")
+    assert job.returncode == 0, job.stderr[-3000:]
+    scalars = _tb(tmp_path / "run")
+    for tag in ("train/loss", "train/q_mean", "train/epsilon", "train/lr", "train/grad_norm",
+                "eval/return", "episode/return/rank0", "episode/return", "perf/env_steps_per_s",
+                "perf/updates_per_s"):
+        assert tag in scalars, sorted(scalars)
+        _assert_increasing(scalars, tag)
+    summary = job.summary()
+    assert _steps(scalars, "summary/mpi_wait_share") == [summary["env_steps"]]
+    assert _steps(scalars, "train/loss")[-1] <= summary["env_steps"]
+    epsilon = [v for _, _, v in scalars["train/epsilon"]]
+    assert epsilon == sorted(epsilon, reverse=True) and epsilon[0] < 1.0  # decays with the steps
+    evals = [v for _, _, v in scalars["eval/return"]]
+    assert len(evals) == summary["evaluations"]
+    assert max(evals) == pytest.approx(summary["best_eval_return"])
+    assert "summary/policy_lag_mean" not in scalars  # sequential measures no lag
+
+
+def test_star_run_writes_each_simulator_rank_and_the_mpi_wait(tmp_path):
+    job = run_job(3, ["topology=star", *BUDGET], tmp_path / "run")
+    assert job.returncode == 0, job.stderr[-3000:]
+    scalars = _tb(tmp_path / "run")
+    for tag in ("episode/return/rank1", "episode/return/rank2", "episode/length/rank2",
+                "train/loss", "train/q_mean", "eval/return", "perf/env_steps_per_s"):
+        _assert_increasing(scalars, tag)
+    assert not any(tag.endswith("/rank0") for tag in scalars if tag.startswith("episode/"))
+    summary = job.summary()
+    for rank in range(3):
+        (point,) = scalars[f"summary/mpi_wait_share/rank{rank}"]
+        assert point[2] == pytest.approx(summary["per_rank"][rank]["mpi_wait_share"], rel=1e-5)
+    assert scalars["summary/mpi_wait_share"][0][2] == pytest.approx(summary["mpi_wait_share"], rel=1e-5)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_run_tensorboard_switches_the_event_file(tmp_path, cartpole, enabled):
+    """``run.tensorboard=false``: the learner's log writes no ``tb/`` folder at all."""
+    cfg = _compose(f"run.tensorboard={str(enabled).lower()}", "run.tensorboard_every_s=7")
+    ctx = RunContext(cfg, SimpleNamespace(rank=0, wait_s=0.0), tmp_path, cartpole, DQN)
+    ctx.make_learner()
+    ctx.log.close()
+    ctx.log.finish({"env_steps": 0, "mpi_wait_share": 0.0, "per_rank": []})
+    if enabled:
+        assert ctx.log.tensorboard.every_s == 7
+        assert len(list((tmp_path / "tb").glob(f"{FILE_PREFIX}*"))) == 1
+    else:
+        assert ctx.log.tensorboard is None and not (tmp_path / "tb").exists()
+    assert (tmp_path / "metrics.csv").is_file()
+
+
+def _in_process_run(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk):
+    """Drive a Learner and its RunLog the way the sequential topology does, without MPI."""
+    run = {"max_env_steps": steps, "eval_every": steps, "eval_episodes": 2, "eval_envs": 2,
+           "stop_on_solve": False}
+    log = RunLog(tmp_path, progress_every_s=0, tensorboard_every_s=0.01)
+    learner = Learner(algo_cls(*algo_cfg, seed=0), lambda: [make_env(env_id) for _ in range(2)], run,
+                      reward_threshold=None, log=log)
+    log.attach(learner)
+    actor = Actor([make_env(env_id) for _ in range(2)], algo_cls(*algo_cfg, seed=1, learner=False),
+                  stream_base=0, seed=0)
+    actor.load_weights(learner.policy_weights())
+    while learner.stop_reason() is None:
+        actor.set_global_steps(learner.env_steps)
+        learner.ingest(actor.collect(chunk), source_rank=0)
+        if learner.train():
+            actor.load_weights(learner.policy_weights())
+        learner.maybe_evaluate()
+        log.progress()
+        time.sleep(0.011)  # let an interval pass
+    log.close()
+    log.finish({"env_steps": learner.env_steps, "mpi_wait_share": 0.0, "per_rank": []})
+    return _tb(tmp_path)
+
+
 def _algo_cfg(name, spec, **overrides):
     cfg = OmegaConf.load(CONF / "algo" / f"{name}.yaml")
     for key, value in overrides.items():
@@ -141,7 +243,43 @@ def _algo_cfg(name, spec, **overrides):
     return spec, cfg
 
 
+def test_ppo_writes_its_own_metrics(tmp_path, cartpole):
+    cfg = _algo_cfg("ppo", cartpole, hidden=[16, 16], rollout_steps=128, batch_size=64, epochs=2)
+    scalars = _in_process_run(tmp_path, PPO, "CartPole-v1", cfg, steps=1024, chunk=32)
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "lr"):
+        _assert_increasing(scalars, f"train/{name}")
+    assert "train/loss" not in scalars and "train/epsilon" not in scalars
+    assert all(v > 0 for _, _, v in scalars["train/entropy"])
+    _assert_increasing(scalars, "episode/return/rank0")
+
+
+def test_td3_writes_its_own_metrics(tmp_path, pendulum):
+    cfg = _algo_cfg("td3", pendulum, hidden=[16, 16], learning_starts=100, batch_size=32,
+                    buffer_size=2000, max_grad_norm=10.0, updates_per_step=0.5)
+    scalars = _in_process_run(tmp_path, TD3, "Pendulum-v1", cfg, steps=400, chunk=25)
+    for name in ("critic_loss", "actor_loss", "q_mean", "critic_grad_norm", "actor_grad_norm",
+                 "critic_lr", "actor_lr"):
+        _assert_increasing(scalars, f"train/{name}")
+    # the actor loss is NaN until the first actor step: left out of the means, never written
+    assert all(np.isfinite(v) for _, _, v in scalars["train/actor_loss"])
+    assert "train/grad_norm" not in scalars and "train/epsilon" not in scalars
+
+
 def test_dqn_without_clipping_has_no_grad_norm(cartpole):
     spec, cfg = _algo_cfg("dqn", cartpole, hidden=[8], max_grad_norm=None)
     assert DQN(spec, cfg).metric_names == ("loss", "q_mean")
     assert DQN(*_algo_cfg("dqn", cartpole, hidden=[8])).metric_names == ("loss", "q_mean", "grad_norm")
+
+# -- configuration ----------------------------------------------------------------------------
+def test_tensorboard_options_are_validated():
+    cfg = _compose()
+    assert cfg.run.tensorboard is True and cfg.run.tensorboard_every_s > 0
+    validate(_compose("run.tensorboard=false", "run.tensorboard_every_s=0.5"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be > 0, got 0$"):
+        validate(_compose("run.tensorboard_every_s=0"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be > 0, got -1.5$"):
+        validate(_compose("run.tensorboard_every_s=-1.5"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be a number of seconds, got 'x'$"):
+        validate(_compose("run.tensorboard_every_s=x"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run.tensorboard must be true or false, got 'yes'$"):
+        validate(_compose("run.tensorboard=yes"), world_size=1)

@@ -102,7 +102,8 @@ class RunContext:
         return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
 
     def make_learner(self, algo: Algorithm | None = None, log: bool = True) -> Learner:
-        """The learner (with ``metrics.csv`` and progress output when ``log``)."""
+        """The learner (with ``metrics.csv``, progress output and, with ``run.tensorboard``,
+        TensorBoard event files in ``tb/`` when ``log``)."""
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
         run = self.cfg.run
@@ -112,7 +113,8 @@ class RunContext:
             count = min(int(run.eval_episodes), int(run.get("eval_envs", 10)))
             return [make_env(env.id, **eval_kwargs) for _ in range(count)]
 
-        run_log = RunLog(self.run_dir, float(run.progress_every_s)) if log else None
+        tb_every = float(run.get("tensorboard_every_s", 2.0)) if run.get("tensorboard", True) else None
+        run_log = RunLog(self.run_dir, float(run.progress_every_s), tb_every) if log else None
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"),
                           log=run_log, seed=self.seed, mpi_clock=lambda: self.comm.wait_s)
         if run_log is not None:
