@@ -17,6 +17,8 @@ from drlmpi.algos.ppo import PPO
 from drlmpi.algos.td3 import TD3
 from drlmpi.envs import make_env
 from drlmpi.metrics import RunLog
+from drlmpi.report import build_report
+from drlmpi.report.plots import TRAINING_METRICS
 from drlmpi.roles import Actor, Learner
 from drlmpi.run import validate
 from drlmpi.tensorboard import (
@@ -36,9 +38,11 @@ from drlmpi.topologies.base import RunContext
 from tests.conftest import CONF
 from tests.mpirun import run_job
 from tests.test_config import _compose
+from tests.test_report import PNG_SIGNATURE, make_run
 
 BUDGET = ["run.max_env_steps=2000", "run.eval_every=500", "run.progress_every_s=0",
           "run.stop_on_solve=false", "algo.learning_starts=500", "run.tensorboard_every_s=0.3"]
+
 
 # -- the format -------------------------------------------------------------------------------
 def test_crc32c_check_value_and_masking():
@@ -144,6 +148,7 @@ def test_the_real_tensorboard_reads_our_files(tmp_path):
     events = acc.Scalars("train/loss")
     assert [e.step for e in events] == [100, 200, 300, 400, 500]
     assert [e.value for e in events] == pytest.approx([1.0 / s for s in range(1, 6)])
+
 
 # -- real runs --------------------------------------------------------------------------------
 def _tb(run_dir):
@@ -270,6 +275,7 @@ def test_dqn_without_clipping_has_no_grad_norm(cartpole):
     assert DQN(spec, cfg).metric_names == ("loss", "q_mean")
     assert DQN(*_algo_cfg("dqn", cartpole, hidden=[8])).metric_names == ("loss", "q_mean", "grad_norm")
 
+
 # -- configuration ----------------------------------------------------------------------------
 def test_tensorboard_options_are_validated():
     cfg = _compose()
@@ -283,3 +289,49 @@ def test_tensorboard_options_are_validated():
         validate(_compose("run.tensorboard_every_s=x"), world_size=1)
     with pytest.raises(ConfigError, match=r"^run.tensorboard must be true or false, got 'yes'$"):
         validate(_compose("run.tensorboard=yes"), world_size=1)
+
+
+# -- the report -------------------------------------------------------------------------------
+def _write_training(run, loss, q_mean=None):
+    with EventWriter(run / "tb") as writer:
+        for i, value in enumerate(loss):
+            values = {"train/loss": value, "episode/return/rank0": 10.0 * i}
+            if q_mean is not None:
+                values["train/q_mean"] = q_mean[i]
+            writer.add_scalars(values, 1000 * (i + 1))
+
+
+def test_report_plots_training_metrics_and_skips_runs_without_event_files(tmp_path):
+    root = tmp_path / "runs"
+    _write_training(make_run(root, "seq0", "sequential", 1, 0, 10.0), [1.0, 0.5, 0.25], [1, 2, 3])
+    _write_training(make_run(root, "seq1", "sequential", 1, 1, 12.0), [0.8, 0.4, 0.2], [1, 2, 4])
+    _write_training(make_run(root, "star", "star", 3, 0, 6.0), [0.9, 0.3])
+    make_run(root, "plain", "p2p", 2, 0, 8.0)  # no tb/: silently without curves
+    report = build_report([root], tmp_path / "out")
+    written = {p.name for p in report.files if p.name.startswith("metrics_")}
+    assert written == {"metrics_loss.png", "metrics_q_mean.png"}  # only the metrics some run has
+    assert {"loss", "q_mean"} <= set(TRAINING_METRICS)
+    for name in ("metrics_loss.png", "metrics_q_mean.png"):
+        assert (report.out / name).read_bytes()[:8] == PNG_SIGNATURE
+    text = (report.out / "report.md").read_text()
+    assert "](metrics_loss.png)" in text and "](metrics_q_mean.png)" in text
+    assert not report.runset.warnings
+    runs = {r.path.name: r for r in report.runset.runs}
+    assert runs["plain"].training == {}
+    assert runs["seq0"].training["loss"].tolist() == [[1000, 1.0], [2000, 0.5], [3000, 0.25]]
+    assert "return/rank0" not in runs["seq0"].training  # only train/ tags are kept
+
+
+def test_report_warns_about_a_corrupted_event_file_and_goes_on(tmp_path):
+    root = tmp_path / "runs"
+    run = make_run(root, "seq0", "sequential", 1, 0, 10.0)
+    _write_training(run, [1.0, 0.5])
+    (event_file,) = (run / "tb").iterdir()
+    data = bytearray(event_file.read_bytes())
+    data[-2] ^= 0xFF
+    event_file.write_bytes(bytes(data))
+    report = build_report([root], tmp_path / "out")
+    assert len(report.runset.runs) == 1 and report.runset.runs[0].training == {}
+    (warning,) = report.runset.warnings
+    assert "event files unreadable" in warning and "CRC" in warning
+    assert "metrics_loss.png" not in {p.name for p in report.files}
