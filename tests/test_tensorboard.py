@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from drlmpi.algos.base import ConfigError
@@ -218,7 +219,17 @@ def test_run_tensorboard_switches_the_event_file(tmp_path, cartpole, enabled):
 
 
 def _in_process_run(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk):
-    """Drive a Learner and its RunLog the way the sequential topology does, without MPI."""
+    """Drive a Learner and its RunLog the way the sequential topology does, without MPI (on
+    one torch thread, as a run's ranks are: threads_per_rank=1)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _drive(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _drive(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk):
     run = {"max_env_steps": steps, "eval_every": steps, "eval_episodes": 2, "eval_envs": 2,
            "stop_on_solve": False}
     log = RunLog(tmp_path, progress_every_s=0, tensorboard_every_s=0.01)
