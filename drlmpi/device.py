@@ -124,6 +124,35 @@ class Metrics(Mapping):
         return f"Metrics({self._resolve()})"
 
 
+def mean_metrics(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The mean of each metric over ``samples`` (update metrics kept over a logging interval),
+    NaNs left out (TD3's actor loss before the first actor step); a metric that is NaN in
+    every sample is left out. The :class:`Metrics` among the samples are stacked and read in
+    ONE device-to-host transfer (one host synchronisation for the whole interval); plain
+    mappings are read as they are."""
+    rows: dict[tuple[str, ...], list[np.ndarray]] = {}
+    lazy: dict[tuple[tuple[str, ...], torch.device], list[torch.Tensor]] = {}
+    for sample in samples:
+        if isinstance(sample, Metrics):
+            lazy.setdefault((sample._names, sample._tensor.device), []).append(sample._tensor)
+        elif sample:
+            names = tuple(sample)
+            rows.setdefault(names, []).append(np.array([float(sample[k]) for k in names]))
+    for (names, _), tensors in lazy.items():
+        values = torch.stack(tensors).to("cpu", torch.float64).numpy()
+        rows.setdefault(names, []).extend(values)
+    out: dict[str, float] = {}
+    for names, values in rows.items():
+        table = np.asarray(values, dtype=np.float64).reshape(-1, len(names))
+        finite = ~np.isnan(table)
+        counts = finite.sum(axis=0)
+        sums = np.where(finite, table, 0.0).sum(axis=0)
+        for name, total, count in zip(names, sums, counts):
+            if count:
+                out[name] = float(total / count)
+    return out
+
+
 class CaptureError(RuntimeError):
     """Raised inside :class:`CapturedUpdate` when a body cannot be captured (then eager)."""
 

@@ -147,6 +147,8 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path) -> dict[str, Any] | None
     if comm.rank == 0:
         summary = build_summary(cfg, run_dir, reports, learner, world.Get_size(), topology_cls)
         write_summary(run_dir, summary)
+        if ctx.log is not None:
+            ctx.log.finish(summary)
         print(format_summary(summary), flush=True)
     comm.free()
     return summary

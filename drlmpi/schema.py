@@ -170,6 +170,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "eval_seed_offset": _int("evaluation episodes are seeded from seed + this", low=0),
         "recent_window": _int("training episodes averaged in the progress line's recent return"),
         "idle_busy_share": _unit("a rank busy less than this share of its wall time is reported idle"),
+        "tensorboard": Option(_BOOL, "rank 0 writes TensorBoard event files to <run dir>/tb/"),
+        "tensorboard_every_s": _positive("seconds between TensorBoard records (update metrics averaged "
+                                         "over each)"),
         "checkpoint_every_s": _float("seconds between checkpoints (0 or null: none)", low=0, nullable=True),
         "checkpoint_replay": Option(_BOOL, "checkpoints include the replay or rollout contents "
                                            "(skipped above 2 GiB)"),

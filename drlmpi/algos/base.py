@@ -69,6 +69,10 @@ class ParamGroup:
         self.flat = FlatParams(module)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.optimizer = None
+        #: the gradient norm before clipping of the latest step, a device scalar written in
+        #: place by :meth:`apply_gradients` (so a captured update writes it too); ``None`` when
+        #: the group does not clip (the norm is then never computed).
+        self.grad_norm: torch.Tensor | None = None
         if with_optimizer:
             # The optimizer sees ONE tensor, the flat buffer (whose .grad is the flat gradient
             # buffer): Adam's update is then a handful of vector operations over the whole
@@ -79,6 +83,8 @@ class ParamGroup:
             # Eager steps of a capturable optimizer are intended here (warm-up before a capture,
             # updates with gradient collectives): silence torch's one-time advice against them.
             self.optimizer._warned_capturable_if_run_uncaptured = True
+            if self.max_grad_norm is not None:
+                self.grad_norm = torch.full((), float("nan"), device=self.flat.params.device)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Zero the flat gradients and backpropagate ``loss`` into them."""
@@ -89,12 +95,13 @@ class ParamGroup:
         """Clip (if configured) and take one optimizer step with the current gradients.
 
         Clipping is branch-free, ``grads *= min(1, max_norm / (norm + 1e-6))``: no host
-        synchronisation on a device (and exactly the old ``if scale < 1`` result)."""
+        synchronisation on a device (and exactly the old ``if scale < 1`` result). The norm is
+        computed into :attr:`grad_norm` (``out=``: no extra kernel, and captured with the step)."""
         if self.optimizer is None:
             raise RuntimeError("this ParamGroup was built without an optimizer (acting only)")
         if self.max_grad_norm is not None:
             grads = self.flat.grads
-            norm = torch.linalg.vector_norm(grads)
+            norm = torch.linalg.vector_norm(grads, out=self.grad_norm)
             grads.mul_((self.max_grad_norm / (norm + 1e-6)).clamp_(max=1.0))
         self.optimizer.step()
 
@@ -233,6 +240,27 @@ class Algorithm(ABC):
     def config_name(cls, cfg: Mapping[str, Any]) -> str:
         """The name messages use for this algorithm (``cfg.name``, else the class name)."""
         return str(cfg.get("name", cls.__name__.lower()))
+
+    def grad_norms(self) -> dict[str, torch.Tensor]:
+        """The pre-clipping gradient norm of each trained group that clips (clipping computes it
+        anyway: :attr:`ParamGroup.grad_norm`), by metric name: ``grad_norm`` for a one-group
+        algorithm, ``<group>_grad_norm`` otherwise. Updates append them to their metrics
+        vector (device scalars written in place: graph-safe, no host synchronisation)."""
+        single = len(self.groups) == 1
+        return {("grad_norm" if single else f"{name}_grad_norm"): group.grad_norm
+                for name, group in self.groups.items() if group.grad_norm is not None}
+
+    def schedule_values(self, env_steps: int) -> dict[str, float]:
+        """Host-side values worth logging at ``env_steps`` job-wide steps, read without
+        touching the device: each optimizer's learning rate (``lr`` for a one-group
+        algorithm, ``<group>_lr`` otherwise); subclasses add their schedules (DQN: epsilon)."""
+        out: dict[str, float] = {}
+        for name, group in self.groups.items():
+            if group.optimizer is not None:
+                lr = group.optimizer.param_groups[0]["lr"]
+                key = "lr" if len(self.groups) == 1 else f"{name}_lr"
+                out[key] = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
+        return out
 
     # -- checks ---------------------------------------------------------------------------
     @classmethod
@@ -439,7 +467,8 @@ class OffPolicyAlgorithm(Algorithm):
     """
 
     kind = "off_policy"
-    #: names of the values :meth:`learn` returns, in order.
+    #: names of the values :meth:`learn` returns, in order (an instance appends the names of
+    #: :meth:`~Algorithm.grad_norms` when its groups clip).
     metric_names: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,

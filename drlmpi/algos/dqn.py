@@ -49,6 +49,8 @@ class DQN(OffPolicyAlgorithm):
         self.target_update_every = int(cfg["target_update_every"])
         self.tau = float(cfg.get("tau", 1.0))
         self.double_q = bool(cfg.get("double_q", True))
+        self._norms = self.grad_norms()
+        self.metric_names = (*self.metric_names, *self._norms)
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
@@ -64,6 +66,9 @@ class DQN(OffPolicyAlgorithm):
         frac = min(1.0, env_steps / max(1, int(self.cfg["exploration_steps"])))
         return start + frac * (end - start)
 
+    def schedule_values(self, env_steps: int) -> dict[str, float]:
+        return {**super().schedule_values(env_steps), "epsilon": self.epsilon(env_steps)}
+
     @torch.no_grad()
     def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
         q_values = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
@@ -78,7 +83,7 @@ class DQN(OffPolicyAlgorithm):
     def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
               synced: tuple[str, ...] = ("q",)) -> torch.Tensor:
         """Double-DQN Huber loss on ``batch``, backward, ``sync("q")``; returns
-        ``[loss, mean Q(s, a)]`` as one tensor."""
+        ``[loss, mean Q(s, a)]`` (and the gradient norm, when clipping) as one tensor."""
         actions = batch["action"].long()
         q_taken = self.q(batch["obs"]).gather(1, actions).squeeze(1)
         with torch.no_grad():
@@ -92,7 +97,7 @@ class DQN(OffPolicyAlgorithm):
         loss = F.smooth_l1_loss(q_taken, target)
         self.policy.backward(loss)
         sync("q", self.policy)
-        return torch.stack((loss.detach(), q_taken.detach().mean()))
+        return torch.stack((loss.detach(), q_taken.detach().mean(), *self._norms.values()))
 
     @torch.no_grad()
     def after_update_device(self, synced: tuple[str, ...]) -> None:

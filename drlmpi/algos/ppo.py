@@ -249,6 +249,8 @@ class PPO(Algorithm):
         self.capture = "off"
         self._rollouts: deque[_Rollout] = deque()
         self._ungranted = 0  # updates of frozen rollouts not yet reported by updates_due
+        self._norms = self.grad_norms()
+        self.metric_names = (*self.metric_names, *self._norms)
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
@@ -431,5 +433,5 @@ class PPO(Algorithm):
             approx_kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator, >= 0
             clip_fraction = ((ratio - 1.0).abs() > self.clip_range).float().mean()
             values_out = torch.stack((policy_loss.detach(), value_loss.detach(), entropy_mean.detach(),
-                                      approx_kl, clip_fraction))
+                                      approx_kl, clip_fraction, *self._norms.values()))
         return Metrics(self.metric_names, values_out)

@@ -114,6 +114,9 @@ class TD3(OffPolicyAlgorithm):
         self._high_t = torch.as_tensor(self.high, device=self.device)
         # The latest actor loss, kept on the device (critic-only updates report it again).
         self._last_actor_loss = torch.full((), float("nan"), device=self.device)
+        # Gradient norms of clipping groups (a critic-only update reports the actor's last).
+        self._norms = self.grad_norms()
+        self.metric_names = (*self.metric_names, *self._norms)
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
@@ -171,7 +174,8 @@ class TD3(OffPolicyAlgorithm):
     def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
               synced: tuple[str, ...]) -> torch.Tensor:
         """A critic step on ``batch``, plus an actor step when ``synced`` names the actor
-        (every ``policy_delay``-th update); returns ``[critic_loss, actor_loss, mean Q1]``."""
+        (every ``policy_delay``-th update); returns ``[critic_loss, actor_loss, mean Q1]``
+        (and the gradient norms, when clipping)."""
         critic_group = self.groups["critic"]
         target = self.target_q(batch["reward"], batch["next_obs"], batch["terminated"])
         q1, q2 = self.critic(batch["obs"], batch["action"])
@@ -187,7 +191,8 @@ class TD3(OffPolicyAlgorithm):
                 self.critic.requires_grad_(True)
             sync("actor", self.policy)
             self._last_actor_loss.copy_(actor_loss.detach())
-        return torch.stack((critic_loss.detach(), self._last_actor_loss, q1.detach().mean()))
+        return torch.stack((critic_loss.detach(), self._last_actor_loss, q1.detach().mean(),
+                            *self._norms.values()))
 
     @torch.no_grad()
     def after_update_device(self, synced: tuple[str, ...]) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from drlmpi.report.jobs import Job
+from drlmpi.report.plots import metric_file, training_metrics
 from drlmpi.report.runs import MissingRun, RunSet
 from drlmpi.report.tables import Group, paper_columns, paper_header
 
@@ -244,6 +245,9 @@ def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
     out += ["## Plots", ""]
     for name, title in PLOTS.items():
         out += [f"### {title}", "", f"![{title}]({name})", ""]
+    for metric in training_metrics(groups):
+        title = f"Training metric {metric} vs job-wide environment steps (TensorBoard train/{metric})"
+        out += [f"### {title}", "", f"![{title}]({metric_file(metric)})", ""]
     out += missing_section(runset.missing)
     out += jobs_section(runset.failed_jobs, runset.skipped_jobs)
     if runset.warnings:

@@ -3,7 +3,9 @@
 * ``return_vs_time.png`` / ``return_vs_steps.png``: eval return vs ``train_seconds`` / ``env_steps``;
   thin lines are single runs, thick lines the mean over seeds on a common grid;
 * ``speedup.png``: speedup vs ranks per topology, with the ideal line y = x;
-* ``time_breakdown.png``: simulate / learn / MPI wait / other as shares of rank wall time.
+* ``time_breakdown.png``: simulate / learn / MPI wait / other as shares of rank wall time;
+* ``metrics_<metric>.png``: a training metric of the runs' TensorBoard files (``train/<metric>``,
+  e.g. ``loss``) vs ``env_steps``, for each of :data:`TRAINING_METRICS` some run has.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from matplotlib.figure import Figure
 from drlmpi.report.tables import Group
 
 PLOT_FILES = ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png")
+#: the training metrics (``train/<metric>`` in ``tb/``) plotted as ``metrics_<metric>.png``.
+TRAINING_METRICS = ("loss", "q_mean", "critic_loss", "actor_loss", "policy_loss", "value_loss",
+                    "entropy", "approx_kl", "clip_fraction", "grad_norm")
 LINESTYLES = ["-", "--", ":", "-."]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 BREAKDOWN = [("simulate", "simulate_s", "tab:blue"), ("learn", "learn_s", "tab:orange"),
@@ -124,6 +129,45 @@ def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what
     _save(fig, path)
 
 
+def training_metrics(groups: list[Group]) -> list[str]:
+    """The :data:`TRAINING_METRICS` that at least one run of ``groups`` has curves of."""
+    present = {name for g in groups for r in g.runs for name, curve in r.training.items() if len(curve)}
+    return [name for name in TRAINING_METRICS if name in present]
+
+
+def metric_file(metric: str) -> str:
+    return f"metrics_{metric}.png"
+
+
+def plot_training_metric(groups: list[Group], metric: str, path: Path) -> None:
+    """``train/<metric>`` vs job-wide env steps: one subplot per env+algo whose runs have it,
+    one line per group (thin lines per run and their mean when a group has several)."""
+    pairs = {pair: [g for g in gs if any(metric in r.training for r in g.runs)]
+             for pair, gs in by_pair(groups).items()}
+    pairs = {pair: gs for pair, gs in pairs.items() if gs}
+    fig, axes = _figure(len(pairs))
+    fig.suptitle(f"{metric} vs environment steps (TensorBoard train/{metric})")
+    for ax, ((env, algo), pair_groups) in zip(axes, pairs.items()):
+        sizes = sorted({g.world_size for g in pair_groups})
+        for g in pair_groups:
+            style = dict(color=topology_color(g.topology),
+                         linestyle=LINESTYLES[sizes.index(g.world_size) % len(LINESTYLES)])
+            curves = [(r.training[metric][:, 0], r.training[metric][:, 1]) for r in g.runs
+                      if len(r.training.get(metric, ()))]
+            if len(curves) == 1:
+                ax.plot(*curves[0], label=g.name, linewidth=1.4, **style)
+                continue
+            for x, y in curves:
+                ax.plot(x, y, color=style["color"], linestyle=style["linestyle"], linewidth=0.7, alpha=0.35)
+            ax.plot(*mean_curve(curves), label=f"{g.name} mean of {len(curves)}", linewidth=2.0, **style)
+        ax.set_title(f"{env} / {algo}")
+        ax.set_xlabel("environment steps (job-wide)")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    _save(fig, path)
+
+
 def plot_speedup(groups: list[Group], baselines: dict, baseline: str, path: Path) -> None:
     pairs = by_pair(groups)
     title = "Speedup vs ranks (thick: fixed budget t(s), thin dashed: time to threshold)"
@@ -224,4 +268,7 @@ def write_plots(groups: list[Group], baselines: dict, baseline: str, out: Path) 
     plot_returns(groups, paths[1], 1, "environment steps (job-wide)", "environment steps")
     plot_speedup(groups, baselines, baseline, paths[2])
     plot_breakdown(groups, paths[3])
+    for metric in training_metrics(groups):
+        paths.append(out / metric_file(metric))
+        plot_training_metric(groups, metric, paths[-1])
     return paths

@@ -22,9 +22,12 @@ import numpy as np
 import yaml
 
 from drlmpi.report.jobs import JOB_LOG, JOBS_FILE, Job, job_log_command, override_value, read_jobs
+from drlmpi.tensorboard import EventFileError, read_scalars
 
 SUMMARY = "summary.json"
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
+TB_DIR = "tb"  # the run's TensorBoard event files (drlmpi.metrics.TensorBoardLog)
+TRAIN_PREFIX = "train/"
 LOG_TAIL_LINES = 6
 
 UNKNOWN_ORDER = 1000  # sort key of a topology that declares none
@@ -60,6 +63,9 @@ class Run:
     evals: np.ndarray   # (n, 3): train_seconds, env_steps, return of each eval row
     order: int = UNKNOWN_ORDER   # the topology's sort key
     paper: str | None = None     # its column name in the DQN paper's layout, if it has one
+    #: ``train/<metric>`` curves of ``tb/``, by metric: (n, 2) env_steps, value
+    training: dict[str, np.ndarray] = field(default_factory=dict)
+    training_error: str = ""     # why ``tb/`` could not be read (empty: read, or absent)
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -228,6 +234,21 @@ def read_evals(path: Path) -> np.ndarray:
     return np.array(rows, dtype=float).reshape(-1, 3)
 
 
+def read_training(run_dir: Path) -> tuple[dict[str, np.ndarray], str]:
+    """The ``train/<metric>`` curves of a run's ``tb/`` event files as
+    ``{metric: (n, 2) array of env_steps, value}``, and an error text (empty when read, or when
+    the run has no event files: a run with ``run.tensorboard=false``, or an older one)."""
+    tb = run_dir / TB_DIR
+    if not tb.is_dir():
+        return {}, ""
+    try:
+        scalars = read_scalars(tb)
+    except (OSError, EventFileError) as exc:
+        return {}, f"{tb}: event files unreadable, training curves left out ({exc})"
+    return {tag[len(TRAIN_PREFIX):]: np.array([(step, value) for step, _, value in points], dtype=float)
+            for tag, points in scalars.items() if tag.startswith(TRAIN_PREFIX)}, ""
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     try:
         text = path.read_text(errors="replace")
@@ -267,6 +288,7 @@ def load_run(run_dir: Path) -> Run | MissingRun:
         reason = "no summary.json"
     if summary is not None:
         world_size = int(summary.get("world_size") or 1)
+        training, training_error = read_training(run_dir)
         info = topology_info(str(summary.get("topology", _dig(config, "topology", "name"))), summary,
                              config, world_size)
         return Run(
@@ -278,6 +300,7 @@ def load_run(run_dir: Path) -> Run | MissingRun:
             topology=info.label, world_size=world_size,
             seed=summary.get("seed", config.get("seed")),
             evals=read_evals(run_dir / "metrics.csv"), order=info.order, paper=info.paper,
+            training=training, training_error=training_error,
         )
     overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml")
     launched, cmd_overrides = job_log_command(run_dir)
@@ -346,6 +369,8 @@ def discover(paths: list[Path]) -> RunSet:
                 dirnames[:] = []
                 item = load_run(here)
                 (found.runs if isinstance(item, Run) else found.missing).append(item)
+                if isinstance(item, Run) and item.training_error:
+                    found.warnings.append(item.training_error)
                 continue
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
     found.runs.sort(key=lambda r: str(r.path))

@@ -116,7 +116,8 @@ class RunContext:
         return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
 
     def make_learner(self, algo: Algorithm | None = None, log: bool = True) -> Learner:
-        """The learner (with ``metrics.csv`` and progress output when ``log``)."""
+        """The learner (with ``metrics.csv``, progress output and, with ``run.tensorboard``,
+        TensorBoard event files in ``tb/`` when ``log``)."""
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
         run = self.cfg.run
@@ -128,7 +129,9 @@ class RunContext:
 
         meta = self.resume_meta
         keep = None if meta is None else int(meta.get("metrics_rows") or 0)
-        run_log = RunLog(self.run_dir, float(run.progress_every_s), keep_rows=keep) if log else None
+        tb_every = float(run.get("tensorboard_every_s", 2.0)) if run.get("tensorboard", True) else None
+        run_log = (RunLog(self.run_dir, float(run.progress_every_s), tb_every, keep_rows=keep)
+                   if log else None)
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"),
                           log=run_log, seed=self.seed, mpi_clock=lambda: self.comm.wait_s)
         if meta is not None:

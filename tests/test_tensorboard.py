@@ -1,0 +1,348 @@
+"""TensorBoard event files: the format (CRC-32C, framing, Event encoding), the learner rank's
+``tb/`` output in real runs, its config options and the report's training-metric plots."""
+
+from __future__ import annotations
+
+import struct
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from drlmpi.algos.base import ConfigError
+from drlmpi.algos.dqn import DQN
+from drlmpi.algos.ppo import PPO
+from drlmpi.algos.td3 import TD3
+from drlmpi.envs import make_env
+from drlmpi.metrics import RunLog
+from drlmpi.report import build_report
+from drlmpi.report.plots import TRAINING_METRICS
+from drlmpi.roles import Actor, Learner
+from drlmpi.run import validate
+from drlmpi.tensorboard import (
+    FILE_PREFIX,
+    FILE_VERSION,
+    EventFileError,
+    EventWriter,
+    crc32c,
+    decode_event,
+    encode_event,
+    frame_record,
+    iter_records,
+    masked_crc32c,
+    read_scalars,
+)
+from drlmpi.topologies.base import RunContext
+from tests.conftest import CONF
+from tests.mpirun import run_job
+from tests.test_config import _compose
+from tests.test_report import PNG_SIGNATURE, make_run
+
+BUDGET = ["run.max_env_steps=2000", "run.eval_every=500", "run.progress_every_s=0",
+          "run.stop_on_solve=false", "algo.learning_starts=500", "run.tensorboard_every_s=0.3"]
+
+
+# -- the format -------------------------------------------------------------------------------
+def test_crc32c_check_value_and_masking():
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    # RFC 3720 (iSCSI) test vectors
+    assert crc32c(bytes(32)) == 0x8A9136AA
+    assert crc32c(b"\xff" * 32) == 0x62A8AB43
+    assert crc32c(bytes(range(32))) == 0x46DD794E
+    assert crc32c(b"") == 0
+    assert crc32c(b"56789", crc32c(b"1234")) == crc32c(b"123456789")  # continuable
+    # masked = rotate right by 15, plus 0xa282ead8, mod 2**32
+    rotated = ((0xE3069283 >> 15) | (0xE3069283 << 17)) & 0xFFFFFFFF
+    assert masked_crc32c(b"123456789") == (rotated + 0xA282EAD8) & 0xFFFFFFFF
+    assert masked_crc32c(b"123456789") == 0xC78AB0E5
+
+
+def test_event_encoding_is_byte_exact():
+    # the file header: wall_time (field 1, fixed64 double), file_version (field 3, string)
+    assert encode_event(0.0, file_version=FILE_VERSION) == (
+        b"\x09" + bytes(8) + b"\x1a\x0d" + b"brain.Event:2")
+    # a scalar: step (field 2, varint), summary (field 5) { value (1) { tag (1), simple_value (2) } }
+    event = encode_event(1.5, step=300, scalars={"a": 1.0})
+    value = b"\x0a\x01a" + b"\x15" + struct.pack("<f", 1.0)
+    assert event == (b"\x09" + struct.pack("<d", 1.5) + b"\x10\xac\x02"
+                     + b"\x2a" + bytes([len(value) + 2]) + b"\x0a" + bytes([len(value)]) + value)
+    assert decode_event(event) == (1.5, 300, None, {"a": 1.0})
+    # framing: length, masked CRC of the length, data, masked CRC of the data
+    record = frame_record(b"xyz")
+    assert record[:8] == struct.pack("<Q", 3) and record[12:15] == b"xyz"
+    assert struct.unpack("<I", record[8:12])[0] == masked_crc32c(struct.pack("<Q", 3))
+    assert struct.unpack("<I", record[15:])[0] == masked_crc32c(b"xyz")
+
+
+def test_writer_reader_round_trip(tmp_path):
+    writer = EventWriter(tmp_path / "tb")
+    assert writer.path.name.startswith(FILE_PREFIX)
+    steps = [0, 1, 1000, 2**40]
+    for i, step in enumerate(steps):
+        writer.add_scalars({"train/loss": 0.5 * i, "episode/return/rank3": -200.25 + i}, step,
+                           wall_time=1000.0 + i)
+    writer.add_scalar("eval/return", float("nan"), 7)
+    writer.close()
+    writer.close()  # harmless
+    with pytest.raises(ValueError, match="closed"):
+        writer.add_scalar("x", 1.0, 0)
+    scalars = read_scalars(tmp_path / "tb")
+    assert set(scalars) == {"train/loss", "episode/return/rank3", "eval/return"}
+    assert scalars["train/loss"] == [(s, 1000.0 + i, 0.5 * i) for i, s in enumerate(steps)]
+    assert [v for _, _, v in scalars["episode/return/rank3"]] == [-200.25, -199.25, -198.25, -197.25]
+    assert np.isnan(scalars["eval/return"][0][2])
+    # the first record is the file version, alone
+    first = next(iter_records(writer.path.read_bytes()))
+    assert decode_event(first)[2] == FILE_VERSION
+    # a second writer in the same folder (same second) gets its own file; the reader reads both
+    other = EventWriter(tmp_path / "tb")
+    other.add_scalar("train/loss", 9.0, 5000)
+    other.close()
+    assert other.path != writer.path
+    assert len(read_scalars(tmp_path / "tb")["train/loss"]) == len(steps) + 1
+
+
+def test_writes_are_buffered_until_the_flush_interval(tmp_path):
+    writer = EventWriter(tmp_path, flush_every_s=3600)
+    header = writer.path.stat().st_size
+    assert header > 0  # the version record is on disk at once
+    writer.add_scalar("a", 1.0, 1)
+    assert writer.path.stat().st_size == header
+    writer.flush()
+    assert writer.path.stat().st_size > header
+    writer.flush_every_s = 0.0
+    writer.add_scalar("a", 2.0, 2)  # due: written at once
+    assert [v for _, _, v in read_scalars(writer.path)["a"]] == [1.0, 2.0]
+    writer.close()
+
+
+def test_a_corrupted_or_truncated_record_is_detected(tmp_path):
+    with EventWriter(tmp_path) as writer:
+        writer.add_scalars({"train/loss": 1.0, "train/q_mean": 2.0}, 10)
+    data = writer.path.read_bytes()
+    assert read_scalars(writer.path)["train/loss"] == [(10, pytest.approx(time.time(), abs=60), 1.0)]
+    for position, what in ((len(data) - 10, "data CRC"), (len(data) - 1, "data CRC"), (0, "length CRC")):
+        broken = bytearray(data)
+        broken[position] ^= 0x01
+        writer.path.write_bytes(bytes(broken))
+        with pytest.raises(EventFileError, match=what):
+            read_scalars(writer.path)
+    writer.path.write_bytes(data[:-3])
+    with pytest.raises(EventFileError, match="truncated"):
+        read_scalars(writer.path)
+
+
+def test_the_real_tensorboard_reads_our_files(tmp_path):
+    """Cross-check with TensorBoard's own reader (skipped where tensorboard is not installed)."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with EventWriter(tmp_path) as writer:
+        for step in range(1, 6):
+            writer.add_scalars({"train/loss": 1.0 / step, "episode/return/rank1": 10.0 * step}, step * 100)
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {"train/loss", "episode/return/rank1"}
+    events = acc.Scalars("train/loss")
+    assert [e.step for e in events] == [100, 200, 300, 400, 500]
+    assert [e.value for e in events] == pytest.approx([1.0 / s for s in range(1, 6)])
+
+
+# -- real runs --------------------------------------------------------------------------------
+def _tb(run_dir):
+    files = list((run_dir / "tb").glob(f"{FILE_PREFIX}*"))
+    assert len(files) == 1, files
+    return read_scalars(files[0])
+
+
+def _steps(scalars, tag):
+    return [s for s, _, _ in scalars[tag]]
+
+
+def _assert_increasing(scalars, tag):
+    steps = _steps(scalars, tag)
+    assert len(steps) >= 2 and steps == sorted(steps) and steps[-1] > steps[0], (tag, steps)
+
+
+def test_sequential_dqn_run_writes_its_curves(tmp_path):
+    job = run_job(1, BUDGET, tmp_path / "run")
+    assert job.returncode == 0, job.stderr[-3000:]
+    scalars = _tb(tmp_path / "run")
+    for tag in ("train/loss", "train/q_mean", "train/epsilon", "train/lr", "train/grad_norm",
+                "eval/return", "episode/return/rank0", "episode/return", "perf/env_steps_per_s",
+                "perf/updates_per_s"):
+        assert tag in scalars, sorted(scalars)
+        _assert_increasing(scalars, tag)
+    summary = job.summary()
+    assert _steps(scalars, "summary/mpi_wait_share") == [summary["env_steps"]]
+    assert _steps(scalars, "train/loss")[-1] <= summary["env_steps"]
+    epsilon = [v for _, _, v in scalars["train/epsilon"]]
+    assert epsilon == sorted(epsilon, reverse=True) and epsilon[0] < 1.0  # decays with the steps
+    evals = [v for _, _, v in scalars["eval/return"]]
+    assert len(evals) == summary["evaluations"]
+    assert max(evals) == pytest.approx(summary["best_eval_return"])
+    assert "summary/policy_lag_mean" not in scalars  # sequential measures no lag
+
+
+def test_star_run_writes_each_simulator_rank_and_the_mpi_wait(tmp_path):
+    job = run_job(3, ["topology=star", *BUDGET], tmp_path / "run")
+    assert job.returncode == 0, job.stderr[-3000:]
+    scalars = _tb(tmp_path / "run")
+    for tag in ("episode/return/rank1", "episode/return/rank2", "episode/length/rank2",
+                "train/loss", "train/q_mean", "eval/return", "perf/env_steps_per_s"):
+        _assert_increasing(scalars, tag)
+    assert not any(tag.endswith("/rank0") for tag in scalars if tag.startswith("episode/"))
+    summary = job.summary()
+    for rank in range(3):
+        (point,) = scalars[f"summary/mpi_wait_share/rank{rank}"]
+        assert point[2] == pytest.approx(summary["per_rank"][rank]["mpi_wait_share"], rel=1e-5)
+    assert scalars["summary/mpi_wait_share"][0][2] == pytest.approx(summary["mpi_wait_share"], rel=1e-5)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_run_tensorboard_switches_the_event_file(tmp_path, cartpole, enabled):
+    """``run.tensorboard=false``: the learner's log writes no ``tb/`` folder at all."""
+    cfg = _compose(f"run.tensorboard={str(enabled).lower()}", "run.tensorboard_every_s=7")
+    ctx = RunContext(cfg, SimpleNamespace(rank=0, wait_s=0.0), tmp_path, cartpole, DQN)
+    ctx.make_learner()
+    ctx.log.close()
+    ctx.log.finish({"env_steps": 0, "mpi_wait_share": 0.0, "per_rank": []})
+    if enabled:
+        assert ctx.log.tensorboard.every_s == 7
+        assert len(list((tmp_path / "tb").glob(f"{FILE_PREFIX}*"))) == 1
+    else:
+        assert ctx.log.tensorboard is None and not (tmp_path / "tb").exists()
+    assert (tmp_path / "metrics.csv").is_file()
+
+
+def _in_process_run(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk):
+    """Drive a Learner and its RunLog the way the sequential topology does, without MPI (on
+    one torch thread, as a run's ranks are: threads_per_rank=1)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _drive(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _drive(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk):
+    run = {"max_env_steps": steps, "eval_every": steps, "eval_episodes": 2, "eval_envs": 2,
+           "stop_on_solve": False}
+    log = RunLog(tmp_path, progress_every_s=0, tensorboard_every_s=0.01)
+    learner = Learner(algo_cls(*algo_cfg, seed=0), lambda: [make_env(env_id) for _ in range(2)], run,
+                      reward_threshold=None, log=log)
+    log.attach(learner)
+    actor = Actor([make_env(env_id) for _ in range(2)], algo_cls(*algo_cfg, seed=1, learner=False),
+                  stream_base=0, seed=0)
+    actor.load_weights(learner.policy_weights())
+    while learner.stop_reason() is None:
+        actor.set_global_steps(learner.env_steps)
+        learner.ingest(actor.collect(chunk), source_rank=0)
+        if learner.train():
+            actor.load_weights(learner.policy_weights())
+        learner.maybe_evaluate()
+        log.progress()
+        time.sleep(0.011)  # let an interval pass
+    log.close()
+    log.finish({"env_steps": learner.env_steps, "mpi_wait_share": 0.0, "per_rank": []})
+    return _tb(tmp_path)
+
+
+def _algo_cfg(name, spec, **overrides):
+    cfg = OmegaConf.load(CONF / "algo" / f"{name}.yaml")
+    for key, value in overrides.items():
+        cfg[key] = value
+    return spec, cfg
+
+
+def test_ppo_writes_its_own_metrics(tmp_path, cartpole):
+    cfg = _algo_cfg("ppo", cartpole, hidden=[16, 16], rollout_steps=128, batch_size=64, epochs=2)
+    scalars = _in_process_run(tmp_path, PPO, "CartPole-v1", cfg, steps=1024, chunk=32)
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "lr"):
+        _assert_increasing(scalars, f"train/{name}")
+    assert "train/loss" not in scalars and "train/epsilon" not in scalars
+    assert all(v > 0 for _, _, v in scalars["train/entropy"])
+    _assert_increasing(scalars, "episode/return/rank0")
+
+
+def test_td3_writes_its_own_metrics(tmp_path, pendulum):
+    cfg = _algo_cfg("td3", pendulum, hidden=[16, 16], learning_starts=100, batch_size=32,
+                    buffer_size=2000, max_grad_norm=10.0, updates_per_step=0.5)
+    scalars = _in_process_run(tmp_path, TD3, "Pendulum-v1", cfg, steps=400, chunk=25)
+    for name in ("critic_loss", "actor_loss", "q_mean", "critic_grad_norm", "actor_grad_norm",
+                 "critic_lr", "actor_lr"):
+        _assert_increasing(scalars, f"train/{name}")
+    # the actor loss is NaN until the first actor step: left out of the means, never written
+    assert all(np.isfinite(v) for _, _, v in scalars["train/actor_loss"])
+    assert "train/grad_norm" not in scalars and "train/epsilon" not in scalars
+
+
+def test_dqn_without_clipping_has_no_grad_norm(cartpole):
+    spec, cfg = _algo_cfg("dqn", cartpole, hidden=[8], max_grad_norm=None)
+    assert DQN(spec, cfg).metric_names == ("loss", "q_mean")
+    assert DQN(*_algo_cfg("dqn", cartpole, hidden=[8])).metric_names == ("loss", "q_mean", "grad_norm")
+
+
+# -- configuration ----------------------------------------------------------------------------
+def test_tensorboard_options_are_validated():
+    cfg = _compose()
+    assert cfg.run.tensorboard is True and cfg.run.tensorboard_every_s > 0
+    validate(_compose("run.tensorboard=false", "run.tensorboard_every_s=0.5"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be > 0, got 0$"):
+        validate(_compose("run.tensorboard_every_s=0"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be > 0, got -1.5$"):
+        validate(_compose("run.tensorboard_every_s=-1.5"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be a number, got 'x'$"):
+        validate(_compose("run.tensorboard_every_s=x"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run.tensorboard must be true or false, got 'yes'$"):
+        validate(_compose("run.tensorboard=yes"), world_size=1)
+
+
+# -- the report -------------------------------------------------------------------------------
+def _write_training(run, loss, q_mean=None):
+    with EventWriter(run / "tb") as writer:
+        for i, value in enumerate(loss):
+            values = {"train/loss": value, "episode/return/rank0": 10.0 * i}
+            if q_mean is not None:
+                values["train/q_mean"] = q_mean[i]
+            writer.add_scalars(values, 1000 * (i + 1))
+
+
+def test_report_plots_training_metrics_and_skips_runs_without_event_files(tmp_path):
+    root = tmp_path / "runs"
+    _write_training(make_run(root, "seq0", "sequential", 1, 0, 10.0), [1.0, 0.5, 0.25], [1, 2, 3])
+    _write_training(make_run(root, "seq1", "sequential", 1, 1, 12.0), [0.8, 0.4, 0.2], [1, 2, 4])
+    _write_training(make_run(root, "star", "star", 3, 0, 6.0), [0.9, 0.3])
+    make_run(root, "plain", "p2p", 2, 0, 8.0)  # no tb/: silently without curves
+    report = build_report([root], tmp_path / "out")
+    written = {p.name for p in report.files if p.name.startswith("metrics_")}
+    assert written == {"metrics_loss.png", "metrics_q_mean.png"}  # only the metrics some run has
+    assert {"loss", "q_mean"} <= set(TRAINING_METRICS)
+    for name in ("metrics_loss.png", "metrics_q_mean.png"):
+        assert (report.out / name).read_bytes()[:8] == PNG_SIGNATURE
+    text = (report.out / "report.md").read_text()
+    assert "](metrics_loss.png)" in text and "](metrics_q_mean.png)" in text
+    assert not report.runset.warnings
+    runs = {r.path.name: r for r in report.runset.runs}
+    assert runs["plain"].training == {}
+    assert runs["seq0"].training["loss"].tolist() == [[1000, 1.0], [2000, 0.5], [3000, 0.25]]
+    assert "return/rank0" not in runs["seq0"].training  # only train/ tags are kept
+
+
+def test_report_warns_about_a_corrupted_event_file_and_goes_on(tmp_path):
+    root = tmp_path / "runs"
+    run = make_run(root, "seq0", "sequential", 1, 0, 10.0)
+    _write_training(run, [1.0, 0.5])
+    (event_file,) = (run / "tb").iterdir()
+    data = bytearray(event_file.read_bytes())
+    data[-2] ^= 0xFF
+    event_file.write_bytes(bytes(data))
+    report = build_report([root], tmp_path / "out")
+    assert len(report.runset.runs) == 1 and report.runset.runs[0].training == {}
+    (warning,) = report.runset.warnings
+    assert "event files unreadable" in warning and "CRC" in warning
+    assert "metrics_loss.png" not in {p.name for p in report.files}
