@@ -206,7 +206,7 @@ def test_star_run_writes_each_simulator_rank_and_the_mpi_wait(tmp_path):
 def test_run_tensorboard_switches_the_event_file(tmp_path, cartpole, enabled):
     """``run.tensorboard=false``: the learner's log writes no ``tb/`` folder at all."""
     cfg = _compose(f"run.tensorboard={str(enabled).lower()}", "run.tensorboard_every_s=7")
-    ctx = RunContext(cfg, SimpleNamespace(rank=0, wait_s=0.0), tmp_path, cartpole, DQN)
+    ctx = RunContext(cfg, SimpleNamespace(rank=0, size=1, wait_s=0.0), tmp_path, cartpole, DQN)
     ctx.make_learner()
     ctx.log.close()
     ctx.log.finish({"env_steps": 0, "mpi_wait_share": 0.0, "per_rank": []})
