@@ -1,0 +1,96 @@
+"""The watchdog that ends a job whose rank stopped making progress (``run.rank_timeout_s``).
+
+In-process: a computing rank gives up after the timeout; a paused phase never does; a rank
+waiting in MPI gives up only after a grace period and only when no other rank progresses.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from drlmpi.watchdog import ProgressBoard, ProgressClock, Watchdog, grace_for
+
+
+def _watch(timeout_s: float, clock: ProgressClock, **kwargs) -> tuple[Watchdog, list[tuple[float, str]]]:
+    """A started watchdog on ``clock`` whose firing is recorded (time, message), not acted on."""
+    fired: list[tuple[float, str]] = []
+    dog = Watchdog(timeout_s, rank=7, on_timeout=lambda m: fired.append((time.monotonic(), m)),
+                   clock=clock, tick_s=0.02, **kwargs)
+    return dog.start(), fired
+
+
+def _until(condition, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+# -- the watchdog in-process -----------------------------------------------------------------
+def test_the_watchdog_fires_after_the_timeout_and_not_before():
+    clock = ProgressClock()
+    dog, fired = _watch(0.5, clock)
+    try:
+        for i in range(30):  # 1.5 s of work completing every 50 ms: three timeouts long
+            clock.begin("fake work %d", i)
+            time.sleep(0.05)
+            clock.done()
+        assert fired == []
+        clock.begin("fake work %d", 99)  # ...which never completes
+        stuck_at = time.monotonic()
+        _until(lambda: fired, 5)
+    finally:
+        dog.stop()
+    assert len(fired) == 1
+    at, message = fired[0]
+    assert 0.5 <= at - stuck_at < 1.0
+    assert re.fullmatch(r"drlmpi: error: rank 7 made no progress for 0\.\d s \(in fake work 99\); "
+                        r"ending the job \(run\.rank_timeout_s=0\.5\)", message), message
+
+
+def test_a_paused_phase_is_never_a_hang():
+    clock = ProgressClock()
+    dog, fired = _watch(0.3, clock)
+    try:
+        with clock.paused("start-up: building the %s", "learner"):
+            with clock.paused("start-up: creating environments"):
+                time.sleep(0.5)
+            time.sleep(0.5)  # the outer phase is still paused
+        assert fired == []
+        _until(lambda: fired, 3)  # after the phase the clock runs again
+    finally:
+        dog.stop()
+    assert "(after start-up: building the learner)" in fired[0][1]
+
+
+def test_a_rank_waiting_in_mpi_gives_up_only_when_no_rank_progresses(tmp_path):
+    """The rule, on a board of two ranks (this one, 0, waits in a Bcast; rank 1 is the peer)."""
+    timeout, grace = 10.0, grace_for(10.0)
+    board_dir = tmp_path / "board"
+    peer = ProgressBoard(board_dir, rank=1, size=2)
+    clock = ProgressClock()
+    dog = Watchdog(timeout, rank=0, on_timeout=lambda m: None, clock=clock,
+                   board=ProgressBoard(board_dir, rank=0, size=2))
+    try:
+        now = clock.last
+        clock.wait("Bcast %s (root %d)", "weights", 1)
+        peer.publish(time.time())  # the peer is busy (an evaluation, a batch of updates...)
+        assert dog.check(now + timeout) is None  # within the grace period
+        assert dog.check(now + timeout + grace + 1) is None  # the peer progressed recently
+        peer.publish(time.time() - timeout - 1)  # the peer stopped too: the job is stuck
+        message = dog.check(now + timeout + grace + 3)
+        assert message == (f"drlmpi: error: rank 0 made no progress for {timeout + grace + 3:.1f} s "
+                           "(waiting in Bcast weights (root 1), and no other rank progressed in the "
+                           "last 10 s); ending the job (run.rank_timeout_s=10)")
+        # A computing rank gives up after the timeout whatever its peers do.
+        peer.publish(time.time())
+        clock.begin("env.step of environment %d", 0)
+        assert "(in env.step of environment 0)" in dog.check(now + timeout + grace + 5)
+        # Once a peer is ending the job (it printed why), this rank stays quiet for a while.
+        peer.publish(time.time() - timeout - 1, "ending")
+        assert dog.check(now + timeout + grace + 7) is None
+        assert dog.check(now + timeout + grace + 7 + grace + 3) is not None
+    finally:
+        dog.stop()
+        peer.close()
+    assert not board_dir.exists()  # the last one out removes the board
