@@ -1,7 +1,8 @@
 """The watchdog that ends a job whose rank stopped making progress (``run.rank_timeout_s``).
 
 In-process: a computing rank gives up after the timeout; a paused phase never does; a rank
-waiting in MPI gives up only after a grace period and only when no other rank progresses.
+waiting in MPI gives up only after a grace period and only when no other rank progresses; what
+counts as progress in :class:`~drlmpi.comm.TimedComm` (a poll that completes nothing does not).
 """
 
 from __future__ import annotations
@@ -9,7 +10,13 @@ from __future__ import annotations
 import re
 import time
 
+import numpy as np
+import pytest
+
 from drlmpi.watchdog import ProgressBoard, ProgressClock, Watchdog, grace_for
+
+MPI = pytest.importorskip("mpi4py.MPI")
+from drlmpi.comm import TimedComm  # noqa: E402
 
 
 def _watch(timeout_s: float, clock: ProgressClock, **kwargs) -> tuple[Watchdog, list[tuple[float, str]]]:
@@ -61,6 +68,38 @@ def test_a_paused_phase_is_never_a_hang():
     finally:
         dog.stop()
     assert "(after start-up: building the learner)" in fired[0][1]
+
+
+@pytest.fixture
+def comm():
+    timed = TimedComm(MPI.COMM_SELF.Dup(), progress=ProgressClock())
+    yield timed
+    timed.free()
+
+
+def test_polls_that_complete_nothing_are_not_progress(comm):
+    clock = comm.progress
+    buf = np.zeros(4, dtype=np.int64)
+    request = comm.Irecv(buf, source=0, tag=9, kind="control")
+    dog, fired = _watch(0.4, clock)
+    try:
+        start = time.monotonic()
+        while not fired and time.monotonic() - start < 5:  # an async learner polling in a loop
+            assert not comm.test(request)
+            assert comm.testsome([request]) == []
+        assert fired, "polls that completed nothing kept the watchdog quiet"
+        # A rank waiting in MPI gets the grace period on top of the timeout.
+        assert fired[0][0] - start >= 0.4 + grace_for(0.4)
+        assert "(waiting in Testsome (Irecv control from rank 0))" in fired[0][1]
+        # A poll that completes a request, and a blocking call returning, are progress.
+        before = clock.last
+        comm.Send(np.arange(4, dtype=np.int64), dest=0, tag=9, kind="control")
+        assert clock.last > before
+        before = clock.last
+        assert comm.testsome([request]) == [0]
+        assert clock.last > before and buf[3] == 3
+    finally:
+        dog.stop()
 
 
 def test_a_rank_waiting_in_mpi_gives_up_only_when_no_rank_progresses(tmp_path):

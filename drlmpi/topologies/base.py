@@ -19,6 +19,7 @@ from drlmpi.comm import Control, TimedComm, int64_message
 from drlmpi.envs import EnvSpec, make_env
 from drlmpi.metrics import RunLog
 from drlmpi.roles import Actor, Learner
+from drlmpi.watchdog import PROGRESS
 
 SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
 
@@ -78,10 +79,11 @@ class RunContext:
         """
         device = device or (self.cfg.device if learner else "cpu")
         init_seed = int(self.cfg.seed) if shared_init else self.seed
-        algo = self.algo_cls(self.spec, self.cfg.algo, device=device, seed=init_seed,
-                             learner=learner)
-        if shared_init:
-            algo.reseed(self.seed)
+        with PROGRESS.paused("start-up: building the %s", "learner" if learner else "acting policy"):
+            algo = self.algo_cls(self.spec, self.cfg.algo, device=device, seed=init_seed,
+                                 learner=learner)
+            if shared_init:
+                algo.reseed(self.seed)
         return algo
 
     def _env_kwargs(self) -> dict[str, Any]:
@@ -95,14 +97,19 @@ class RunContext:
     def make_actor(self, simulator_index: int, algo: Algorithm | None = None) -> Actor:
         """A simulator with ``env.num_envs`` environments and its own acting algorithm."""
         n_envs = int(self.cfg.env.num_envs)
-        envs = [make_env(self.cfg.env.id, **self._env_kwargs()) for _ in range(n_envs)]
-        algo = algo or self.make_algo(learner=False)
-        for i, env in enumerate(envs):
-            env.action_space.seed(self.seed + i)
-        return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
+        with PROGRESS.paused("start-up: creating %d %s environment(s)", n_envs, self.cfg.env.id):
+            envs = [make_env(self.cfg.env.id, **self._env_kwargs()) for _ in range(n_envs)]
+            algo = algo or self.make_algo(learner=False)
+            for i, env in enumerate(envs):
+                env.action_space.seed(self.seed + i)
+            return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
 
     def make_learner(self, algo: Algorithm | None = None, log: bool = True) -> Learner:
         """The learner (with ``metrics.csv`` and progress output when ``log``)."""
+        with PROGRESS.paused("start-up: building the learner"):
+            return self._make_learner(algo, log)
+
+    def _make_learner(self, algo: Algorithm | None, log: bool) -> Learner:
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
         run = self.cfg.run
@@ -110,7 +117,8 @@ class RunContext:
 
         def make_eval_envs() -> list:
             count = min(int(run.eval_episodes), int(run.get("eval_envs", 10)))
-            return [make_env(env.id, **eval_kwargs) for _ in range(count)]
+            with PROGRESS.paused("creating %d evaluation environment(s)", count):
+                return [make_env(env.id, **eval_kwargs) for _ in range(count)]
 
         run_log = RunLog(self.run_dir, float(run.progress_every_s)) if log else None
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"),
