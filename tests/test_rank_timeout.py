@@ -1,22 +1,37 @@
-"""The watchdog that ends a job whose rank stopped making progress (``run.rank_timeout_s``).
+"""A rank that stops answering ends the job (``run.rank_timeout_s``), with one line naming it.
 
-In-process: a computing rank gives up after the timeout; a paused phase never does; a rank
-waiting in MPI gives up only after a grace period and only when no other rank progresses; what
-counts as progress in :class:`~drlmpi.comm.TimedComm` (a poll that completes nothing does not).
+In-process: the watchdog's rule (a computing rank gives up after the timeout; a rank waiting in
+MPI only after a grace period and only when no other rank progresses), and what counts as
+progress in :class:`~drlmpi.comm.TimedComm` (a poll that completes nothing does not). As MPI
+jobs: an environment that blocks forever on one rank ends the job under every topology, and a
+run whose ranks legitimately wait longer than the timeout for a busy peer is not ended.
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 
 import numpy as np
 import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from drlmpi.watchdog import ProgressBoard, ProgressClock, Watchdog, grace_for
+from drlmpi.__main__ import HANG_EXIT, _launch_time_resolver
+from drlmpi.algos.base import ConfigError
+from drlmpi.run import check_rank_timeout, validate
+from drlmpi.watchdog import BOARD_DIR, ProgressBoard, ProgressClock, Watchdog, grace_for
+from tests.conftest import CONF
+from tests.mpirun import run_job
 
 MPI = pytest.importorskip("mpi4py.MPI")
 from drlmpi.comm import TimedComm  # noqa: E402
+
+OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
+
+HANG_S = 4  # run.rank_timeout_s of the jobs that hang
+BLOCKING_ENV = "env.id=tests.blocking_env:BlockingCartPole-v0"
 
 
 def _watch(timeout_s: float, clock: ProgressClock, **kwargs) -> tuple[Watchdog, list[tuple[float, str]]]:
@@ -133,3 +148,66 @@ def test_a_rank_waiting_in_mpi_gives_up_only_when_no_rank_progresses(tmp_path):
         dog.stop()
         peer.close()
     assert not board_dir.exists()  # the last one out removes the board
+
+
+def test_a_bad_rank_timeout_is_refused():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["run.rank_timeout_s=-1"])
+    refusal = r"run\.rank_timeout_s must be null or a number of seconds >= 0 \(null or 0: no watchdog\)"
+    with pytest.raises(ConfigError, match=refusal + ", got -1"):
+        validate(cfg, world_size=1)
+    for bad in ("soon", float("nan"), True):
+        with pytest.raises(ConfigError, match=refusal):
+            check_rank_timeout(bad)
+    for fine in (None, 0, 2.5, 120):
+        check_rank_timeout(fine)
+
+
+# -- MPI jobs ---------------------------------------------------------------------------------
+def _survivors(run_dir) -> str:
+    """Processes whose command line names this job's (unique) run directory."""
+    out = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize(("topology", "ranks", "stuck"), [
+    ("sequential", 1, 0), ("p2p", 2, 1), ("star", 3, 2), ("parameter_server", 3, 2),
+    ("async", 3, 2), ("allgather", 3, 2),
+])
+def test_a_rank_that_stops_answering_ends_the_job(tmp_path, topology, ranks, stuck):
+    run_dir = tmp_path / "run"
+    job = run_job(ranks, [f"topology={topology}", BLOCKING_ENV, f"+env.kwargs.hang_rank={stuck}",
+                          "+env.kwargs.hang_after=600", f"run.rank_timeout_s={HANG_S}",
+                          "run.eval_every=100000", "run.progress_every_s=0"],
+                  run_dir, timeout=90)
+    ended = time.time()
+    assert job.returncode == HANG_EXIT, job.stderr[-3000:]
+    hung_at = float(re.search(r"BlockingCartPole: rank \d+ stops answering at t=([\d.]+)", job.stderr)[1])
+    # The stuck rank's watchdog fires after the timeout, then MPI_Abort ends every rank.
+    assert HANG_S <= ended - hung_at < HANG_S + 8, job.stderr[-3000:]
+    lines = [line for line in job.stderr.splitlines() if "made no progress" in line]
+    assert len(lines) == 1, job.stderr[-3000:]
+    assert re.fullmatch(rf"drlmpi: error: rank {stuck} made no progress for \d+\.\d s \(in env\.step of "
+                        rf"environment 0\); ending the job \(run\.rank_timeout_s={HANG_S}\)", lines[0])
+    assert _survivors(run_dir) == ""
+
+
+def test_ranks_waiting_for_a_busy_peer_are_not_a_hang(tmp_path):
+    """Star with a 2 s timeout: while the learner evaluates (80 greedy episodes of at most 20
+    steps on environments slowed to 4 ms a step: 3 to 7 s) the simulators sit in one collective
+    for longer than the timeout and its grace period - legitimately, since the learner's rank
+    makes progress all along - and the run ends normally."""
+    timeout = 2
+    job = run_job(3, ["topology=star", BLOCKING_ENV, "+env.kwargs.slow_rank=0",
+                      "+env.kwargs.slow_step_s=0.004", "env.max_episode_steps=20",
+                      f"run.rank_timeout_s={timeout}", "run.max_env_steps=1024", "run.eval_every=1024",
+                      "run.eval_episodes=80", "run.stop_on_solve=false", "algo.learning_starts=256",
+                      "run.progress_every_s=0"],
+                  tmp_path / "run", timeout=90)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "made no progress" not in job.stderr
+    summary = job.summary()
+    assert summary["evaluations"] == 1 and summary["updates"] > 0
+    # The evaluation kept the simulators waiting for longer than they would wait on their own.
+    assert summary["eval_seconds"] > timeout + grace_for(timeout)
+    assert not (tmp_path / "run" / BOARD_DIR).exists()  # the progress board is cleaned up
