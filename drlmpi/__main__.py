@@ -8,7 +8,9 @@ to its own ``rank<r>.log``.
 
 A failure on one rank prints ``drlmpi: rank R failed: ...`` and aborts the whole MPI job, so
 no rank is left waiting in a collective. Configuration errors are detected identically by
-every rank before any communication and end the job with exit code 2.
+every rank before any communication and end the job with exit code 2. A rank that stops making
+progress for ``run.rank_timeout_s`` is ended by its watchdog (:mod:`drlmpi.watchdog`), which
+prints one line and aborts the job with exit code 3.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
-CONFIG_ERROR_EXIT = 2
-CRASH_EXIT = 1
+CRASH_EXIT = 1  # a rank raised
+CONFIG_ERROR_EXIT = 2  # the configuration was refused before any communication
+HANG_EXIT = 3  # a rank made no progress for run.rank_timeout_s (its watchdog ended the job)
 CONFIG_ERROR_GRACE_S = 3.0
 # Before MPI_Abort kills the job, give the launcher a moment to forward the line just printed:
 # under load an immediate abort can lose a rank's last output.
@@ -154,7 +157,7 @@ def _task(cfg) -> int:
     else:  # pragma: no cover (only when called without Hydra)
         run_dir = Path.cwd()
     try:
-        run_experiment(cfg, world, run_dir)
+        run_experiment(cfg, world, run_dir, hang_exit=HANG_EXIT)
     except ConfigError as exc:
         # Every rank normally refuses the same config before any message: rank 0 reports it
         # once and ends the job. Other ranks give it a moment and speak (and abort) only if it

@@ -10,7 +10,8 @@ pieces every topology needs:
   message, known to both ends.
 * :class:`TimedComm` wraps an mpi4py communicator: EVERY MPI call a topology makes goes through
   it, so the wall time spent inside MPI (the "MPI wait share" of the run summary) and the
-  messages and bytes moved, by payload kind, are measured, never hand-counted.
+  messages and bytes moved, by payload kind, are measured, never hand-counted. It also tells the
+  rank's watchdog (:mod:`drlmpi.watchdog`) what the rank waits in and when an operation completed.
 * :class:`Tag` names the point-to-point message tags, and the ``IntEnum`` wire formats below
   (:class:`Control`, :class:`RoundCounts`, :class:`ChunkHeader`, :class:`WeightsHeader`,
   :class:`CreditMessage`) name the fields of every small integer message and header, so code
@@ -27,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+
+from drlmpi.watchdog import PROGRESS, ProgressClock
 
 
 class Tag(IntEnum):
@@ -240,13 +243,35 @@ class Request:
     ``cancel``), which times the call and, for a receive, counts the bytes that arrived.
     """
 
-    __slots__ = ("mpi", "kind", "receive", "buffer")
+    __slots__ = ("mpi", "kind", "receive", "buffer", "peer")
 
-    def __init__(self, mpi_request: Any, kind: str, receive: bool, buffer: np.ndarray) -> None:
+    def __init__(self, mpi_request: Any, kind: str, receive: bool, buffer: np.ndarray,
+                 peer: int = -1) -> None:
         self.mpi = mpi_request
         self.kind = kind
         self.receive = receive
         self.buffer = buffer
+        self.peer = peer
+
+    def __str__(self) -> str:
+        return (f"Irecv {self.kind} from rank {self.peer}" if self.receive
+                else f"Isend {self.kind} to rank {self.peer}")
+
+
+class _Requests:
+    """Several requests, described only if the watchdog reports them (``2 x Irecv ...``)."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self, requests: list[Request]) -> None:
+        self.requests = requests
+
+    def __str__(self) -> str:
+        counts: dict[str, int] = {}
+        for request in self.requests:
+            text = str(request)
+            counts[text] = counts.get(text, 0) + 1
+        return ", ".join(text if n == 1 else f"{n} x {text}" for text, n in counts.items())
 
 
 class TimedComm:
@@ -260,13 +285,18 @@ class TimedComm:
     exactly what crossed the wire: ``sent[kind]`` / ``received[kind]`` hold ``[messages, bytes]``
     as seen by this rank. Receives count the bytes that actually arrived (the status of the
     message), sends the bytes handed to MPI.
+
+    ``progress`` is the rank's :class:`~drlmpi.watchdog.ProgressClock`: a call that may wait for
+    other ranks shows as waiting in it while it runs and is progress when it returns; a poll
+    (``test``, ``testsome``) is progress only when it completed a request.
     """
 
-    def __init__(self, comm: Any) -> None:
+    def __init__(self, comm: Any, progress: ProgressClock = PROGRESS) -> None:
         from mpi4py import MPI
 
         self._MPI = MPI
         self.comm = comm
+        self.progress = progress  # the watchdog's view of this rank (drlmpi.watchdog)
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
         self.wait_s = 0.0
@@ -290,6 +320,15 @@ class TimedComm:
                 entry[0] += 1
                 entry[1] += dt
 
+    def _blocking(self, what: tuple[Any, ...], name: str, fn, *args, **kwargs):
+        """A call that may wait for other ranks: the progress clock shows it as waiting in
+        ``what`` (a ``%``-format and its arguments) and records progress when it returns."""
+        progress = self.progress
+        progress.wait(*what)
+        result = self._timed(name, fn, *args, **kwargs)
+        progress.done()
+        return result
+
     def _count(self, table: dict[str, list[int]], kind: str, nbytes: int, messages: int) -> None:
         entry = table.get(kind)
         if entry is None:
@@ -304,16 +343,18 @@ class TimedComm:
     # -- blocking point-to-point --------------------------------------------------------------
     def Send(self, buf: np.ndarray, dest: int, tag: int, kind: str) -> None:  # noqa: N802 (MPI name)
         self._count(self.sent, kind, buf.nbytes, 1)
-        self._timed("Send", self.comm.Send, buf, dest=dest, tag=tag)
+        self._blocking(("Send %s to rank %d", kind, dest), "Send", self.comm.Send, buf, dest=dest, tag=tag)
 
     def Recv(self, buf: np.ndarray, source: int, tag: int, kind: str) -> None:  # noqa: N802
-        self._timed("Recv", self.comm.Recv, buf, source=source, tag=tag, status=self._status)
+        self._blocking(("Recv %s from rank %d", kind, source), "Recv", self.comm.Recv, buf, source=source,
+                       tag=tag, status=self._status)
         self._count(self.received, kind, self._received_bytes(self._status), 1)
 
     def probe_count(self, source: int, tag: int, itemsize: int) -> int:
         """Block until a message from ``source`` with ``tag`` is ready; its size in items of
         ``itemsize`` bytes (the receive itself is counted by :meth:`Recv`)."""
-        self._timed("Probe", self.comm.Probe, source=source, tag=tag, status=self._status)
+        self._blocking(("Probe for tag %d from rank %d", tag, source), "Probe", self.comm.Probe,
+                       source=source, tag=tag, status=self._status)
         nbytes = self._received_bytes(self._status)
         if nbytes % itemsize:
             raise RuntimeError(f"a message of {nbytes} bytes is not a whole number of "
@@ -322,21 +363,23 @@ class TimedComm:
 
     # -- collectives --------------------------------------------------------------------------
     def Bcast(self, buf: np.ndarray, root: int, kind: str) -> None:  # noqa: N802
-        self._timed("Bcast", self.comm.Bcast, buf, root=root)
+        self._blocking(("Bcast %s (root %d)", kind, root), "Bcast", self.comm.Bcast, buf, root=root)
         if self.rank == root:
             self._count(self.sent, kind, buf.nbytes * (self.size - 1), self.size - 1)
         else:
             self._count(self.received, kind, buf.nbytes, 1)
 
     def Gather(self, sendbuf: np.ndarray, recvbuf: np.ndarray | None, root: int, kind: str) -> None:  # noqa: N802
-        self._timed("Gather", self.comm.Gather, sendbuf, recvbuf, root=root)
+        self._blocking(("Gather %s (root %d)", kind, root), "Gather", self.comm.Gather, sendbuf, recvbuf,
+                       root=root)
         if self.rank == root:
             self._count(self.received, kind, sendbuf.nbytes * (self.size - 1), self.size - 1)
         else:
             self._count(self.sent, kind, sendbuf.nbytes, 1)
 
     def Gatherv(self, sendbuf: np.ndarray, recvspec: Any, root: int, kind: str) -> None:  # noqa: N802
-        self._timed("Gatherv", self.comm.Gatherv, sendbuf, recvspec, root=root)
+        self._blocking(("Gatherv %s (root %d)", kind, root), "Gatherv", self.comm.Gatherv, sendbuf, recvspec,
+                       root=root)
         if self.rank == root:
             itemsize = np.asarray(recvspec[0]).itemsize
             total = int(np.asarray(recvspec[1]).sum()) * itemsize - sendbuf.nbytes
@@ -345,17 +388,18 @@ class TimedComm:
             self._count(self.sent, kind, sendbuf.nbytes, 1)
 
     def Allreduce(self, sendbuf: Any, recvbuf: np.ndarray, op: Any, kind: str) -> None:  # noqa: N802
-        self._timed("Allreduce", self.comm.Allreduce, sendbuf, recvbuf, op=op)
+        self._blocking(("Allreduce %s", kind), "Allreduce", self.comm.Allreduce, sendbuf, recvbuf, op=op)
         self._count(self.sent, kind, recvbuf.nbytes, 1)
         self._count(self.received, kind, recvbuf.nbytes, 1)
 
     def Allgather(self, sendbuf: np.ndarray, recvbuf: np.ndarray, kind: str) -> None:  # noqa: N802
-        self._timed("Allgather", self.comm.Allgather, sendbuf, recvbuf)
+        self._blocking(("Allgather %s", kind), "Allgather", self.comm.Allgather, sendbuf, recvbuf)
         self._count(self.sent, kind, sendbuf.nbytes, 1)
         self._count(self.received, kind, recvbuf.nbytes - sendbuf.nbytes, self.size - 1)
 
     def Reduce(self, sendbuf: Any, recvbuf: np.ndarray | None, op: Any, root: int, kind: str) -> None:  # noqa: N802
-        self._timed("Reduce", self.comm.Reduce, sendbuf, recvbuf, op=op, root=root)
+        self._blocking(("Reduce %s (root %d)", kind, root), "Reduce", self.comm.Reduce, sendbuf, recvbuf,
+                       op=op, root=root)
         if self.rank == root:
             self._count(self.received, kind, recvbuf.nbytes * (self.size - 1), self.size - 1)
         else:
@@ -363,16 +407,18 @@ class TimedComm:
 
     def gather_objects(self, obj: Any, root: int, kind: str) -> list[Any] | None:
         """Pickling ``gather`` of small Python objects (once per run: per-rank reports)."""
-        return self._timed("gather", self.comm.gather, obj, root=root)
+        return self._blocking(("gather %s (root %d)", kind, root), "gather", self.comm.gather, obj, root=root)
 
     # -- nonblocking point-to-point -----------------------------------------------------------
     def Isend(self, buf: np.ndarray, dest: int, tag: int, kind: str) -> Request:  # noqa: N802
         self._count(self.sent, kind, buf.nbytes, 1)
-        return Request(self._timed("Isend", self.comm.Isend, buf, dest=dest, tag=tag), kind, False, buf)
+        return Request(self._timed("Isend", self.comm.Isend, buf, dest=dest, tag=tag), kind, False, buf,
+                       dest)
 
     def Irecv(self, buf: np.ndarray, source: int, tag: int, kind: str) -> Request:  # noqa: N802
         """Post a receive; its bytes are counted when it completes (``wait``/``test``/...)."""
-        return Request(self._timed("Irecv", self.comm.Irecv, buf, source=source, tag=tag), kind, True, buf)
+        return Request(self._timed("Irecv", self.comm.Irecv, buf, source=source, tag=tag), kind, True, buf,
+                       source)
 
     def _completed(self, request: Request, status: Any) -> None:
         if request.receive and not status.Is_cancelled():
@@ -380,29 +426,36 @@ class TimedComm:
 
     def wait(self, request: Request) -> None:
         """Block until ``request`` completes."""
-        self._timed("Wait", request.mpi.Wait, self._status)
+        self._blocking(("Wait (%s)", request), "Wait", request.mpi.Wait, self._status)
         self._completed(request, self._status)
 
     def test(self, request: Request) -> bool:
-        """Whether ``request`` has completed (a completed request is not tested again)."""
+        """Whether ``request`` has completed (a completed request is not tested again).
+
+        Polls are shown to the watchdog as waiting; only one that completed is progress."""
+        self.progress.wait("Test (%s)", request)
         done = self._timed("Test", request.mpi.Test, self._status)
         if done:
+            self.progress.done()
             self._completed(request, self._status)
         return done
 
     def testsome(self, requests: list[Request]) -> list[int]:
         """Indices of the ``requests`` that completed now (the others stay pending)."""
         statuses: list[Any] = []
+        self.progress.wait("Testsome (%s)", _Requests(requests))
         done = self._timed("Testsome", self._MPI.Request.Testsome, [r.mpi for r in requests], statuses)
-        if not done:  # None (no active request) or []
+        if not done:  # None (no active request) or []: not progress
             return []
+        self.progress.done()
         for index, status in zip(done, statuses):
             self._completed(requests[index], status)
         return list(done)
 
     def waitany(self, requests: list[Request]) -> int:
         """Block until one of ``requests`` completes; its index."""
-        index = self._timed("Waitany", self._MPI.Request.Waitany, [r.mpi for r in requests], self._status)
+        index = self._blocking(("Waitany (%s)", _Requests(requests)), "Waitany", self._MPI.Request.Waitany,
+                               [r.mpi for r in requests], self._status)
         if index == self._MPI.UNDEFINED:
             raise RuntimeError("waitany on requests none of which is active")
         self._completed(requests[index], self._status)

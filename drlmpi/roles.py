@@ -2,7 +2,8 @@
 (:class:`Learner`), plus greedy evaluation and the training clock.
 
 No MPI here: a topology moves the packed rows an :class:`Actor` produces to a :class:`Learner`,
-and the learner's flat policy parameters back.
+and the learner's flat policy parameters back. Both record their progress (environment steps,
+batches of updates) for the watchdog (:mod:`drlmpi.watchdog`).
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ import numpy as np
 import torch
 
 from drlmpi.algos.base import Algorithm, GradSync, local_sync
+from drlmpi.watchdog import PROGRESS
 
 MAX_CHUNK_STEPS = 1_000_000  # a chunk never grows past this many rows per environment
+# A batch of updates records progress for the watchdog at least every this many updates
+# (rounded up to a multiple of algo.updates_per_graph), so a long batch is not one silent step.
+UPDATES_PER_PROGRESS = 32
 
 
 class Actor:
@@ -103,7 +108,9 @@ class Actor:
     def _step_all(self) -> tuple[np.ndarray, int]:
         """One step of every environment; returns its rows and the episodes it finished."""
         layout = self.layout
+        progress = PROGRESS
         rows = layout.empty(self.n_envs)
+        progress.begin("acting (policy forward pass)")
         actions, extras = self.algo.act(self.obs, self.global_steps(), explore=True)
         layout.column(rows, "obs")[:] = self.obs
         layout.column(rows, "action")[:] = actions
@@ -113,7 +120,9 @@ class Actor:
             rows[:, start : start + extras.shape[1]] = extras
         finished = 0
         for i, env in enumerate(self.envs):
+            progress.begin("env.step of environment %d", i)
             next_obs, reward, terminated, truncated, _ = env.step(self.algo.env_action(actions[i]))
+            progress.done()
             row = rows[i]
             row[layout.slices["reward"]] = reward
             row[layout.slices["next_obs"]] = next_obs
@@ -126,7 +135,9 @@ class Actor:
                 row[layout.slices["episode_length"]] = self.episode_length[i]
                 self.episode_return[i] = 0.0
                 self.episode_length[i] = 0
+                progress.begin("env.reset of environment %d", i)
                 next_obs, _ = env.reset()
+                progress.done()
                 finished += 1
             self.obs[i] = next_obs
         self.steps += self.n_envs
@@ -161,12 +172,18 @@ class TrainingClock:
 
 
 def evaluate(algo: Algorithm, envs: list[gym.Env], episodes: int, seed: int) -> np.ndarray:
-    """Greedy returns of ``episodes`` episodes, run ``len(envs)`` at a time with batched acting."""
+    """Greedy returns of ``episodes`` episodes, run ``len(envs)`` at a time with batched acting.
+
+    Evaluation is off the training clock but it is work: each environment step is progress for
+    the watchdog, so a long evaluation never looks like a hang (a stuck one still does)."""
+    progress = PROGRESS
     returns: list[float] = []
     next_seed = seed
     while len(returns) < episodes:
         batch = envs[: min(len(envs), episodes - len(returns))]
+        progress.begin("evaluation: env.reset")
         obs = np.stack([env.reset(seed=next_seed + i)[0] for i, env in enumerate(batch)]).astype(np.float32)
+        progress.done()
         next_seed += len(batch)
         totals = np.zeros(len(batch))
         active = np.ones(len(batch), dtype=bool)
@@ -175,7 +192,9 @@ def evaluate(algo: Algorithm, envs: list[gym.Env], episodes: int, seed: int) -> 
             for i, env in enumerate(batch):
                 if not active[i]:
                     continue
+                progress.begin("evaluation: env.step of environment %d", i)
                 obs_i, reward, terminated, truncated, _ = env.step(algo.env_action(actions[i]))
+                progress.done()
                 totals[i] += reward
                 obs[i] = obs_i
                 if terminated or truncated:
@@ -341,34 +360,47 @@ class Learner:
     def train(self, sync: GradSync = local_sync, max_updates: int | None = None) -> int:
         """Run the updates the stored data entitles (at most ``max_updates``); returns count."""
         n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
-        self._run_updates(lambda: self.algo.run_updates(n, sync), n)
+        self._run_updates(lambda k: self.algo.run_updates(k, sync), n)
         self.pending_updates -= n
         return n
 
     def train_free(self, sync: GradSync = local_sync) -> None:
         """One update regardless of what the data entitles (a free-running learner; the
         algorithm must be :meth:`~drlmpi.algos.base.Algorithm.ready_to_update`)."""
-        self._run_updates(lambda: self.algo.checked_update(sync))
+        self._run_updates(lambda k: self.algo.checked_update(sync))
 
     def apply_remote_updates(self, n: int, sync: GradSync) -> None:
         """``n`` updates whose gradients were computed on other ranks: for each network the
         update's schedule names, ``sync`` brings the gradients in and steps; then the
         algorithm's own after-update hooks run (target networks)."""
-        def updates() -> Mapping[str, float]:
+        def updates(k: int) -> Mapping[str, float]:
             metrics: Mapping[str, float] = {}
-            for _ in range(n):
+            for _ in range(k):
                 metrics = self.algo.remote_update(sync)
             return metrics
 
         self._run_updates(updates, n)
 
-    def _run_updates(self, updates: Callable[[], Mapping[str, float]], n: int = 1) -> None:
-        """Run ``updates`` (``n`` of them) and charge their time, less MPI, to ``learn_s``."""
+    def _run_updates(self, updates: Callable[[int], Mapping[str, float]], n: int = 1) -> None:
+        """Run ``n`` updates (``updates(k)`` runs ``k`` of them) and charge their time, less MPI,
+        to ``learn_s``.
+
+        The batch runs in parts of :data:`UPDATES_PER_PROGRESS` updates (a multiple of
+        ``algo.updates_per_graph``, so the updates run are the same), each of which is progress
+        for the watchdog; gradient collectives inside them are progress of their own."""
         if n <= 0:
             return
+        per_graph = self.algo.updates_per_graph
+        part = per_graph * -(-UPDATES_PER_PROGRESS // per_graph)
         t0, mpi0 = time.perf_counter(), self.mpi_clock()
-        self.last_metrics = updates()
+        for first in range(0, n, part):
+            k = min(part, n - first)
+            PROGRESS.begin("learner updates (%d to %d of a batch of %d)", first + 1, first + k, n)
+            self.last_metrics = updates(k)
+            PROGRESS.done()
+        PROGRESS.begin("learner updates (waiting for the device)")
         self.algo.synchronize()  # a device queues updates: count them when they are done
+        PROGRESS.done()
         self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
 
     def finish(self) -> None:

@@ -2,7 +2,9 @@
 
 :func:`validate` is called by every rank right after Hydra composed the config and before any
 communication, so a bad combination (p2p on 3 ranks, DQN on Pendulum) ends every rank with the
-same one-line message and a non-zero exit - never a hang.
+same one-line message and a non-zero exit - never a hang. Once the ranks are connected, each
+runs a watchdog (:mod:`drlmpi.watchdog`): a rank that stops making progress for
+``run.rank_timeout_s`` ends the job.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from drlmpi.envs import EnvSpec, probe_spec
 from drlmpi.metrics import format_summary, write_summary
 from drlmpi.schema import check_config
 from drlmpi.topologies.base import RunContext, Topology
+from drlmpi.watchdog import PROGRESS, start_watchdog
 
 POLICY_FILE = "policy.pt"
 
@@ -120,15 +123,32 @@ def versions() -> dict[str, str]:
     }
 
 
-def run_experiment(cfg: Any, world: Any, run_dir: Path) -> dict[str, Any] | None:
-    """Run ``cfg`` on the MPI communicator ``world``; rank 0 returns the summary."""
+def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> dict[str, Any] | None:
+    """Run ``cfg`` on the MPI communicator ``world``; rank 0 returns the summary.
+
+    ``hang_exit``: the exit code of a job the watchdog ends (a rank made no progress for
+    ``run.rank_timeout_s``).
+    """
     from omegaconf import open_dict
 
     algo_cls, topology_cls, spec = validate(cfg, world.Get_size())
     with open_dict(cfg):
         cfg.device = resolve_device(cfg)
     torch.set_num_threads(int(cfg.threads_per_rank))
+    # The first collective waits for every rank to finish validating (start-up skew); the
+    # watchdog counts from when all are connected.
     comm = TimedComm(world.Dup())
+    watchdog = start_watchdog(cfg.run.get("rank_timeout_s"), comm.rank, comm.size, Path(run_dir),
+                              exit_code=hang_exit)
+    try:
+        return _run(cfg, world, run_dir, comm, algo_cls, topology_cls, spec)
+    finally:
+        if watchdog is not None:
+            watchdog.stop()
+
+
+def _run(cfg: Any, world: Any, run_dir: Path, comm: TimedComm, algo_cls: type[Algorithm],
+         topology_cls: type[Topology], spec: EnvSpec) -> dict[str, Any] | None:
     start = time.perf_counter()
     ctx = RunContext(cfg, comm, run_dir, spec, algo_cls)
     topology = topology_cls(cfg.topology)
@@ -138,17 +158,21 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path) -> dict[str, Any] | None
     learner = report.learner
     if learner is not None:
         if comm.rank == 0:
+            PROGRESS.begin("writing %s", POLICY_FILE)
             torch.save(learner.algo.state_dict(), Path(run_dir) / POLICY_FILE)
+            PROGRESS.done()
         learner.close()
     if ctx.log is not None:
         ctx.log.close()
     reports = comm.gather_objects(report.to_dict(), root=0, kind="reports")
     summary = None
     if comm.rank == 0:
+        PROGRESS.begin("writing the summary")
         summary = build_summary(cfg, run_dir, reports, learner, world.Get_size(), topology_cls)
         write_summary(run_dir, summary)
         if ctx.log is not None:
             ctx.log.finish(summary)
+        PROGRESS.done()
         print(format_summary(summary), flush=True)
     comm.free()
     return summary

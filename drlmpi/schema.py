@@ -173,6 +173,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "tensorboard": Option(_BOOL, "rank 0 writes TensorBoard event files to <run dir>/tb/"),
         "tensorboard_every_s": _positive("seconds between TensorBoard records (update metrics averaged "
                                          "over each)"),
+        "rank_timeout_s": _float("a rank without progress (MPI, env step, updates) this long ends the job "
+                                 "(0 or null: no watchdog)", low=0, nullable=True),
         "checkpoint_every_s": _float("seconds between checkpoints (0 or null: none)", low=0, nullable=True),
         "checkpoint_replay": Option(_BOOL, "checkpoints include the replay or rollout contents "
                                            "(skipped above 2 GiB)"),

@@ -204,6 +204,10 @@ class Algorithm(ABC):
 
     #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
     storage_option: ClassVar[str] = "buffer_size"
+    #: updates :meth:`run_updates` may run as one unit (:class:`OffPolicyAlgorithm` replays a
+    #: captured graph of ``algo.updates_per_graph`` updates); callers that split a batch of
+    #: updates split it into multiples of this.
+    updates_per_graph: int = 1
 
     groups: dict[str, ParamGroup]
     policy: ParamGroup

@@ -21,6 +21,7 @@ from drlmpi.comm import Control, TimedComm, int64_message
 from drlmpi.envs import EnvSpec, make_env
 from drlmpi.metrics import RunLog
 from drlmpi.roles import Actor, Learner
+from drlmpi.watchdog import PROGRESS
 
 SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
 RESUME_STRIDE = 1_000_003  # a run resumed from checkpoint generation g adds g * RESUME_STRIDE
@@ -92,10 +93,11 @@ class RunContext:
         """
         device = device or (self.cfg.device if learner else "cpu")
         init_seed = int(self.cfg.seed) if shared_init else self.seed
-        algo = self.algo_cls(self.spec, self.cfg.algo, device=device, seed=init_seed,
-                             learner=learner)
-        if shared_init:
-            algo.reseed(self.seed)
+        with PROGRESS.paused("start-up: building the %s", "learner" if learner else "acting policy"):
+            algo = self.algo_cls(self.spec, self.cfg.algo, device=device, seed=init_seed,
+                                 learner=learner)
+            if shared_init:
+                algo.reseed(self.seed)
         return algo
 
     def _env_kwargs(self) -> dict[str, Any]:
@@ -109,15 +111,20 @@ class RunContext:
     def make_actor(self, simulator_index: int, algo: Algorithm | None = None) -> Actor:
         """A simulator with ``env.num_envs`` environments and its own acting algorithm."""
         n_envs = int(self.cfg.env.num_envs)
-        envs = [make_env(self.cfg.env.id, **self._env_kwargs()) for _ in range(n_envs)]
-        algo = algo or self.make_algo(learner=False)
-        for i, env in enumerate(envs):
-            env.action_space.seed(self.seed + i)
-        return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
+        with PROGRESS.paused("start-up: creating %d %s environment(s)", n_envs, self.cfg.env.id):
+            envs = [make_env(self.cfg.env.id, **self._env_kwargs()) for _ in range(n_envs)]
+            algo = algo or self.make_algo(learner=False)
+            for i, env in enumerate(envs):
+                env.action_space.seed(self.seed + i)
+            return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
 
     def make_learner(self, algo: Algorithm | None = None, log: bool = True) -> Learner:
         """The learner (with ``metrics.csv``, progress output and, with ``run.tensorboard``,
         TensorBoard event files in ``tb/`` when ``log``)."""
+        with PROGRESS.paused("start-up: building the learner"):
+            return self._make_learner(algo, log)
+
+    def _make_learner(self, algo: Algorithm | None, log: bool) -> Learner:
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
         run = self.cfg.run
@@ -125,7 +132,8 @@ class RunContext:
 
         def make_eval_envs() -> list:
             count = min(int(run.eval_episodes), int(run.get("eval_envs", 10)))
-            return [make_env(env.id, **eval_kwargs) for _ in range(count)]
+            with PROGRESS.paused("creating %d evaluation environment(s)", count):
+                return [make_env(env.id, **eval_kwargs) for _ in range(count)]
 
         meta = self.resume_meta
         keep = None if meta is None else int(meta.get("metrics_rows") or 0)
@@ -160,7 +168,8 @@ class RunContext:
         at the same point when ``collective``). The time it takes is off the training clock."""
         rows = self.log.flush() if self.log is not None else None
         start = time.perf_counter()
-        self.checkpointer.save(learner, self.comm if collective else None, ranks_with_state, rows)
+        with PROGRESS.paused("writing a checkpoint"):  # a large replay may take a while
+            self.checkpointer.save(learner, self.comm if collective else None, ranks_with_state, rows)
         learner.clock.paused_s += time.perf_counter() - start
 
     def progress(self) -> None:

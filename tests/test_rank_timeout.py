@@ -1,0 +1,215 @@
+"""A rank that stops answering ends the job (``run.rank_timeout_s``), with one line naming it.
+
+In-process: the watchdog's rule (a computing rank gives up after the timeout; a rank waiting in
+MPI only after a grace period and only when no other rank progresses), and what counts as
+progress in :class:`~drlmpi.comm.TimedComm` (a poll that completes nothing does not). As MPI
+jobs: an environment that blocks forever on one rank ends the job under every topology, and a
+run whose ranks legitimately wait longer than the timeout for a busy peer is not ended.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from drlmpi.__main__ import HANG_EXIT, _launch_time_resolver
+from drlmpi.algos.base import ConfigError
+from drlmpi.run import validate
+from drlmpi.schema import SCHEMA
+from drlmpi.watchdog import BOARD_DIR, ProgressBoard, ProgressClock, Watchdog, grace_for
+from tests.conftest import CONF
+from tests.mpirun import run_job
+
+MPI = pytest.importorskip("mpi4py.MPI")
+from drlmpi.comm import TimedComm  # noqa: E402
+
+OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
+
+HANG_S = 4  # run.rank_timeout_s of the jobs that hang
+BLOCKING_ENV = "env.id=tests.blocking_env:BlockingCartPole-v0"
+
+
+def _watch(timeout_s: float, clock: ProgressClock, **kwargs) -> tuple[Watchdog, list[tuple[float, str]]]:
+    """A started watchdog on ``clock`` whose firing is recorded (time, message), not acted on."""
+    fired: list[tuple[float, str]] = []
+    dog = Watchdog(timeout_s, rank=7, on_timeout=lambda m: fired.append((time.monotonic(), m)),
+                   clock=clock, tick_s=0.02, **kwargs)
+    return dog.start(), fired
+
+
+def _until(condition, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+# -- the watchdog in-process -----------------------------------------------------------------
+def test_the_watchdog_fires_after_the_timeout_and_not_before():
+    clock = ProgressClock()
+    dog, fired = _watch(0.5, clock)
+    try:
+        for i in range(30):  # 1.5 s of work completing every 50 ms: three timeouts long
+            clock.begin("fake work %d", i)
+            time.sleep(0.05)
+            clock.done()
+        assert fired == []
+        clock.begin("fake work %d", 99)  # ...which never completes
+        stuck_at = clock.last  # the last progress
+        _until(lambda: fired, 5)
+    finally:
+        dog.stop()
+    assert len(fired) == 1
+    at, message = fired[0]
+    assert 0.5 <= at - stuck_at < 1.0
+    assert re.fullmatch(r"drlmpi: error: rank 7 made no progress for 0\.\d s \(in fake work 99\); "
+                        r"ending the job \(run\.rank_timeout_s=0\.5\)", message), message
+
+
+def test_a_paused_phase_is_never_a_hang():
+    clock = ProgressClock()
+    dog, fired = _watch(0.3, clock)
+    try:
+        with clock.paused("start-up: building the %s", "learner"):
+            with clock.paused("start-up: creating environments"):
+                time.sleep(0.5)
+            time.sleep(0.5)  # the outer phase is still paused
+        assert fired == []
+        _until(lambda: fired, 3)  # after the phase the clock runs again
+    finally:
+        dog.stop()
+    assert "(after start-up: building the learner)" in fired[0][1]
+
+
+@pytest.fixture
+def comm():
+    timed = TimedComm(MPI.COMM_SELF.Dup(), progress=ProgressClock())
+    yield timed
+    timed.free()
+
+
+def test_polls_that_complete_nothing_are_not_progress(comm):
+    clock = comm.progress
+    buf = np.zeros(4, dtype=np.int64)
+    request = comm.Irecv(buf, source=0, tag=9, kind="control")
+    dog, fired = _watch(0.4, clock)
+    try:
+        start = clock.last  # the watchdog's start; no poll below moves it
+        while not fired and time.monotonic() - start < 5:  # an async learner polling in a loop
+            assert not comm.test(request)
+            assert comm.testsome([request]) == []
+        assert fired, "polls that completed nothing kept the watchdog quiet"
+        # A rank waiting in MPI gets the grace period on top of the timeout.
+        assert fired[0][0] - start >= 0.4 + grace_for(0.4)
+        # (the loop alternates the two polls: either may be the one reported)
+        assert re.search(r"\(waiting in Test(some)? \(Irecv control from rank 0\)\)", fired[0][1])
+        # A poll that completes a request, and a blocking call returning, are progress.
+        before = clock.last
+        comm.Send(np.arange(4, dtype=np.int64), dest=0, tag=9, kind="control")
+        assert clock.last > before
+        before = clock.last
+        assert comm.testsome([request]) == [0]
+        assert clock.last > before and buf[3] == 3
+    finally:
+        dog.stop()
+
+
+def test_a_rank_waiting_in_mpi_gives_up_only_when_no_rank_progresses(tmp_path):
+    """The rule, on a board of two ranks (this one, 0, waits in a Bcast; rank 1 is the peer)."""
+    timeout, grace = 10.0, grace_for(10.0)
+    board_dir = tmp_path / "board"
+    peer = ProgressBoard(board_dir, rank=1, size=2)
+    clock = ProgressClock()
+    dog = Watchdog(timeout, rank=0, on_timeout=lambda m: None, clock=clock,
+                   board=ProgressBoard(board_dir, rank=0, size=2))
+    try:
+        now = clock.last
+        clock.wait("Bcast %s (root %d)", "weights", 1)
+        peer.publish(time.time())  # the peer is busy (an evaluation, a batch of updates...)
+        assert dog.check(now + timeout) is None  # within the grace period
+        assert dog.check(now + timeout + grace + 1) is None  # the peer progressed recently
+        peer.publish(time.time() - timeout - 1)  # the peer stopped too: the job is stuck
+        message = dog.check(now + timeout + grace + 3)
+        assert message == (f"drlmpi: error: rank 0 made no progress for {timeout + grace + 3:.1f} s "
+                           "(waiting in Bcast weights (root 1), and no other rank progressed in the "
+                           "last 10 s); ending the job (run.rank_timeout_s=10)")
+        # A computing rank gives up after the timeout whatever its peers do.
+        peer.publish(time.time())
+        clock.begin("env.step of environment %d", 0)
+        assert "(in env.step of environment 0)" in dog.check(now + timeout + grace + 5)
+        # Once a peer is ending the job (it printed why), this rank stays quiet for a while.
+        peer.publish(time.time() - timeout - 1, "ending")
+        assert dog.check(now + timeout + grace + 7) is None
+        assert dog.check(now + timeout + grace + 7 + grace + 3) is not None
+    finally:
+        dog.stop()
+        peer.close()
+    assert not board_dir.exists()  # the last one out removes the board
+
+
+def test_a_bad_rank_timeout_is_refused():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["run.rank_timeout_s=-1"])
+    with pytest.raises(ConfigError, match=r"^run\.rank_timeout_s must be >= 0, got -1$"):
+        validate(cfg, world_size=1)
+    option = SCHEMA["run"]["rank_timeout_s"]  # the schema owns the option's type and range
+    for bad, problem in (("soon", "must be a number"), (float("nan"), "must be finite"),
+                         (True, "must be a number")):
+        assert option.problem(bad) == problem
+    for fine in (None, 0, 2.5, 120):
+        assert option.problem(fine) is None
+
+
+# -- MPI jobs ---------------------------------------------------------------------------------
+def _survivors(run_dir) -> str:
+    """Processes whose command line names this job's (unique) run directory."""
+    out = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize(("topology", "ranks", "stuck"), [
+    ("sequential", 1, 0), ("p2p", 2, 1), ("star", 3, 2), ("parameter_server", 3, 2),
+    ("async", 3, 2), ("allgather", 3, 2),
+])
+def test_a_rank_that_stops_answering_ends_the_job(tmp_path, topology, ranks, stuck):
+    run_dir = tmp_path / "run"
+    job = run_job(ranks, [f"topology={topology}", BLOCKING_ENV, f"+env.kwargs.hang_rank={stuck}",
+                          "+env.kwargs.hang_after=600", f"run.rank_timeout_s={HANG_S}",
+                          "run.eval_every=100000", "run.progress_every_s=0"],
+                  run_dir, timeout=90)
+    ended = time.time()
+    assert job.returncode == HANG_EXIT, job.stderr[-3000:]
+    hung_at = float(re.search(r"BlockingCartPole: rank \d+ stops answering at t=([\d.]+)", job.stderr)[1])
+    # The stuck rank's watchdog fires after the timeout, then MPI_Abort ends every rank.
+    assert HANG_S <= ended - hung_at < HANG_S + 8, job.stderr[-3000:]
+    lines = [line for line in job.stderr.splitlines() if "made no progress" in line]
+    assert len(lines) == 1, job.stderr[-3000:]
+    assert re.fullmatch(rf"drlmpi: error: rank {stuck} made no progress for \d+\.\d s \(in env\.step of "
+                        rf"environment 0\); ending the job \(run\.rank_timeout_s={HANG_S}\)", lines[0])
+    assert _survivors(run_dir) == ""
+
+
+def test_ranks_waiting_for_a_busy_peer_are_not_a_hang(tmp_path):
+    """Star with a 2 s timeout: while the learner evaluates (80 greedy episodes of at most 20
+    steps on environments slowed to 4 ms a step: 3 to 7 s) the simulators sit in one collective
+    for longer than the timeout and its grace period - legitimately, since the learner's rank
+    makes progress all along - and the run ends normally."""
+    timeout = 2
+    job = run_job(3, ["topology=star", BLOCKING_ENV, "+env.kwargs.slow_rank=0",
+                      "+env.kwargs.slow_step_s=0.004", "env.max_episode_steps=20",
+                      f"run.rank_timeout_s={timeout}", "run.max_env_steps=1024", "run.eval_every=1024",
+                      "run.eval_episodes=80", "run.stop_on_solve=false", "algo.learning_starts=256",
+                      "run.progress_every_s=0"],
+                  tmp_path / "run", timeout=90)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "made no progress" not in job.stderr
+    summary = job.summary()
+    assert summary["evaluations"] == 1 and summary["updates"] > 0
+    # The evaluation kept the simulators waiting for longer than they would wait on their own.
+    assert summary["eval_seconds"] > timeout + grace_for(timeout)
+    assert not (tmp_path / "run" / BOARD_DIR).exists()  # the progress board is cleaned up
