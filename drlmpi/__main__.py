@@ -193,6 +193,7 @@ usage:
   mpiexec -n N python -m mpi4py -m drlmpi topology=star    one run on N ranks
   python -m drlmpi -m topology=star,async world_size=4,8   a sweep: one MPI job per combination
   python -m drlmpi +experiment=learning_matrix             a study preset (conf/experiment/)
+  python -m drlmpi resume=RUN_DIR                          continue a run from its last checkpoint
   python -m drlmpi.report RUN_OR_SWEEP_DIR ...             tables and plots from run directories
   python -m drlmpi.play RUN_DIR                            replay a trained policy
 

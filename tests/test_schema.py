@@ -125,6 +125,8 @@ def test_help_names_the_app_and_every_option():
     proc = run_cli("--help")
     assert proc.returncode == 0 and "powered by Hydra" not in proc.stdout
     assert proc.stdout.startswith("drlmpi - ")
+    for command in ("mpiexec -n N", " -m topology=", "resume=RUN_DIR", "drlmpi.report"):
+        assert command in proc.stdout, command
     for scope, options in SCHEMA.items():
         prefix = scope.split("/")[0] + "." if scope else ""
         for key in options:
