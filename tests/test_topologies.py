@@ -117,9 +117,9 @@ def test_topology_contract(tmp_path, topology, ranks, simulators, carrier):
 
 
 def test_async_learner_does_not_wait_for_a_slow_simulator(tmp_path):
-    """Rank 1 spends 4 ms of CPU per step; rank 2 is fast. The run finishes and the fast
+    """Rank 1 spends 8 ms of CPU per step; rank 2 is fast. The run finishes and the fast
     simulator contributes more."""
-    job = run_job(3, ["topology=async", "env.sim_cost_ms_by_rank={1: 4}", "run.max_env_steps=6000",
+    job = run_job(3, ["topology=async", "env.sim_cost_ms_by_rank={1: 8}", "run.max_env_steps=6000",
                       "run.progress_every_s=0", "run.stop_on_solve=false"], tmp_path / "run",
                   timeout=300)
     assert job.returncode == 0, job.stderr[-3000:]
