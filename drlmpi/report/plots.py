@@ -106,15 +106,7 @@ def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what
                          linestyle=LINESTYLES[sizes.index(g.world_size) % len(LINESTYLES)],
                          marker=MARKERS[sizes.index(g.world_size) % len(MARKERS)], markersize=3)
             curves = [(r.evals[:, column], r.evals[:, 2]) for r in g.runs if len(r.evals)]
-            if not curves:
-                continue
-            drawn += 1
-            if len(curves) == 1:
-                ax.plot(*curves[0], label=g.name, linewidth=1.6, **style)
-                continue
-            for x, y in curves:
-                ax.plot(x, y, color=style["color"], linestyle=style["linestyle"], linewidth=0.7, alpha=0.35)
-            ax.plot(*mean_curve(curves), label=f"{g.name} mean of {len(curves)}", linewidth=2.0, **style)
+            drawn += _draw_group(ax, g.name, curves, style, single_width=1.6)
         thresholds = {r.summary.get("reward_threshold") for g in pair_groups for r in g.runs} - {None}
         for thr in sorted(thresholds):
             ax.axhline(float(thr), color="black", linestyle=(0, (4, 3)), linewidth=1.0,
@@ -127,6 +119,20 @@ def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     _save(fig, path)
+
+
+def _draw_group(ax, name: str, curves: list, style: dict, single_width: float) -> bool:
+    """One group's curves: a single run as one line; several as thin lines plus their mean.
+    Returns whether anything was drawn."""
+    if not curves:
+        return False
+    if len(curves) == 1:
+        ax.plot(*curves[0], label=name, linewidth=single_width, **style)
+        return True
+    for x, y in curves:
+        ax.plot(x, y, color=style["color"], linestyle=style["linestyle"], linewidth=0.7, alpha=0.35)
+    ax.plot(*mean_curve(curves), label=f"{name} mean of {len(curves)}", linewidth=2.0, **style)
+    return True
 
 
 def training_metrics(groups: list[Group]) -> list[str]:
@@ -154,12 +160,7 @@ def plot_training_metric(groups: list[Group], metric: str, path: Path) -> None:
                          linestyle=LINESTYLES[sizes.index(g.world_size) % len(LINESTYLES)])
             curves = [(r.training[metric][:, 0], r.training[metric][:, 1]) for r in g.runs
                       if len(r.training.get(metric, ()))]
-            if len(curves) == 1:
-                ax.plot(*curves[0], label=g.name, linewidth=1.4, **style)
-                continue
-            for x, y in curves:
-                ax.plot(x, y, color=style["color"], linestyle=style["linestyle"], linewidth=0.7, alpha=0.35)
-            ax.plot(*mean_curve(curves), label=f"{g.name} mean of {len(curves)}", linewidth=2.0, **style)
+            _draw_group(ax, g.name, curves, style, single_width=1.4)
         ax.set_title(f"{env} / {algo}")
         ax.set_xlabel("environment steps (job-wide)")
         ax.set_ylabel(metric)
