@@ -223,29 +223,20 @@ def _chosen(argv: list[str], group: str, default: str) -> str | None:
 
 
 def check_command_line(argv: list[str]) -> None:
-    """Refuse, in one line and before Hydra or MPI start, an override whose value the schema
-    rejects (every value of a sweep) and an output directory that cannot be written."""
-    from drlmpi.algos.base import ConfigError
+    """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
+    rejects (every value of a sweep) or an output directory that cannot be written."""
     from drlmpi.schema import check_override
 
     scopes = {"algo": _chosen(argv, "algo", "dqn"), "topology": _chosen(argv, "topology", "sequential")}
-    try:
-        for arg in argv:
-            if arg.startswith("-"):
-                continue
-            check_override(arg, scopes)
-            key, _, value = arg.partition("=")
-            if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
-                check_writable(key, value)
-    except ConfigError as exc:
-        print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(CONFIG_ERROR_EXIT)
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        check_override(arg, scopes)
+        key, _, value = arg.partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            check_writable(key, value)
     if not any(a.startswith(("hydra.run.dir", "hydra.sweep.dir")) for a in argv):
-        try:
-            check_writable("the current directory (outputs/, multirun/)", ".")
-        except ConfigError as exc:
-            print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
-            sys.exit(CONFIG_ERROR_EXIT)
+        check_writable("the current directory (outputs/, multirun/)", ".")
 
 
 def check_writable(option: str, path: str) -> None:
@@ -324,19 +315,19 @@ def main(argv: list[str] | None = None) -> None:
     if any(a in ("--help", "-h") for a in argv):
         print_help()
         return
+    from drlmpi.algos.base import ConfigError
+
     given = list(argv)
     resume_ranks = None
-    if any(a.startswith("resume=") for a in argv):
-        from drlmpi.algos.base import ConfigError
-
-        try:
+    try:
+        if any(a.startswith("resume=") for a in argv):
             argv, resume_ranks = resume_arguments(argv)
-        except ConfigError as exc:
-            print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
-            sys.exit(CONFIG_ERROR_EXIT)
-    rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    if not under_mpi_launcher() or rank == "0":
-        check_command_line(argv)
+        rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+        if not under_mpi_launcher() or rank == "0":
+            check_command_line(argv)
+    except ConfigError as exc:
+        print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(CONFIG_ERROR_EXIT)
     single = not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info")
                                                 for a in argv)
     if single:
