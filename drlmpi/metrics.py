@@ -183,21 +183,17 @@ class RunLog:
     def __init__(self, run_dir: Path, progress_every_s: float = 5.0,
                  tensorboard_every_s: float | None = None, keep_rows: int | None = None):
         self.path = Path(run_dir) / "metrics.csv"
-        self.rows = 0
+        kept: list[list[str]] = []
         if keep_rows is not None and self.path.exists():
             # Resuming: keep the rows the checkpoint counted, drop any written after it (their
             # episodes are not in the restored state), and append from there.
             with open(self.path, newline="") as fh:
                 kept = list(csv.reader(fh))[1 : 1 + keep_rows]
-            self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
-            self._writer = csv.writer(self._file)
-            self._writer.writerow(METRIC_COLUMNS)
-            self._writer.writerows(kept)
-            self.rows = len(kept)
-        else:
-            self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
-            self._writer = csv.writer(self._file)
-            self._writer.writerow(METRIC_COLUMNS)
+        self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(METRIC_COLUMNS)
+        self._writer.writerows(kept)
+        self.rows = len(kept)
         self.progress_every_s = progress_every_s
         self._last_progress = time.perf_counter()
         self.learner: Any = None
