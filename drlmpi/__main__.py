@@ -22,6 +22,9 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
+# Importing the schema registers every option's default with Hydra (conf/ builds on them).
+from drlmpi.schema import CONF_DIR, check_override, help_lines
+
 CRASH_EXIT = 1  # a rank raised
 CONFIG_ERROR_EXIT = 2  # the configuration was refused before any communication
 HANG_EXIT = 3  # a rank made no progress for run.rank_timeout_s (its watchdog ended the job)
@@ -30,9 +33,6 @@ CONFIG_ERROR_GRACE_S = 3.0
 # under load an immediate abort can lose a rank's last output.
 ABORT_FLUSH_S = 0.5
 _launch_time = datetime.now()
-
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def _is_multirun(argv: list[str]) -> bool:
@@ -205,8 +205,6 @@ Options (type and allowed values are checked before any rank starts; docs/config
 
 def print_help() -> None:
     """``--help``: the usage header and every option's one-line doc, from the schema."""
-    from drlmpi.schema import help_lines
-
     print(USAGE)
     print("\n".join(help_lines()))
 
@@ -225,8 +223,6 @@ def _chosen(argv: list[str], group: str, default: str) -> str | None:
 def check_command_line(argv: list[str]) -> None:
     """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
     rejects (every value of a sweep) or an output directory that cannot be written."""
-    from drlmpi.schema import check_override
-
     scopes = {"algo": _chosen(argv, "algo", "dqn"), "topology": _chosen(argv, "topology", "sequential")}
     for arg in argv:
         if arg.startswith("-"):

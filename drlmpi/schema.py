@@ -1,15 +1,20 @@
-"""The configuration schema: every option's type, allowed range and one-line doc, in one place.
+"""The configuration schema: every option's type, default, allowed range and one-line doc.
 
-Defaults live where Hydra composes them (``conf/``: the root config, one YAML per algorithm,
-environment and topology, the tuned files and the experiment presets layered over them); this
-module owns what a value may be. :func:`check_config` walks a composed config against it and
-raises :class:`~drlmpi.algos.base.ConfigError` with one line,
-``<option> <what is wrong>, got <value>``, for the first bad value; :func:`check_override`
-does the same for one ``key=value`` command-line override before Hydra starts (the sweeping
-process included, for every value of a sweep). ``docs/configuration.md``'s reference table and
-``python -m drlmpi --help`` are generated from :data:`SCHEMA` (``python -m drlmpi.schema``
-prints the table; a test keeps the document in step). A test also holds the YAML files and the
-schema to the same set of keys, so an option cannot exist without a type, a range and a doc.
+:data:`SCHEMA` is the one place these live. :func:`register` stores each scope's defaults as a
+node of Hydra's ConfigStore (``schema/root``, ``schema/env``, ``schema/algo/<name>``,
+``schema/topology/<name>``); each YAML file in ``conf/`` starts its defaults list with its
+scope's node and keeps only what differs (an environment's id and threshold, a tuned pair's
+hyperparameters, a preset's sweep). Importing this module registers the nodes (the entry point
+does; so must code that calls Hydra's ``compose`` API itself); :func:`group_config` gives one
+group option's composed values without Hydra (tests, benchmarks).
+
+:func:`check_config` walks a composed config against the schema and raises
+:class:`~drlmpi.algos.base.ConfigError` with one line, ``<option> <what is wrong>, got
+<value>``, for the first bad value; :func:`check_override` does the same for one ``key=value``
+command-line override before Hydra starts (the sweeping process included, for every value of a
+sweep). ``docs/configuration.md``'s reference table and ``python -m drlmpi --help`` are
+generated from :data:`SCHEMA` (``python -m drlmpi.schema`` prints the table; a test keeps the
+document in step). A test also holds the YAML files to keys the schema knows.
 
 Scopes: ``""`` (root), ``run``, ``env``, ``algo/<name>``, ``topology/<name>``; an algorithm's or
 a topology's options are checked against the scope of the ``name`` it was composed with.
@@ -20,9 +25,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+REQUIRED = MISSING  # an option without a default: the YAML that selects the scope must set it
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class Option:
         kind: ``int``, ``float``, ``bool``, ``str``, ``ints`` (a list of positive integers),
             ``map`` (a mapping) or ``any``.
         doc: one line.
+        default: the value when nothing sets it (:data:`REQUIRED`: none; a list is a tuple).
         low, high: inclusive bounds for numbers (``None``: unbounded).
         low_open: the lower bound itself is not allowed (``> low`` rather than ``>= low``).
         choices: the allowed strings.
@@ -41,6 +52,7 @@ class Option:
 
     kind: str
     doc: str
+    default: Any = REQUIRED
     low: float | None = None
     high: float | None = None
     low_open: bool = False
@@ -112,172 +124,232 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
 
 
-def _int(doc: str, low: float | None = 1, high: float | None = None, nullable: bool = False) -> Option:
-    return Option("int", doc, low=low, high=high, nullable=nullable)
+def _int(default: int | None, doc: str, low: float | None = 1, high: float | None = None,
+         nullable: bool = False) -> Option:
+    return Option("int", doc, default, low=low, high=high, nullable=nullable)
 
 
-def _float(doc: str, low: float | None = None, high: float | None = None, low_open: bool = False,
-           nullable: bool = False) -> Option:
-    return Option("float", doc, low=low, high=high, low_open=low_open, nullable=nullable)
+def _float(default: float | None, doc: str, low: float | None = None, high: float | None = None,
+           low_open: bool = False, nullable: bool = False) -> Option:
+    return Option("float", doc, default, low=low, high=high, low_open=low_open, nullable=nullable)
 
 
-def _positive(doc: str, nullable: bool = False) -> Option:
-    return _float(doc, low=0, low_open=True, nullable=nullable)
+def _positive(default: float | None, doc: str, nullable: bool = False) -> Option:
+    return _float(default, doc, low=0, low_open=True, nullable=nullable)
 
 
-def _unit(doc: str) -> Option:
-    return _float(doc, low=0, high=1)
+def _unit(default: float, doc: str) -> Option:
+    return _float(default, doc, low=0, high=1)
 
 
-def _str(doc: str, *choices: str) -> Option:
-    return Option("str", doc, choices=tuple(choices))
+def _bool(default: bool, doc: str) -> Option:
+    return Option("bool", doc, default)
 
 
-_BOOL = "bool"
-_TARGET = Option("str", "the class Hydra builds (module.Class)")
-_CAPTURE = _str("device learner: auto (CUDA graphs on CUDA, eager on cpu) | graph | compile | off",
+def _str(default: str, doc: str, *choices: str) -> Option:
+    return Option("str", doc, default, choices=tuple(choices))
+
+
+def _ints(default: list[int], doc: str) -> Option:
+    return Option("ints", doc, tuple(default))
+
+
+def _named(target: str, name: str, what: str) -> dict[str, Option]:
+    """``_target_`` (the class Hydra builds) and ``name`` of an algorithm or a topology."""
+    return {"_target_": Option("str", "the class Hydra builds (module.Class)", target),
+            "name": Option("str", f"the {what}'s name", name)}
+
+
+_CAPTURE = _str("auto", "device learner: auto (CUDA graphs on CUDA, eager on cpu) | graph | compile | off",
                 "auto", "graph", "compile", "off")
-_PER_GRAPH = _int("captured updates: this many updates per graph replay when that many are due")
-_SYNC_UNIT = _str("what sync_every counts: environment steps or episodes", "steps", "episodes")
+_PER_GRAPH = _int(1, "captured updates: this many updates per graph replay when that many are due")
+_SYNC_UNIT = _str("steps", "what sync_every counts: environment steps or episodes", "steps", "episodes")
 
 
-def _topology(sync_every_doc: str, **extra: Option) -> dict[str, Option]:
-    return {"_target_": _TARGET, "name": Option("str", "the topology's name"),
-            "sync_every": _int(sync_every_doc), "sync_unit": _SYNC_UNIT, **extra}
+def _topology(cls: str, name: str, sync_every: int, sync_every_doc: str,
+              **extra: Option) -> dict[str, Option]:
+    return {**_named(f"drlmpi.topologies.{cls}", name, "topology"),
+            "sync_every": _int(sync_every, sync_every_doc), "sync_unit": _SYNC_UNIT, **extra}
 
 
 SCHEMA: dict[str, dict[str, Option]] = {
     "": {
-        "seed": _int("base seed; rank r uses seed + 10000 * r", low=0),
-        "device": _str("learner device: cpu | cuda | cuda:N | auto (checked by run.validate)"),
-        "threads_per_rank": _int("torch, OpenMP and MKL threads per rank"),
-        "world_size": _int("the number of ranks the job must have (null: any)", nullable=True),
-        "budget_env_steps": _int("the step budget the report judges 'budget met' by "
-                                 "(null: run.max_env_steps)", nullable=True),
+        "seed": _int(0, "base seed; rank r uses seed + 10000 * r", low=0),
+        "device": _str("cpu", "learner device: cpu | cuda | cuda:N | auto (checked by run.validate)"),
+        "threads_per_rank": _int(1, "torch, OpenMP and MKL threads per rank"),
+        "world_size": _int(None, "the number of ranks the job must have (null: any)", nullable=True),
+        "budget_env_steps": _int(None, "the step budget the report judges 'budget met' by "
+                                       "(null: run.max_env_steps)", nullable=True),
         "resume": Option("str", "a run directory to continue from its last checkpoint "
-                                "(python -m drlmpi resume=DIR)", nullable=True),
+                                "(python -m drlmpi resume=DIR)", None, nullable=True),
     },
     "run": {
-        "max_env_steps": _int("budget: job-wide environment steps (null: no step budget)", nullable=True),
-        "max_train_seconds": _positive("budget: training wall-clock seconds, evaluation excluded "
-                                       "(null: none)", nullable=True),
-        "max_episodes": _int("budget: job-wide training episodes (null: none)", nullable=True),
-        "eval_every": _int("greedy evaluation every this many job-wide env steps"),
-        "eval_episodes": _int("episodes per evaluation"),
-        "stop_on_solve": Option(_BOOL, "stop at the first evaluation that reaches env.reward_threshold"),
-        "progress_every_s": _float("seconds between progress lines on rank 0 (0: quiet)", low=0),
-        "eval_envs": _int("evaluation environments stepped together (at most eval_episodes)"),
-        "eval_seed_offset": _int("evaluation episodes are seeded from seed + this", low=0),
-        "recent_window": _int("training episodes averaged in the progress line's recent return"),
-        "idle_busy_share": _unit("a rank busy less than this share of its wall time is reported idle"),
-        "tensorboard": Option(_BOOL, "rank 0 writes TensorBoard event files to <run dir>/tb/"),
-        "tensorboard_every_s": _positive("seconds between TensorBoard records (update metrics averaged "
-                                         "over each)"),
-        "rank_timeout_s": _float("a rank without progress (MPI, env step, updates) this long ends the job "
-                                 "(0 or null: no watchdog)", low=0, nullable=True),
-        "checkpoint_every_s": _float("seconds between checkpoints (0 or null: none)", low=0, nullable=True),
-        "checkpoint_replay": Option(_BOOL, "checkpoints include the replay or rollout contents "
-                                           "(skipped above 2 GiB)"),
+        "max_env_steps": _int(100_000, "budget: job-wide environment steps (null: no step budget)",
+                              nullable=True),
+        "max_train_seconds": _positive(None, "budget: training wall-clock seconds, evaluation excluded "
+                                             "(null: none)", nullable=True),
+        "max_episodes": _int(None, "budget: job-wide training episodes (null: none)", nullable=True),
+        "eval_every": _int(5000, "greedy evaluation every this many job-wide env steps"),
+        "eval_episodes": _int(10, "episodes per evaluation"),
+        "stop_on_solve": _bool(True, "stop at the first evaluation that reaches env.reward_threshold"),
+        "progress_every_s": _float(5, "seconds between progress lines on rank 0 (0: quiet)", low=0),
+        "eval_envs": _int(10, "evaluation environments stepped together (at most eval_episodes)"),
+        "eval_seed_offset": _int(1_000_000, "evaluation episodes are seeded from seed + this", low=0),
+        "recent_window": _int(20, "training episodes averaged in the progress line's recent return"),
+        "idle_busy_share": _unit(0.2, "a rank busy less than this share of its wall time is reported idle"),
+        "checkpoint_every_s": _float(300, "seconds between checkpoints (0 or null: none)", low=0,
+                                     nullable=True),
+        "checkpoint_replay": _bool(True, "checkpoints include the replay or rollout contents "
+                                         "(skipped above 2 GiB)"),
+        "tensorboard": _bool(True, "rank 0 writes TensorBoard event files to <run dir>/tb/"),
+        "tensorboard_every_s": _positive(2, "seconds between TensorBoard records (update metrics "
+                                            "averaged over each)"),
+        "rank_timeout_s": _float(120, "a rank without progress (MPI, env step, updates) this long ends "
+                                      "the job (0 or null: no watchdog)", low=0, nullable=True),
     },
     "env": {
         "name": Option("str", "the environment's short name (run directories, report)"),
-        "id": Option("str", "the Gymnasium id"),
-        "reward_threshold": _float("greedy mean return that solves the task (null: never solved)",
-                                   nullable=True),
-        "sim_cost_ms": _float("CPU milliseconds of busy work added per step", low=0),
-        "sim_cost_ms_by_rank": Option("map", "per-rank sim_cost_ms, e.g. {1: 20} (null: none)",
+        "id": Option("str", "the Gymnasium id (module:Id imports the module first)"),
+        "reward_threshold": _float(REQUIRED, "greedy mean return that solves the task "
+                                             "(null: never solved)", nullable=True),
+        "sim_cost_ms": _float(0, "CPU milliseconds of busy work added per step", low=0),
+        "sim_cost_ms_by_rank": Option("map", "per-rank sim_cost_ms, e.g. {1: 20} (null: none)", None,
                                       nullable=True),
-        "num_envs": _int("environments stepped in lock step by each simulator"),
-        "max_episode_steps": _int("override the registered time limit (null keeps it)", nullable=True),
-        "kwargs": Option("map", "extra keyword arguments for gymnasium.make"),
+        "num_envs": _int(1, "environments stepped in lock step by each simulator"),
+        "max_episode_steps": _int(None, "override the registered time limit (null keeps it)",
+                                  nullable=True),
+        "kwargs": Option("map", "extra keyword arguments for gymnasium.make", {}),
     },
     "algo/dqn": {
-        "_target_": _TARGET, "name": Option("str", "the algorithm's name"),
-        "hidden": Option("ints", "hidden layer widths of the Q-network"),
-        "lr": _positive("Adam learning rate"),
-        "gamma": _unit("discount factor"),
-        "double_q": Option(_BOOL, "double-DQN target (false: the target net's own maximum)"),
-        "batch_size": _int("minibatch size per update"),
-        "buffer_size": _int("replay capacity (transitions)"),
-        "learning_starts": _int("transitions in the replay before the first update", low=0),
-        "updates_per_step": _positive("gradient updates per job-wide environment step"),
-        "target_update_every": _int("hard target copy every this many updates (tau = 1)"),
-        "tau": _float("Polyak rate of the target (1: hard copies instead)", low=0, high=1, low_open=True),
-        "eps_start": _unit("epsilon-greedy: initial epsilon"),
-        "eps_end": _unit("epsilon-greedy: final epsilon"),
-        "exploration_steps": _int("job-wide env steps over which epsilon decays linearly", low=0),
-        "max_grad_norm": _positive("clip the gradient norm (null: no clipping)", nullable=True),
+        **_named("drlmpi.algos.dqn.DQN", "dqn", "algorithm"),
+        "hidden": _ints([256, 256], "hidden layer widths of the Q-network"),
+        "lr": _positive(2.3e-3, "Adam learning rate"),
+        "gamma": _unit(0.99, "discount factor"),
+        "double_q": _bool(True, "double-DQN target (false: the target net's own maximum)"),
+        "batch_size": _int(64, "minibatch size per update"),
+        "buffer_size": _int(100_000, "replay capacity (transitions)"),
+        "learning_starts": _int(1000, "transitions in the replay before the first update", low=0),
+        "updates_per_step": _positive(0.5, "gradient updates per job-wide environment step"),
+        "target_update_every": _int(128, "hard target copy every this many updates (tau = 1)"),
+        "tau": _float(1.0, "Polyak rate of the target (1: hard copies instead)", low=0, high=1,
+                      low_open=True),
+        "eps_start": _unit(1.0, "epsilon-greedy: initial epsilon"),
+        "eps_end": _unit(0.04, "epsilon-greedy: final epsilon"),
+        "exploration_steps": _int(8000, "job-wide env steps over which epsilon decays linearly", low=0),
+        "max_grad_norm": _positive(10.0, "clip the gradient norm (null: no clipping)", nullable=True),
         "capture": _CAPTURE,
         "updates_per_graph": _PER_GRAPH,
     },
     "algo/td3": {
-        "_target_": _TARGET, "name": Option("str", "the algorithm's name"),
-        "hidden": Option("ints", "hidden widths of the actor and of each critic"),
-        "actor_lr": _positive("Adam learning rate of the actor"),
-        "critic_lr": _positive("Adam learning rate of the twin critics"),
-        "gamma": _unit("discount factor"),
-        "tau": _float("Polyak rate of the target networks", low=0, high=1, low_open=True),
-        "batch_size": _int("minibatch size per update"),
-        "buffer_size": _int("replay capacity (transitions)"),
-        "learning_starts": _int("uniform random actions, and no updates, before this many env steps",
-                                low=0),
-        "updates_per_step": _positive("critic updates per job-wide environment step"),
-        "policy_delay": _int("actor and target updates every this many critic updates"),
-        "policy_noise": _float("target smoothing noise std (fraction of the half action range)", low=0),
-        "noise_clip": _float("target smoothing noise clip (fraction of the half action range)", low=0),
-        "exploration_noise": _float("exploration noise std (fraction of the half action range)", low=0),
-        "max_grad_norm": _positive("clip each network's gradient norm (null: no clipping)",
+        **_named("drlmpi.algos.td3.TD3", "td3", "algorithm"),
+        "hidden": _ints([400, 300], "hidden widths of the actor and of each critic"),
+        "actor_lr": _positive(1e-3, "Adam learning rate of the actor"),
+        "critic_lr": _positive(1e-3, "Adam learning rate of the twin critics"),
+        "gamma": _unit(0.98, "discount factor"),
+        "tau": _float(0.005, "Polyak rate of the target networks", low=0, high=1, low_open=True),
+        "batch_size": _int(256, "minibatch size per update"),
+        "buffer_size": _int(200_000, "replay capacity (transitions)"),
+        "learning_starts": _int(10_000, "uniform random actions, and no updates, before this many "
+                                        "env steps", low=0),
+        "updates_per_step": _positive(1.0, "critic updates per job-wide environment step"),
+        "policy_delay": _int(2, "actor and target updates every this many critic updates"),
+        "policy_noise": _float(0.2, "target smoothing noise std (fraction of the half action range)",
+                               low=0),
+        "noise_clip": _float(0.5, "target smoothing noise clip (fraction of the half action range)",
+                             low=0),
+        "exploration_noise": _float(0.1, "exploration noise std (fraction of the half action range)",
+                                    low=0),
+        "max_grad_norm": _positive(None, "clip each network's gradient norm (null: no clipping)",
                                    nullable=True),
         "capture": _CAPTURE,
         "updates_per_graph": _PER_GRAPH,
     },
     "algo/ppo": {
-        "_target_": _TARGET, "name": Option("str", "the algorithm's name"),
-        "hidden": Option("ints", "hidden widths of the policy trunk and of the value trunk"),
-        "activation": _str("hidden-layer activation", "tanh", "relu"),
-        "ortho_init": Option(_BOOL, "orthogonal initialisation"),
-        "lr": _positive("Adam learning rate"),
-        "adam_eps": _positive("Adam epsilon"),
-        "gamma": _unit("discount factor"),
-        "gae_lambda": _unit("GAE lambda"),
-        "rollout_steps": _int("rows (all envs of all simulators) per rollout"),
-        "batch_size": _int("minibatch size"),
-        "epochs": _int("passes over each rollout"),
-        "clip_range": _positive("clip of the probability ratio"),
-        "clip_range_vf": _positive("clip of the value change (null: no clipping)", nullable=True),
-        "ent_coef": _float("entropy bonus coefficient", low=0),
-        "vf_coef": _float("value loss coefficient", low=0),
-        "max_grad_norm": _positive("clip the global gradient norm (null: no clipping)", nullable=True),
-        "normalize_advantage": Option(_BOOL, "normalise advantages per minibatch"),
-        "log_std_init": _float("Box actions: initial log standard deviation"),
-        "reward_scale": _positive("rewards are multiplied by this before GAE"),
+        **_named("drlmpi.algos.ppo.PPO", "ppo", "algorithm"),
+        "hidden": _ints([64, 64], "hidden widths of the policy trunk and of the value trunk"),
+        "activation": _str("tanh", "hidden-layer activation", "tanh", "relu"),
+        "ortho_init": _bool(True, "orthogonal initialisation"),
+        "lr": _positive(3e-4, "Adam learning rate"),
+        "adam_eps": _positive(1e-5, "Adam epsilon"),
+        "gamma": _unit(0.99, "discount factor"),
+        "gae_lambda": _unit(0.95, "GAE lambda"),
+        "rollout_steps": _int(2048, "rows (all envs of all simulators) per rollout"),
+        "batch_size": _int(64, "minibatch size"),
+        "epochs": _int(10, "passes over each rollout"),
+        "clip_range": _positive(0.2, "clip of the probability ratio"),
+        "clip_range_vf": _positive(None, "clip of the value change (null: no clipping)", nullable=True),
+        "ent_coef": _float(0.0, "entropy bonus coefficient", low=0),
+        "vf_coef": _float(0.5, "value loss coefficient", low=0),
+        "max_grad_norm": _positive(0.5, "clip the global gradient norm (null: no clipping)",
+                                   nullable=True),
+        "normalize_advantage": _bool(True, "normalise advantages per minibatch"),
+        "log_std_init": _float(0.0, "Box actions: initial log standard deviation"),
+        "reward_scale": _positive(1.0, "rewards are multiplied by this before GAE"),
         "capture": _CAPTURE,
     },
-    "algo/random": {
-        "_target_": _TARGET, "name": Option("str", "the algorithm's name"),
-    },
-    "topology/sequential": _topology("experience collected between training phases"),
-    "topology/p2p": _topology("experience the simulator collects between exchanges"),
-    "topology/star": _topology("experience each simulator collects per round"),
-    "topology/parameter_server": _topology("experience each worker collects per round"),
+    "algo/random": _named("drlmpi.algos.random_policy.RandomPolicy", "random", "algorithm"),
+    "topology/sequential": _topology("sequential.Sequential", "sequential", 256,
+                                     "experience collected between training phases"),
+    "topology/p2p": _topology("p2p.PointToPoint", "p2p", 256,
+                              "experience the simulator collects between exchanges"),
+    "topology/star": _topology("star.Star", "star", 256, "experience each simulator collects per round"),
+    "topology/parameter_server": _topology("param_server.ParameterServer", "parameter_server", 64,
+                                           "experience each worker collects per round"),
     "topology/async": _topology(
-        "steps (per environment) per experience chunk",
-        publish_every=_int("the learner publishes weights every this many updates"),
-        max_policy_lag=_int("discard chunks acted with weights older than this many updates "
-                            "(null: keep all)", low=0, nullable=True),
-        utd_mode=_str("ratio: algo.updates_per_step per received step; free: train flat out",
+        "asynchronous.Asynchronous", "async", 64, "steps (per environment) per experience chunk",
+        publish_every=_int(32, "the learner publishes weights every this many updates"),
+        max_policy_lag=_int(None, "discard chunks acted with weights older than this many updates "
+                                  "(null: keep all)", low=0, nullable=True),
+        utd_mode=_str("ratio", "ratio: algo.updates_per_step per received step; free: train flat out",
                       "ratio", "free"),
-        max_pending_updates=_int("ratio mode: owed updates above which credits are withheld "
-                                 "(null: 2 x the most one chunk entitled)", nullable=True),
-        slots=_int("experience buffers in flight per simulator"),
+        max_pending_updates=_int(None, "ratio mode: owed updates above which credits are withheld "
+                                       "(null: 2 x the most one chunk entitled)", nullable=True),
+        slots=_int(2, "experience buffers in flight per simulator"),
     ),
     "topology/allgather": _topology(
-        "steps (per environment) each rank collects per round",
-        reduce=_str("allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
+        "allgather.Allgather", "allgather", 64, "steps (per environment) each rank collects per round",
+        reduce=_str("allreduce", "allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
                     "allreduce", "allgather"),
-        check_every=_int("verify identical parameters every N updates (0: only at the end)", low=0),
+        check_every=_int(1000, "verify identical parameters every N updates (0: only at the end)",
+                         low=0),
     ),
 }
+
+
+def defaults(scope: str) -> dict[str, Any]:
+    """The defaults of one scope as plain values (``???`` where an option has none)."""
+    return {key: list(option.default) if isinstance(option.default, tuple) else option.default
+            for key, option in SCHEMA[scope].items()}
+
+
+def nodes() -> dict[str, dict[str, Any]]:
+    """ConfigStore path -> node: ``schema/root`` (top level and ``run``), ``schema/env``,
+    ``schema/algo/<name>``, ``schema/topology/<name>``."""
+    out = {"schema/root": {**defaults(""), "run": defaults("run")}, "schema/env": defaults("env")}
+    for scope in SCHEMA:
+        if "/" in scope:
+            out[f"schema/{scope}"] = defaults(scope)
+    return out
+
+
+def register() -> None:
+    """Store every scope's defaults in Hydra's ConfigStore (plain nodes: values are checked by
+    :func:`check_config`, which words its refusals for users, not by OmegaConf's types)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    for path, node in nodes().items():
+        group, _, name = path.rpartition("/")
+        store.store(group=group, name=name, node=node)
+
+
+def group_config(group: str, name: str) -> DictConfig:
+    """``conf/<group>/<name>.yaml`` over its schema defaults, without Hydra (what composing
+    ``<group>=<name>`` puts under ``<group>``, before tuned files, presets and overrides)."""
+    own = OmegaConf.load(CONF_DIR / group / f"{name}.yaml")
+    base = defaults(f"{group}/{name}" if group in ("algo", "topology") else group)
+    own_values = {k: v for k, v in OmegaConf.to_container(own).items() if k != "defaults"}
+    return OmegaConf.merge(OmegaConf.create(base), own_values)
 
 
 def scope_of(cfg: Mapping[str, Any], path: str) -> dict[str, Option] | None:
@@ -302,12 +374,14 @@ def check_config(cfg: Mapping[str, Any]) -> None:
         if scope is None or node is None:
             continue
         for key, option in scope.items():
+            name = f"{path}.{key}" if path else key
+            if isinstance(node, DictConfig) and key in node.keys() and OmegaConf.is_missing(node, key):
+                raise ConfigError(f"{name} must be set (it has no default), got ???")
             if key not in node:
                 continue
             value = node[key]
             problem = option.problem(value)
             if problem is not None:
-                name = f"{path}.{key}" if path else key
                 raise ConfigError(f"{name} {problem}, got {_show(value)}")
     run = cfg.get("run") or {}
     if all(run.get(k) is None for k in ("max_env_steps", "max_train_seconds", "max_episodes")):
@@ -378,16 +452,33 @@ def parse_value(raw: str) -> Any:
     return text
 
 
+def shown_default(option: Option) -> str:
+    """An option's default as one writes it on the command line (``???``: none)."""
+    value = option.default
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{}" if not value else str(value)
+    if isinstance(value, float):
+        return _num(value) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
+    return str(value)
+
+
 def reference_table() -> str:
     """The markdown reference of every option: scope, key, allowed values, doc."""
-    lines = ["| option | allowed | meaning |", "|---|---|---|"]
+    lines = ["| option | default | allowed | meaning |", "|---|---|---|---|"]
     for scope, options in SCHEMA.items():
         prefix = scope.replace("/", "=") + ": " if "/" in scope else (f"{scope}." if scope else "")
         for key, option in options.items():
             if key == "_target_":
                 continue
             doc = option.doc.replace("|", "\\|")
-            lines.append(f"| `{prefix}{key}` | {option.allowed(markdown=True)} | {doc} |")
+            lines.append(f"| `{prefix}{key}` | `{shown_default(option)}` | {option.allowed(markdown=True)} "
+                         f"| {doc} |")
     return "\n".join(lines)
 
 
@@ -401,9 +492,12 @@ def help_lines() -> list[str]:
         for key, option in options.items():
             if key in ("_target_", "name"):
                 continue
-            out.append(f"    {prefix + key:30} {option.allowed():28} {option.doc}")
+            setting = f"{prefix}{key}={shown_default(option)}"
+            out.append(f"    {setting:38} {option.allowed():28} {option.doc}")
     return out
 
+
+register()  # importing the schema makes its nodes available to Hydra (entry point, compose API)
 
 if __name__ == "__main__":  # pragma: no cover
     print(reference_table())

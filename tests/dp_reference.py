@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.td3 import TD3
 from drlmpi.envs import probe_spec
+from drlmpi.schema import group_config
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 BATCH = 16
@@ -30,10 +30,10 @@ def make_algo(name: str):
     """A learner instance, identical on every rank (same seed); TD3 without smoothing noise
     (random per rank) and with an actor step every second update."""
     if name == "dqn":
-        cfg = OmegaConf.load(CONF / "algo" / "dqn.yaml")
+        cfg = group_config("algo", "dqn")
         cfg.target_update_every = 3
         return DQN(probe_spec("CartPole-v1"), cfg, seed=0, learner=True)
-    cfg = OmegaConf.load(CONF / "algo" / "td3.yaml")
+    cfg = group_config("algo", "td3")
     cfg.hidden = [32, 32]
     cfg.policy_noise = 0.0
     cfg.tau = 0.1

@@ -11,13 +11,12 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
 from drlmpi.algos.td3 import TD3
 from drlmpi.envs import probe_spec
-from tests.conftest import CONF
+from drlmpi.schema import group_config
 from tests.test_device_learner import HostSync, random_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -26,7 +25,7 @@ UPDATES = 12  # 3 eager warm-up updates, the capture, and replays; TD3: both of 
 
 
 def cfg_for(name: str, **overrides):
-    cfg = OmegaConf.load(CONF / "algo" / f"{name}.yaml")
+    cfg = group_config("algo", name)
     if name != "ppo":
         cfg.batch_size = 64
         cfg.buffer_size = 5000

@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from drlmpi.__main__ import _launch_time_resolver
 from drlmpi.algos.base import ConfigError
 from drlmpi.run import validate
+from drlmpi.schema import defaults, group_config
 from tests.conftest import CONF
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -80,10 +81,10 @@ def test_every_tuned_file_applies_to_its_pair(pair):
     algo, env = pair.split("_", 1)
     cfg = _compose(f"algo={algo}", f"env={env}")
     tuned = OmegaConf.load(CONF / "tuned" / f"{pair}.yaml")
-    base = {"algo": OmegaConf.load(CONF / "algo" / f"{algo}.yaml"),
-            "env": OmegaConf.load(CONF / "env" / f"{env}.yaml"),
-            "run": OmegaConf.load(CONF / "config.yaml").run,
-            "topology": OmegaConf.load(CONF / "topology" / "sequential.yaml")}
+    base = {"algo": group_config("algo", algo),
+            "env": group_config("env", env),
+            "run": OmegaConf.create(defaults("run")),
+            "topology": group_config("topology", "sequential")}
     assert set(tuned) <= set(base), f"{pair}: unknown sections {set(tuned) - set(base)}"
     for section in tuned:
         for key, value in tuned[section].items():

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 
 from drlmpi.algos.base import ConfigError, local_sync
 from drlmpi.algos.dqn import DQN
@@ -20,11 +19,11 @@ from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
 from drlmpi.algos.td3 import TD3
 from drlmpi.bench.learner import random_rows as bench_rows
 from drlmpi.device import CapturedUpdate, Metrics, Staging, resolve_capture
-from tests.conftest import CONF
+from drlmpi.schema import group_config
 
 
 def cfg_for(name: str, **overrides):
-    cfg = OmegaConf.load(CONF / "algo" / f"{name}.yaml")
+    cfg = group_config("algo", name)
     cfg.hidden = [32, 32]
     if name != "ppo":
         cfg.batch_size = 16

@@ -5,17 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from drlmpi.algos.base import ConfigError
 from drlmpi.algos.dqn import DQN
 from drlmpi.envs import probe_spec
-from tests.conftest import CONF
+from drlmpi.schema import group_config
 
 
 @pytest.fixture
 def cfg():
-    return OmegaConf.load(CONF / "algo" / "dqn.yaml")
+    return group_config("algo", "dqn")
 
 
 @pytest.fixture

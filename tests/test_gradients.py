@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from drlmpi.algos.dqn import DQN
 from drlmpi.envs import probe_spec
+from drlmpi.schema import group_config
 from drlmpi.topologies.gradients import AllgatherSync, check_identical_params
-from tests.conftest import CONF
 
 
 class FakeComm:
@@ -27,7 +26,7 @@ class FakeComm:
 
 
 def _dqn() -> DQN:
-    return DQN(probe_spec("CartPole-v1"), OmegaConf.load(CONF / "algo" / "dqn.yaml"), seed=0)
+    return DQN(probe_spec("CartPole-v1"), group_config("algo", "dqn"), seed=0)
 
 
 def test_checksum_check_detects_divergence():

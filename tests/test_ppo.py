@@ -11,11 +11,12 @@ from omegaconf import OmegaConf
 from drlmpi.algos.ppo import PPO, clipped_surrogate_loss, compute_gae
 from drlmpi.envs import make_env, probe_spec
 from drlmpi.roles import Actor, Learner, evaluate
+from drlmpi.schema import group_config
 from tests.conftest import CONF
 
 
 def ppo_cfg(**overrides):
-    cfg = OmegaConf.load(CONF / "algo" / "ppo.yaml")
+    cfg = group_config("algo", "ppo")
     for key, value in overrides.items():
         cfg[key] = value
     return cfg
@@ -209,7 +210,7 @@ def test_ppo_learns_cartpole():
     """The tuned CartPole settings lift the greedy return above 150 (and the untrained one) in 25k steps."""
     torch.set_num_threads(1)
     tuned = OmegaConf.load(CONF / "tuned" / "ppo_cartpole.yaml")
-    cfg = OmegaConf.merge(OmegaConf.load(CONF / "algo" / "ppo.yaml"), tuned.algo)
+    cfg = OmegaConf.merge(group_config("algo", "ppo"), tuned.algo)
     n_envs, chunk = int(tuned.env.num_envs), int(tuned.topology.sync_every)
     spec = probe_spec("CartPole-v1")
     learner_algo = PPO(spec, cfg, seed=0)

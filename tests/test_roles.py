@@ -6,16 +6,15 @@ import time
 
 import gymnasium as gym
 import numpy as np
-from omegaconf import OmegaConf
 
 from drlmpi.algos.dqn import DQN
 from drlmpi.envs import env_spec, make_env
 from drlmpi.roles import Actor, Learner
-from tests.conftest import CONF
+from drlmpi.schema import group_config
 
 
 def _algo(learner: bool = True) -> DQN:
-    cfg = OmegaConf.load(CONF / "algo" / "dqn.yaml")
+    cfg = group_config("algo", "dqn")
     return DQN(env_spec(make_env("CartPole-v1")), cfg, seed=0, learner=learner)
 
 

@@ -3,6 +3,7 @@ every refusal one line with exit code 2 - on the command line, after composition
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -13,7 +14,17 @@ from omegaconf import OmegaConf
 from drlmpi.__main__ import _launch_time_resolver, check_writable
 from drlmpi.algos.base import ConfigError
 from drlmpi.run import validate
-from drlmpi.schema import SCHEMA, check_config, check_override, parse_value, reference_table
+from drlmpi.schema import (
+    REQUIRED,
+    SCHEMA,
+    check_config,
+    check_override,
+    defaults,
+    group_config,
+    parse_value,
+    reference_table,
+    shown_default,
+)
 from tests.conftest import CONF, REPO
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -24,19 +35,65 @@ def _compose(*overrides: str):
         return compose(config_name="config", overrides=list(overrides))
 
 
-def test_every_yaml_key_has_a_schema_entry_and_back():
+def test_yaml_files_start_from_the_schema_and_keep_only_what_differs():
     root = OmegaConf.load(CONF / "config.yaml")
-    scopes = {"": {k for k in root if k not in ("defaults", "run", "hydra")}, "run": set(root.run)}
+    assert root.defaults[0] == "schema/root@_here_"
+    assert not set(root) - {"defaults", "hydra"}, "root and run.* defaults belong in the schema"
     for group in ("algo", "env", "topology"):
         for path in sorted((CONF / group).glob("*.yaml")):
             node = OmegaConf.load(path)
-            scope = "env" if group == "env" else f"{group}/{node.name}"
-            keys = {k for k in node if k != "defaults"}
-            scopes[scope] = keys if scope not in scopes else scopes[scope] | keys
-    for scope, keys in scopes.items():
-        assert keys == set(SCHEMA[scope]), (scope, keys ^ set(SCHEMA[scope]))
-    assert set(SCHEMA) == set(scopes)
+            scope = "env" if group == "env" else f"{group}/{path.stem}"
+            assert list(node.defaults) == [f"/schema/{scope}@_here_", "_self_"], path
+            own = {k: node[k] for k in node if k != "defaults"}
+            assert set(own) <= set(SCHEMA[scope]), (path, set(own) - set(SCHEMA[scope]))
+            for key, value in own.items():  # a value equal to the schema's default is noise
+                assert value != defaults(scope)[key], f"{path.name}: {key} repeats its default"
     assert all(option.doc and "\n" not in option.doc for s in SCHEMA.values() for option in s.values())
+
+
+def test_every_default_passes_its_own_check():
+    for scope, options in SCHEMA.items():
+        for key, option in options.items():
+            if option.default != REQUIRED:
+                assert option.problem(defaults(scope)[key]) is None, (scope, key, option.default)
+
+
+@pytest.mark.parametrize("algo", ["dqn", "td3", "ppo", "random"])
+@pytest.mark.parametrize("topology", ["sequential", "p2p", "star", "parameter_server", "async", "allgather"])
+def test_composing_a_group_gives_the_schema_defaults(algo, topology):
+    cfg = _compose(f"algo={algo}", "env=pendulum", f"topology={topology}", "~tuned")  # untuned
+    assert OmegaConf.to_container(cfg.algo) == defaults(f"algo/{algo}")
+    assert OmegaConf.to_container(cfg.topology) == defaults(f"topology/{topology}")
+    assert OmegaConf.to_container(cfg.run) == defaults("run")
+    assert {k: cfg[k] for k in defaults("")} == defaults("")
+    env = OmegaConf.to_container(cfg.env)
+    assert env == {**defaults("env"), "name": "pendulum", "id": "Pendulum-v1", "reward_threshold": -200}
+    assert OmegaConf.to_container(group_config("algo", algo)) == defaults(f"algo/{algo}")
+
+
+def test_a_schema_default_is_what_a_run_gets(monkeypatch):
+    """The schema is the source: changing a default there changes the composed config."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from drlmpi import schema
+
+    changed = dict(SCHEMA["algo/dqn"], lr=dataclasses.replace(SCHEMA["algo/dqn"]["lr"], default=0.125))
+    monkeypatch.setitem(SCHEMA, "algo/dqn", changed)
+    schema.register()
+    try:
+        GlobalHydra.instance().clear()
+        assert _compose("algo=dqn", "~tuned").algo.lr == 0.125
+    finally:
+        monkeypatch.undo()
+        schema.register()
+    assert _compose("algo=dqn", "~tuned").algo.lr == 2.3e-3
+
+
+def test_an_option_without_a_default_must_be_set():
+    cfg = _compose()
+    cfg.env.id = "???"
+    with pytest.raises(ConfigError, match=r"^env.id must be set \(it has no default\), got \?\?\?$"):
+        check_config(cfg)
 
 
 @pytest.mark.parametrize("algo,env", [("dqn", "cartpole"), ("dqn", "lunarlander"), ("td3", "pendulum"),
@@ -129,9 +186,9 @@ def test_help_names_the_app_and_every_option():
         assert command in proc.stdout, command
     for scope, options in SCHEMA.items():
         prefix = scope.split("/")[0] + "." if scope else ""
-        for key in options:
-            if key not in ("_target_", "name"):
-                assert f"    {prefix}{key} " in proc.stdout, (scope, key)
+        for key, option in options.items():
+            if key not in ("_target_", "name"):  # each option with its default
+                assert f"    {prefix}{key}={shown_default(option)} " in proc.stdout, (scope, key)
 
 
 def test_the_documented_reference_is_the_schema():

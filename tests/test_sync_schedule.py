@@ -8,17 +8,16 @@ others waiting forever. ``Algorithm.checked_update`` detects it on the rank that
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
 from drlmpi.algos.base import SyncScheduleError, local_sync
 from drlmpi.envs import probe_spec
-from tests.conftest import CONF
+from drlmpi.schema import group_config
 from tests.mpirun import run_job
 from tests.skipping_algo import SKIPPED_UPDATE, SkippingDQN
 
 
 def _algo() -> SkippingDQN:
-    cfg = OmegaConf.load(CONF / "algo" / "dqn.yaml")
+    cfg = group_config("algo", "dqn")
     cfg.learning_starts = 0
     algo = SkippingDQN(probe_spec("CartPole-v1"), cfg, seed=0)
     algo.observe(algo.layout.empty(64))

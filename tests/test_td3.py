@@ -6,18 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 from torch import nn
 
 from drlmpi.algos.base import ConfigError
 from drlmpi.algos.td3 import TD3
 from drlmpi.envs import make_env, probe_spec
 from drlmpi.roles import Actor, Learner, evaluate
-from tests.conftest import CONF
+from drlmpi.schema import group_config
 
 
 def td3_cfg(**overrides):
-    cfg = OmegaConf.load(CONF / "algo" / "td3.yaml")
+    cfg = group_config("algo", "td3")
     cfg.hidden = [32, 32]
     cfg.batch_size = 16
     cfg.buffer_size = 1000

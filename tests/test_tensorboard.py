@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from drlmpi.algos.base import ConfigError
 from drlmpi.algos.dqn import DQN
@@ -22,6 +21,7 @@ from drlmpi.report import build_report
 from drlmpi.report.plots import TRAINING_METRICS
 from drlmpi.roles import Actor, Learner
 from drlmpi.run import validate
+from drlmpi.schema import group_config
 from drlmpi.tensorboard import (
     FILE_PREFIX,
     FILE_VERSION,
@@ -36,7 +36,6 @@ from drlmpi.tensorboard import (
     read_scalars,
 )
 from drlmpi.topologies.base import RunContext
-from tests.conftest import CONF
 from tests.mpirun import run_job
 from tests.test_config import _compose
 from tests.test_report import PNG_SIGNATURE, make_run
@@ -253,7 +252,7 @@ def _drive(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk):
 
 
 def _algo_cfg(name, spec, **overrides):
-    cfg = OmegaConf.load(CONF / "algo" / f"{name}.yaml")
+    cfg = group_config("algo", name)
     for key, value in overrides.items():
         cfg[key] = value
     return spec, cfg

@@ -28,10 +28,10 @@ from drlmpi.envs import EnvSpec
 class DQN(OffPolicyAlgorithm):
     """Double DQN for discrete action spaces.
 
-    Config keys (``conf/algo/dqn.yaml`` documents each): ``hidden``, ``lr``, ``gamma``, ``double_q``,
-    ``batch_size``, ``buffer_size``, ``learning_starts``, ``updates_per_step``,
-    ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``, ``exploration_steps``,
-    ``max_grad_norm``, ``capture``.
+    Config keys (``drlmpi/schema.py``'s ``algo/dqn`` documents each): ``hidden``, ``lr``,
+    ``gamma``, ``double_q``, ``batch_size``, ``buffer_size``, ``learning_starts``,
+    ``updates_per_step``, ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``,
+    ``exploration_steps``, ``max_grad_norm``, ``capture``, ``updates_per_graph``.
     """
 
     metric_names = ("loss", "q_mean")

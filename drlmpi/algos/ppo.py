@@ -187,7 +187,7 @@ class _Rollout:
 class PPO(Algorithm):
     """PPO-clip with GAE for Discrete and Box action spaces.
 
-    Config keys (``conf/algo/ppo.yaml`` documents each): ``hidden``, ``activation``, ``lr``,
+    Config keys (``drlmpi/schema.py``'s ``algo/ppo`` documents each): ``hidden``, ``activation``, ``lr``,
     ``adam_eps``, ``gamma``, ``gae_lambda``, ``rollout_steps``, ``batch_size``, ``epochs``,
     ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
     ``normalize_advantage``, ``log_std_init``, ``ortho_init``, ``reward_scale``.

@@ -31,8 +31,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from drlmpi.envs import EnvSpec
-
-CONF = __import__("pathlib").Path(__file__).resolve().parents[2] / "conf" / "algo"
+from drlmpi.schema import SCHEMA, group_config
 
 SPECS = {
     "dqn": EnvSpec("CartPole-v1", 4, True, 2, 1, (), ()),
@@ -42,10 +41,9 @@ SPECS = {
 
 
 def algo_cfg(name: str, batch: int, **overrides) -> dict:
-    """The algorithm's YAML defaults with the batch size (and overrides) set; the replay is
-    always ready (``learning_starts`` 0)."""
-    path = CONF / f"{name}.yaml"
-    cfg = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else {}
+    """The algorithm's defaults (:func:`~drlmpi.schema.group_config`) with the batch size (and
+    overrides) set; the replay is always ready (``learning_starts`` 0)."""
+    cfg = OmegaConf.to_container(group_config("algo", name)) if f"algo/{name}" in SCHEMA else {}
     cfg["batch_size"] = batch
     if name in ("dqn", "td3"):
         cfg["learning_starts"] = 0
