@@ -8,10 +8,16 @@ collective on ONE flat buffer per network (``topology.reduce``: ``allreduce`` or
 and steps identical optimizers, so parameters stay identical - verified with a checksum
 ``Allgather`` every ``check_every`` updates and at the end.
 
-Each update averages N minibatches of ``algo.batch_size`` (an effective batch of N x batch_size)
-and the job does ``updates_per_step`` updates per *rank-local* environment step, i.e.
-``updates_per_step / N`` per job-wide step, with the same number of sampled transitions per
-environment step as one rank alone.
+How the job's batch is shared is ``topology.batch_rule`` (:mod:`drlmpi.topologies.batch_rule`),
+applied to the config each rank builds its learner from. ``global`` (the default): the algorithm
+config describes the job, as sequential would run it - each rank samples ``batch_size / N`` so
+one update averages a minibatch of ``batch_size``, the job runs ``updates_per_step`` updates per
+job-wide environment step, the N replays hold ``buffer_size`` rows together, updates start after
+``learning_starts`` job-wide steps and a PPO rollout is ``rollout_steps`` rows job-wide: the
+optimizer steps per sample and the learning rate are sequential's. ``per_rank``: every rank
+runs the config as is - each update averages N minibatches of ``batch_size`` (an effective batch
+of N x batch_size) and the job does ``updates_per_step`` updates per *rank-local* step, i.e.
+``updates_per_step / N`` per job-wide step (``topology.lr_scale`` may scale the learning rate).
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ from drlmpi.comm import Control, RoundCounts
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
-    Topology,
     control_message,
     learner_report,
     sync_amount,
 )
+from drlmpi.topologies.batch_rule import DataParallelTopology
 from drlmpi.topologies.gradients import (
     AllgatherSync,
     AllreduceSync,
@@ -38,14 +44,14 @@ ROOT = 0
 REDUCTIONS = {"allreduce": AllreduceSync, "allgather": AllgatherSync}
 
 
-class Allgather(Topology):
+class Allgather(DataParallelTopology):
     """N peers averaging gradients; rank 0 also evaluates, logs and decides when to stop."""
 
     name = "allgather"
     min_ranks = 1
     max_ranks = None
     report_order = 50
-    report_variants = {"reduce": "allreduce"}
+    report_variants = {"reduce": "allreduce", "batch_rule": "global"}
 
     @classmethod
     def check(cls, world_size, algo_cls, cfg) -> None:
@@ -61,7 +67,8 @@ class Allgather(Topology):
         every, unit = sync_amount(self.cfg)
         check_every = int(self.cfg.get("check_every", 0))
         is_root = comm.rank == ROOT
-        algo = ctx.make_algo(learner=True, shared_init=True)
+        rule = self.batch_rule(ctx.cfg, comm.size)
+        algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg)
         learner = ctx.make_learner(algo, log=is_root)
         actor = ctx.make_actor(simulator_index=comm.rank)
         sync = REDUCTIONS[self.cfg.get("reduce", "allreduce")](comm)
@@ -92,6 +99,7 @@ class Allgather(Topology):
             "reduce": self.cfg.get("reduce", "allreduce"),
             "param_checksums_per_rank": checksums.tolist(),
             "params_identical": True,
+            **rule.stats(getattr(algo, "batch_size", None)),
         }
         actor.close()
         return learner_report(comm.rank, learner, role="peer", actor=actor, stats=stats)

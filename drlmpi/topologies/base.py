@@ -85,17 +85,19 @@ class RunContext:
         return int(self.cfg.seed) + SEED_STRIDE * self.comm.rank + RESUME_STRIDE * generation
 
     def make_algo(self, learner: bool, device: str | None = None,
-                  shared_init: bool = False) -> Algorithm:
+                  shared_init: bool = False, algo_cfg: Any = None) -> Algorithm:
         """An algorithm instance for this rank (acting-only ones run on the CPU).
 
         ``shared_init``: build the networks from the job's base seed, identical on every rank
-        (data-parallel topologies), then reseed exploration per rank.
+        (data-parallel topologies), then reseed exploration per rank. ``algo_cfg``: another
+        config than ``cfg.algo`` (a data-parallel rank's share of the job's batch:
+        :mod:`drlmpi.topologies.batch_rule`).
         """
         device = device or (self.cfg.device if learner else "cpu")
         init_seed = int(self.cfg.seed) if shared_init else self.seed
         with PROGRESS.paused("start-up: building the %s", "learner" if learner else "acting policy"):
-            algo = self.algo_cls(self.spec, self.cfg.algo, device=device, seed=init_seed,
-                                 learner=learner)
+            algo = self.algo_cls(self.spec, self.cfg.algo if algo_cfg is None else algo_cfg,
+                                 device=device, seed=init_seed, learner=learner)
             if shared_init:
                 algo.reseed(self.seed)
         return algo

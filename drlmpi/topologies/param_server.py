@@ -10,6 +10,11 @@ algorithm's after-update hooks, so its target networks (saved in ``policy.pt``) 
 A worker whose update strays from that schedule stops the job with a clear error
 (:meth:`~drlmpi.algos.base.Algorithm.checked_update`) instead of leaving the server waiting.
 
+The workers share the job's batch by ``topology.batch_rule`` (:mod:`drlmpi.topologies.batch_rule`,
+N = the workers): by default (``global``) the algorithm config describes the job - each worker
+samples ``batch_size / N``, the job runs ``updates_per_step`` updates per job-wide step and the
+workers' replays hold ``buffer_size`` rows together - so learning per sample is sequential's.
+
 Each round: workers collect ``sync_every`` steps; one ``Allgather`` of
 :class:`~drlmpi.comm.RoundCounts` tells the server the job-wide step count and the number of
 updates every worker can run (the minimum); finished episodes' returns go to the server with
@@ -23,12 +28,12 @@ from drlmpi.comm import Control, RoundCounts
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
-    Topology,
     control_message,
     empty_control,
     learner_report,
     sync_amount,
 )
+from drlmpi.topologies.batch_rule import DataParallelTopology
 from drlmpi.topologies.gradients import (
     ParameterServerSync,
     ServerSync,
@@ -39,13 +44,15 @@ from drlmpi.topologies.gradients import (
 SERVER = 0
 
 
-class ParameterServer(Topology):
+class ParameterServer(DataParallelTopology):
     """Rank 0 averages gradients and steps; ranks 1..N simulate and compute gradients."""
 
     name = "parameter_server"
     min_ranks = 2
     max_ranks = None
     report_order = 30
+    report_variants = {"batch_rule": "global"}
+    server_ranks = 1  # rank 0 samples nothing: N = the workers
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == SERVER:
@@ -56,7 +63,8 @@ class ParameterServer(Topology):
         """Rank 0: average gradients, step, broadcast parameters; evaluate; decide when to stop."""
         comm = ctx.comm
         every, unit = sync_amount(self.cfg)
-        algo = ctx.make_algo(learner=True, shared_init=True)
+        rule = self.batch_rule(ctx.cfg, comm.size)
+        algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg)
         learner = ctx.make_learner(algo)
         sync = ServerSync(comm, workers=comm.size - 1)
         broadcast_all_params(comm, algo, root=SERVER)
@@ -75,14 +83,16 @@ class ParameterServer(Topology):
             if checkpoint:  # the server and every worker save at the end of this round
                 ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
             ctx.progress()
-        return learner_report(comm.rank, learner, role="server", stats={"rounds": rounds})
+        return learner_report(comm.rank, learner, role="server",
+                              stats={"rounds": rounds, **rule.stats()})
 
     def _work(self, ctx: RunContext) -> RankReport:
         """Ranks 1..N: simulate, store, compute gradients, receive the server's parameters."""
         comm = ctx.comm
         every, unit = sync_amount(self.cfg)
         workers = comm.size - 1
-        algo = ctx.make_algo(learner=True, shared_init=True)
+        algo = ctx.make_algo(learner=True, shared_init=True,
+                             algo_cfg=self.batch_rule(ctx.cfg, comm.size).algo_cfg)
         learner = ctx.make_learner(algo, log=False)
         actor = ctx.make_actor(simulator_index=comm.rank - 1)
         sync = ParameterServerSync(comm, SERVER)
