@@ -142,6 +142,14 @@ def test_refusals_come_from_validate_before_any_rank_starts():
     assert ParameterServer.data_ranks(3) == 2 and Allgather.data_ranks(3) == 3
 
 
+def test_reports_label_a_per_rank_run():
+    assert Allgather.report_label({"batch_rule": "global"}) == "allgather"
+    both = {"batch_rule": "per_rank", "reduce": "allgather"}
+    assert Allgather.report_label(both) == "allgather[allgather,per_rank]"
+    assert ParameterServer.report_label({"batch_rule": "per_rank"}) == "parameter_server[per_rank]"
+    assert ParameterServer.report_label({}) == "parameter_server"
+
+
 def _job_updates(algo_cls, spec, cfg, ranks: int, rounds: int, rows_per_round: int) -> list[int]:
     """Job-wide updates after each round of a data-parallel job whose ``ranks`` learners each
     store ``rows_per_round`` rows, counted as allgather does (the minimum of the ranks' dues)."""

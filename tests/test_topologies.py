@@ -154,7 +154,8 @@ def test_allgather_keeps_parameters_identical(tmp_path):
     per_rank = summary["per_rank"]
     assert all(r["updates"] == per_rank[0]["updates"] > 100 for r in per_rank)
     # check_every=50: a checksum Allgather at the first round boundary after every 50 updates
-    # (32 updates per round here), plus one at the end.
+    # (96 updates per round here: batch_rule=global gives each rank 0.5 x 3 updates per local
+    # step, 0.5 per job-wide step), plus one at the end.
     assert per_rank[0]["sent"]["checksums"][0] >= per_rank[0]["updates"] // 100
 
 
