@@ -164,6 +164,11 @@ _CAPTURE = _str("auto", "device learner: auto (CUDA graphs on CUDA, eager on cpu
                 "auto", "graph", "compile", "off")
 _PER_GRAPH = _int(1, "captured updates: this many updates per graph replay when that many are due")
 _SYNC_UNIT = _str("steps", "what sync_every counts: environment steps or episodes", "steps", "episodes")
+# The data-parallel topologies' share of the job's batch (drlmpi/topologies/batch_rule.py).
+_BATCH_RULE = _str("global", "global: algo options describe the job (batch_size/N per rank, updates_per_step "
+                             "per job-wide step); per_rank: each rank's", "global", "per_rank")
+_LR_SCALE = _str("none", "batch_rule=per_rank: learning rates x N (linear), x sqrt(N) (sqrt) or as set "
+                         "(none)", "none", "linear", "sqrt")
 
 
 def _topology(cls: str, name: str, sync_every: int, sync_every_doc: str,
@@ -294,7 +299,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
                               "experience the simulator collects between exchanges"),
     "topology/star": _topology("star.Star", "star", 256, "experience each simulator collects per round"),
     "topology/parameter_server": _topology("param_server.ParameterServer", "parameter_server", 64,
-                                           "experience each worker collects per round"),
+                                           "experience each worker collects per round",
+                                           batch_rule=_BATCH_RULE, lr_scale=_LR_SCALE),
     "topology/async": _topology(
         "asynchronous.Asynchronous", "async", 64, "steps (per environment) per experience chunk",
         publish_every=_int(32, "the learner publishes weights every this many updates"),
@@ -312,6 +318,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
                     "allreduce", "allgather"),
         check_every=_int(1000, "verify identical parameters every N updates (0: only at the end)",
                          low=0),
+        batch_rule=_BATCH_RULE, lr_scale=_LR_SCALE,
     ),
 }
 

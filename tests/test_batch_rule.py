@@ -139,6 +139,10 @@ def test_refusals_come_from_validate_before_any_rank_starts():
     with pytest.raises(ConfigError, match="divisible by the 5 data-parallel ranks"):
         validate(cfg, 6)
     validate(cfg, 5)  # 4 workers: 2 each
+    validate(_compose("topology=allgather", "algo.batch_size=8", "topology.batch_rule=per_rank"), 5)
+    with pytest.raises(ConfigError, match="topology.lr_scale=sqrt scales the learning rate"):
+        validate(_compose("topology=allgather", "topology.lr_scale=sqrt"), 2)
+    validate(_compose("topology=allgather", "topology.lr_scale=sqrt", "topology.batch_rule=per_rank"), 2)
     assert ParameterServer.data_ranks(3) == 2 and Allgather.data_ranks(3) == 3
 
 
@@ -197,6 +201,8 @@ SEQUENTIAL_UPDATES = (3072 - 768) // 2  # tests/test_topologies.py: the first 76
 
 @pytest.mark.parametrize(("topology", "ranks", "rule", "updates", "batch"), [
     ("allgather", 2, "global", SEQUENTIAL_UPDATES, 32),
+    # each rank waits for 1000 of its own transitions (local step 1024), then 0.5 per local step
+    ("allgather", 2, "per_rank", (1536 - 896) // 2, 64),
     # the server stops before the last round's updates (it decides to stop as the round ends)
     ("parameter_server", 3, "global", SEQUENTIAL_UPDATES - 128, 32),
 ])

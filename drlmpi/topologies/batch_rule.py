@@ -48,11 +48,14 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 
 from drlmpi.algos.base import Algorithm, ConfigError
+from drlmpi.schema import SCHEMA
 from drlmpi.topologies.base import Topology
 
-BATCH_RULES = ("global", "per_rank")
-LR_SCALES = ("none", "linear", "sqrt")
-DEFAULT_RULE = "global"
+_OPTIONS = SCHEMA["topology/allgather"]  # choices and defaults live in the schema
+BATCH_RULES = _OPTIONS["batch_rule"].choices
+DEFAULT_RULE = _OPTIONS["batch_rule"].default
+LR_SCALES = _OPTIONS["lr_scale"].choices
+DEFAULT_LR_SCALE = _OPTIONS["lr_scale"].default
 #: largest relative change of the job's minibatch ``global`` accepts when ``B / N`` is rounded.
 BATCH_TOLERANCE = 0.1
 
@@ -117,7 +120,7 @@ def split_batch(batch_size: int, ranks: int) -> int:
 
 
 def per_rank_algo_config(algo_cfg: Mapping[str, Any], ranks: int, rule: str = DEFAULT_RULE,
-                         lr_scale: str = "none") -> BatchRule:
+                         lr_scale: str = DEFAULT_LR_SCALE) -> BatchRule:
     """The algorithm config each of ``ranks`` data-parallel ranks learns with under ``rule``
     (see the module docstring); options an algorithm does not have are left alone, so
     ``algo=random`` passes through. Pure: ``algo_cfg`` is not modified. Raises
@@ -176,7 +179,7 @@ class DataParallelTopology(Topology):
         topo = cfg.topology
         return per_rank_algo_config(cfg.algo, cls.data_ranks(world_size),
                                     str(topo.get("batch_rule", DEFAULT_RULE)),
-                                    str(topo.get("lr_scale", "none")))
+                                    str(topo.get("lr_scale", DEFAULT_LR_SCALE)))
 
     @classmethod
     def check(cls, world_size: int, algo_cls: type[Algorithm], cfg: Any) -> None:
