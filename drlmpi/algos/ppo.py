@@ -312,6 +312,9 @@ class PPO(Algorithm):
         ``max(1, n_rows // batch_size)`` minibatches."""
         return self.epochs * max(1, n_rows // self.batch_size)
 
+    def rollout_updates(self) -> int:
+        return self.updates_per_rollout(self.rollout_steps)
+
     def observe(self, rows: np.ndarray) -> None:
         if rows.shape[0] == 0:
             return
