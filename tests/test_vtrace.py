@@ -120,7 +120,7 @@ def _started(algo: PPO, rows: np.ndarray):
 def test_ppo_on_policy_rows_give_the_gae_table(cartpole):
     """Behaviour log-probs equal to the learner's: V-trace's table is the plain GAE table (and
     every weight is 1); the proximal log-probs are the behaviour ones."""
-    ref = PPO(cartpole, ppo_cfg(rollout_steps=64, off_policy_correction="none"))
+    ref = PPO(cartpole, ppo_cfg(rollout_steps=64, vtrace=False))
     rows = collect_rows(ref, "CartPole-v1", 40)
     with torch.no_grad():  # the learner's own log-probs, so the rows are exactly on-policy
         obs = torch.as_tensor(rows[:, ref.layout.slices["obs"]])
@@ -128,7 +128,7 @@ def test_ppo_on_policy_rows_give_the_gae_table(cartpole):
         rows[:, ref.layout.slices["log_prob"]] = ref.net.log_prob_entropy(
             ref.net.distribution(obs), act)[0][:, None].numpy()
     plain = _started(ref, rows.copy())
-    corrected_algo = PPO(cartpole, ppo_cfg(rollout_steps=64, off_policy_correction="vtrace"))
+    corrected_algo = PPO(cartpole, ppo_cfg(rollout_steps=64, vtrace=True))
     corrected_algo.net.load_state_dict(ref.net.state_dict())
     corrected = _started(corrected_algo, rows.copy())
     assert set(corrected) == set(plain) | {"weight"}

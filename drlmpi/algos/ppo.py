@@ -16,7 +16,7 @@ queue up rather than mix.
 Rollout rows live on the learner's device (each arriving chunk is copied there once). When a
 rollout's first update runs, the learner computes ``V(obs)`` and ``V(next_obs)`` of every
 row with its current value function and the advantages per environment stream in time order.
-``algo.off_policy_correction=none``: GAE(lambda)::
+``algo.vtrace=false``: GAE(lambda)::
 
     delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t)
     A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}      (done = terminated or truncated)
@@ -24,7 +24,7 @@ row with its current value function and the advantages per environment stream in
 with ``A_{t+1} = 0`` at the last row of a stream in the rollout (the rollout's cut bootstraps
 through ``V(s'_t)``, as does a time-limit truncation). Value targets are ``A_t + V(s_t)``.
 
-``algo.off_policy_correction=vtrace`` (the default) also evaluates the *proximal* policy
+``algo.vtrace=true`` (the default) also evaluates the *proximal* policy
 ``pi_prox`` - the learner's policy as the rollout starts - on every row, and with the truncated
 ratios ``rho_t = min(rho_clip, pi_prox/mu)``, ``c_t = lambda * min(c_clip, pi_prox/mu)``::
 
@@ -42,13 +42,13 @@ effect): minibatch shapes follow each rollout's size.
 
 Each :meth:`PPO.update` is one minibatch step of::
 
-    ratio = exp(log pi_theta(a|s) - log_prob)      (none: mu, the stored behaviour log-prob;
-                                                     vtrace: pi_prox, recomputed at the start)
+    ratio = exp(log pi_theta(a|s) - log_prob)      (vtrace=false: mu, the stored behaviour
+                                                     log-prob; true: pi_prox, from the start)
     L     = -mean w * min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)  (A normalised per batch)
             + vf_coef * mean (V_theta(s) - R)^2    (optionally clipped around the rollout's V)
             - ent_coef * mean entropy
 
-with ``w = 1`` (none) or ``w = rho = min(rho_clip, pi_prox/mu)`` (vtrace): the decoupled
+with ``w = 1`` (``vtrace=false``) or ``w = rho = min(rho_clip, pi_prox/mu)``: the decoupled
 objective of Hilton et al. 2021 (batch size-invariance), whose trust region is around
 ``pi_prox`` while ``w`` corrects for sampling from ``mu``. With stale rows the plain ratio
 ``pi_theta/mu`` starts far from 1, so the clip leaves most rows without gradient; around
@@ -77,7 +77,6 @@ from drlmpi.device import Metrics, Staging
 from drlmpi.envs import EnvSpec
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
-CORRECTIONS = ("vtrace", "none")
 
 
 def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
@@ -204,7 +203,7 @@ class PPO(Algorithm):
     ``adam_eps``, ``gamma``, ``gae_lambda``, ``rollout_steps``, ``batch_size``, ``epochs``,
     ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
     ``normalize_advantage``, ``log_std_init``, ``ortho_init``, ``reward_scale``,
-    ``off_policy_correction``, ``vtrace_rho_clip``, ``vtrace_c_clip``.
+    ``vtrace``, ``vtrace_rho_clip``, ``vtrace_c_clip``.
     """
 
     kind = "on_policy"
@@ -243,13 +242,10 @@ class PPO(Algorithm):
         self.vf_coef = float(cfg["vf_coef"])
         self.normalize_advantage = bool(cfg.get("normalize_advantage", True))
         self.reward_scale = float(cfg.get("reward_scale", 1.0))
-        self.correction = str(cfg.get("off_policy_correction", "vtrace"))
-        if self.correction not in CORRECTIONS:
-            raise ConfigError(f"algo.off_policy_correction must be one of {list(CORRECTIONS)}, "
-                              f"got {self.correction!r}")
+        self.vtrace = bool(cfg.get("vtrace", True))
         self.rho_clip = float(cfg.get("vtrace_rho_clip", 1.0))
         self.c_clip = float(cfg.get("vtrace_c_clip", 1.0))
-        if self.correction == "vtrace":
+        if self.vtrace:
             self.metric_names = (*self.metric_names, "is_weight")
         for key in ("rollout_steps", "batch_size", "epochs"):
             if int(cfg[key]) < 1:
@@ -392,7 +388,7 @@ class PPO(Algorithm):
                    col("terminated")[:, 0], col("truncated")[:, 0], col("stream")[:, 0])
         log_prob = col("log_prob")  # behaviour
         weight = None
-        if self.correction == "vtrace":
+        if self.vtrace:
             proximal, _ = self.net.log_prob_entropy(self.net.distribution(obs), action)
             log_ratio = proximal - log_prob[:, 0]
             value_adv, advantages = vtrace_tensor(*columns, log_ratio, self.gamma, self.gae_lambda,
@@ -471,7 +467,7 @@ class PPO(Algorithm):
             approx_kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator, >= 0
             clip_fraction = ((ratio - 1.0).abs() > self.clip_range).float().mean()
             extra = ()
-            if self.correction == "vtrace":  # mean truncated importance weight (1: on-policy)
+            if self.vtrace:  # mean truncated importance weight (1: on-policy)
                 extra = (ratio.new_ones(()) if weight is None else weight.mean(),)
             values_out = torch.stack((policy_loss.detach(), value_loss.detach(), entropy_mean.detach(),
                                       approx_kl, clip_fraction, *extra, *self._norms.values()))
