@@ -290,6 +290,12 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "normalize_advantage": _bool(True, "normalise advantages per minibatch"),
         "log_std_init": _float(0.0, "Box actions: initial log standard deviation"),
         "reward_scale": _positive(1.0, "rewards are multiplied by this before GAE"),
+        "vtrace": _bool(True, "V-trace targets, the ratio clipped around the policy at rollout start and "
+                              "weighted by the truncated ratio (false: GAE, ratio against the behaviour)"),
+        "vtrace_rho_clip": _positive(1.0, "V-trace rho bar: truncation of pi/mu in the TD errors and the "
+                                          "policy loss weight"),
+        "vtrace_c_clip": _positive(1.0, "V-trace c bar: truncation of pi/mu in the traces (times "
+                                        "gae_lambda)"),
         "capture": _CAPTURE,
     },
     "algo/random": _named("drlmpi.algos.random_policy.RandomPolicy", "random", "algorithm"),
@@ -305,11 +311,13 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "asynchronous.Asynchronous", "async", 64, "steps (per environment) per experience chunk",
         publish_every=_int(32, "the learner publishes weights every this many updates"),
         max_policy_lag=_int(None, "discard chunks acted with weights older than this many updates "
-                                  "(null: keep all)", low=0, nullable=True),
+                                  "(null: on-policy algorithms one rollout's updates + publish_every, "
+                                  "others keep all)", low=0, nullable=True),
         utd_mode=_str("ratio", "ratio: algo.updates_per_step per received step; free: train flat out",
                       "ratio", "free"),
         max_pending_updates=_int(None, "ratio mode: owed updates above which credits are withheld "
-                                       "(null: 2 x the most one chunk entitled)", nullable=True),
+                                       "(null: the most one chunk entitled, twice that for replay-based "
+                                       "algorithms)", nullable=True),
         slots=_int(2, "experience buffers in flight per simulator"),
     ),
     "topology/allgather": _topology(

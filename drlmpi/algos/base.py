@@ -235,6 +235,11 @@ class Algorithm(ABC):
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
 
+    def rollout_updates(self) -> int | None:
+        """The updates one rollout of the configured size entitles (on-policy algorithms: what a
+        topology bounds policy lag by); ``None`` for algorithms that learn from a replay."""
+        return None
+
     @classmethod
     def experience_layout(cls, spec: EnvSpec) -> ExperienceLayout:
         """The columns of this algorithm's experience rows for ``spec`` (base + its extras)."""

@@ -1,40 +1,60 @@
-"""Proximal Policy Optimization with the clipped surrogate (Schulman et al. 2017) and GAE.
+"""Proximal Policy Optimization with the clipped surrogate (Schulman et al. 2017), GAE, and V-trace
+with the decoupled objective for rows acted by older policies.
 
 Policy ``pi_theta`` (categorical for Discrete actions, diagonal Gaussian with a state-independent
 ``log_std`` for Box actions) and value function ``V_theta`` in one module, trained by one
 optimizer (one :class:`ParamGroup` named ``policy``, which is also what simulators receive).
 
 Rollouts. Rows arrive in chunks from one or more simulators; each row carries its behaviour
-log-probability ``log_prob`` (recorded by :meth:`PPO.act` on the simulator, whose parameters may
-lag the learner's, so the ratio uses the stored value, never a recomputed one). As soon as at
-least ``rollout_steps`` rows are pending, *all* pending rows (the overflow of the chunk that
-completed it included, nothing is carried over) are frozen into one rollout and
-``epochs * max(1, n // batch_size)`` minibatch updates become due. Chunks that arrive while a
-rollout waits or trains start the next rollout, so rollouts queue up rather than mix.
+log-probability ``log_prob`` (``log mu``, recorded by :meth:`PPO.act` on the simulator, whose
+parameters may lag the learner's). As soon as at least ``rollout_steps`` rows are pending, *all*
+pending rows (the overflow of the chunk that completed it included, nothing is carried over)
+are frozen into one rollout and ``epochs * max(1, n // batch_size)`` minibatch updates become
+due. Chunks that arrive while a rollout waits or trains start the next rollout, so rollouts
+queue up rather than mix.
 
 Rollout rows live on the learner's device (each arriving chunk is copied there once). When a
 rollout's first update runs, the learner computes ``V(obs)`` and ``V(next_obs)`` of every
-row with its current value function and the advantages by GAE(lambda), per environment stream
-in time order::
+row with its current value function and the advantages per environment stream in time order.
+``algo.vtrace=false``: GAE(lambda)::
 
     delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t)
     A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}      (done = terminated or truncated)
 
 with ``A_{t+1} = 0`` at the last row of a stream in the rollout (the rollout's cut bootstraps
-through ``V(s'_t)``, as does a time-limit truncation). Value targets are ``A_t + V(s_t)``. The
-recursion runs on the device as a parallel scan (:func:`gae_tensor`; :func:`compute_gae` is the
-plain reference), so no transfer happens per rollout either. Updates are never captured
-(``algo.capture`` has no effect): minibatch shapes follow each rollout's size.
+through ``V(s'_t)``, as does a time-limit truncation). Value targets are ``A_t + V(s_t)``.
+
+``algo.vtrace=true`` (the default) also evaluates the *proximal* policy
+``pi_prox`` - the learner's policy as the rollout starts - on every row, and with the truncated
+ratios ``rho_t = min(rho_clip, pi_prox/mu)``, ``c_t = lambda * min(c_clip, pi_prox/mu)``::
+
+    A_t = rho_t * delta_t + gamma * c_t * (1 - done_t) * A_{t+1}       (V-trace: v_t = V(s_t) + A_t)
+    P_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}             (policy advantage)
+
+Value targets are V-trace's ``v_t`` (the value of ``pi_prox``, for ``rho_clip = 1``), and the
+policy advantage is IMPALA's ``r_t + gamma v_{t+1} - V(s_t)`` with the next target mixed by
+lambda (:mod:`drlmpi.algos.vtrace` derives both). Rows acted by ``pi_prox`` itself (ratio 1)
+give ``rho = 1``, ``c = lambda``: exactly GAE's advantages and targets. The recursions run on
+the device as a parallel scan (:func:`gae_tensor`, :func:`~drlmpi.algos.vtrace.vtrace_tensor`;
+:func:`compute_gae`, :func:`~drlmpi.algos.vtrace.compute_vtrace` are the plain references),
+so no transfer happens per rollout. Updates are never captured (``algo.capture`` has no
+effect): minibatch shapes follow each rollout's size.
 
 Each :meth:`PPO.update` is one minibatch step of::
 
-    ratio = exp(log pi_theta(a|s) - log_prob_behaviour)
-    L     = -mean min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)       (A normalised per batch)
+    ratio = exp(log pi_theta(a|s) - log_prob)      (vtrace=false: mu, the stored behaviour
+                                                     log-prob; true: pi_prox, from the start)
+    L     = -mean w * min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)  (A normalised per batch)
             + vf_coef * mean (V_theta(s) - R)^2    (optionally clipped around the rollout's V)
             - ent_coef * mean entropy
 
-and the rollout is dropped after the last minibatch of the last epoch. Observations and rewards
-are not normalised (``reward_scale`` multiplies rewards before GAE, if needed).
+with ``w = 1`` (``vtrace=false``) or ``w = rho = min(rho_clip, pi_prox/mu)``: the decoupled
+objective of Hilton et al. 2021 (batch size-invariance), whose trust region is around
+``pi_prox`` while ``w`` corrects for sampling from ``mu``. With stale rows the plain ratio
+``pi_theta/mu`` starts far from 1, so the clip leaves most rows without gradient; around
+``pi_prox`` every rollout starts at ratio 1, as on-policy PPO does. The rollout is dropped after
+the last minibatch of the last epoch. Observations and rewards are not normalised
+(``reward_scale`` multiplies rewards before GAE, if needed).
 """
 
 from __future__ import annotations
@@ -52,6 +72,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
+from drlmpi.algos.vtrace import reverse_scan, stream_order, stream_order_tensor, vtrace_tensor
 from drlmpi.device import Metrics, Staging
 from drlmpi.envs import EnvSpec
 
@@ -76,10 +97,7 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray
     delta = rewards + gamma * next_values * (1.0 - terminated) - values
     # Sorting by stream (stably, so time order is kept) makes each stream contiguous; a zero
     # continuation factor at each stream's last row then lets one backward pass do them all.
-    order = np.argsort(np.asarray(streams), kind="stable")
-    s_sorted = np.asarray(streams)[order]
-    last_of_stream = np.ones(n, dtype=bool)
-    last_of_stream[:-1] = s_sorted[1:] != s_sorted[:-1]
+    order, last_of_stream = stream_order(streams)
     cont = (gamma * lam * (1.0 - done[order]) * ~last_of_stream).tolist()
     delta_sorted = delta[order].tolist()
     adv_sorted = [0.0] * n
@@ -98,40 +116,33 @@ def gae_tensor(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.T
     """:func:`compute_gae` on tensors, on their device (float64 inside, float32 out).
 
     After the same stable sort by stream, the backward recursion ``A_i = delta_i + c_i A_{i+1}``
-    is a linear recurrence, solved by a parallel (doubling) scan: after round k every position
-    holds the sum over the next ``2^k`` rows and the product of their factors, so ``log2(n)``
-    rounds of a few vector operations replace ``n`` sequential steps (no host loop over rows,
-    no transfer). Products of factors ``<= 1`` only shrink, so the scan is as stable as the loop.
+    is a linear recurrence, solved by a parallel (doubling) scan
+    (:func:`~drlmpi.algos.vtrace.reverse_scan`): ``log2(n)`` rounds of a few vector operations
+    instead of ``n`` sequential steps, no host loop over rows, no transfer.
     """
     n = rewards.shape[0]
     f64 = torch.float64
     terminated = terminated.to(f64)
     done = torch.maximum(terminated, truncated.to(f64))
     delta = rewards.to(f64) + gamma * next_values.to(f64) * (1.0 - terminated) - values.to(f64)
-    order = torch.sort(streams, stable=True).indices
-    s_sorted = streams[order]
-    last_of_stream = torch.ones(n, dtype=torch.bool, device=rewards.device)
-    last_of_stream[:-1] = s_sorted[1:] != s_sorted[:-1]
-    acc = delta[order]
+    order, last_of_stream = stream_order_tensor(streams)
     factor = (gamma * lam) * (1.0 - done[order]) * (~last_of_stream).to(f64)
-    shift = 1
-    while shift < n:
-        new_acc = acc.clone()
-        new_acc[:-shift].addcmul_(factor[:-shift], acc[shift:])
-        new_factor = factor.clone()
-        new_factor[:-shift].mul_(factor[shift:])
-        acc, factor = new_acc, new_factor
-        shift *= 2
+    acc = reverse_scan(delta[order], factor)
     advantages = torch.empty(n, dtype=torch.float32, device=rewards.device)
     advantages[order] = acc.to(torch.float32)
     return advantages
 
 
-def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
-    """PPO's policy loss ``-mean min(ratio A, clip(ratio, 1 - clip, 1 + clip) A)``."""
+def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float,
+                           weights: torch.Tensor | None = None) -> torch.Tensor:
+    """PPO's policy loss ``-mean min(ratio A, clip(ratio, 1 - clip, 1 + clip) A)``, each term
+    multiplied by ``weights`` if given (the decoupled objective's ``min(rho_clip, pi_prox/mu)``)."""
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
-    return -torch.minimum(unclipped, clipped).mean()
+    surrogate = torch.minimum(unclipped, clipped)
+    if weights is not None:
+        surrogate = weights * surrogate
+    return -surrogate.mean()
 
 
 class ActorCritic(nn.Module):
@@ -173,7 +184,8 @@ class ActorCritic(nn.Module):
 
 class _Rollout:
     """A frozen rollout: its rows (on the learner's device), and once started the minibatch
-    table (``obs | action | log_prob | advantage | return | value`` columns) and schedule."""
+    table (``obs | action | log_prob | advantage | return | value`` columns, ``| weight`` with
+    the V-trace correction) and schedule."""
 
     def __init__(self, rows: torch.Tensor, n_updates: int) -> None:
         self.rows: torch.Tensor | None = rows
@@ -190,7 +202,8 @@ class PPO(Algorithm):
     Config keys (``drlmpi/schema.py``'s ``algo/ppo`` documents each): ``hidden``, ``activation``, ``lr``,
     ``adam_eps``, ``gamma``, ``gae_lambda``, ``rollout_steps``, ``batch_size``, ``epochs``,
     ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
-    ``normalize_advantage``, ``log_std_init``, ``ortho_init``, ``reward_scale``.
+    ``normalize_advantage``, ``log_std_init``, ``ortho_init``, ``reward_scale``,
+    ``vtrace``, ``vtrace_rho_clip``, ``vtrace_c_clip``.
     """
 
     kind = "on_policy"
@@ -202,7 +215,7 @@ class PPO(Algorithm):
     def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
         """A rollout's rows twice (pending chunks and the frozen copy) plus its minibatch table."""
         layout = cls.experience_layout(spec)
-        table = spec.obs_dim + spec.action_dim + 4
+        table = spec.obs_dim + spec.action_dim + 5
         return int(cfg["rollout_steps"]) * (2 * layout.width + table) * 4
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
@@ -229,6 +242,11 @@ class PPO(Algorithm):
         self.vf_coef = float(cfg["vf_coef"])
         self.normalize_advantage = bool(cfg.get("normalize_advantage", True))
         self.reward_scale = float(cfg.get("reward_scale", 1.0))
+        self.vtrace = bool(cfg.get("vtrace", True))
+        self.rho_clip = float(cfg.get("vtrace_rho_clip", 1.0))
+        self.c_clip = float(cfg.get("vtrace_c_clip", 1.0))
+        if self.vtrace:
+            self.metric_names = (*self.metric_names, "is_weight")
         for key in ("rollout_steps", "batch_size", "epochs"):
             if int(cfg[key]) < 1:
                 raise ConfigError(f"algo.{key} must be >= 1, got {cfg[key]}")
@@ -289,6 +307,9 @@ class PPO(Algorithm):
         """Minibatch updates a rollout of ``n_rows`` rows gets: ``epochs`` passes of
         ``max(1, n_rows // batch_size)`` minibatches."""
         return self.epochs * max(1, n_rows // self.batch_size)
+
+    def rollout_updates(self) -> int:
+        return self.updates_per_rollout(self.rollout_steps)
 
     def observe(self, rows: np.ndarray) -> None:
         if rows.shape[0] == 0:
@@ -351,25 +372,36 @@ class PPO(Algorithm):
 
     @torch.no_grad()
     def _start(self, rollout: _Rollout) -> None:
-        """Values, GAE (on the learner's device: nothing crosses the bus) and the minibatch
-        schedule of a rollout about to be trained on."""
+        """Values, advantages and value targets (GAE, or V-trace with the proximal log-probs and
+        weights: on the learner's device, nothing crosses the bus) and the minibatch schedule
+        of a rollout about to be trained on."""
         layout = self.layout
         rows = rollout.rows
 
         def col(name: str) -> torch.Tensor:
             return rows[:, layout.slices[name]]
 
-        obs, next_obs = col("obs"), col("next_obs")
+        obs, next_obs, action = col("obs"), col("next_obs"), col("action")
         values = self.net.value(obs)
         next_values = self.net.value(next_obs)
-        advantages = gae_tensor(
-            col("reward")[:, 0] * self.reward_scale, values, next_values,
-            col("terminated")[:, 0], col("truncated")[:, 0], col("stream")[:, 0],
-            self.gamma, self.gae_lambda,
-        )
-        parts = {"obs": obs, "action": col("action"), "log_prob": col("log_prob"),
-                 "advantage": advantages[:, None], "return": (advantages + values)[:, None],
+        columns = (col("reward")[:, 0] * self.reward_scale, values, next_values,
+                   col("terminated")[:, 0], col("truncated")[:, 0], col("stream")[:, 0])
+        log_prob = col("log_prob")  # behaviour
+        weight = None
+        if self.vtrace:
+            proximal, _ = self.net.log_prob_entropy(self.net.distribution(obs), action)
+            log_ratio = proximal - log_prob[:, 0]
+            value_adv, advantages = vtrace_tensor(*columns, log_ratio, self.gamma, self.gae_lambda,
+                                                  self.rho_clip, self.c_clip)
+            log_prob = proximal[:, None]  # the clip is around the proximal policy
+            weight = log_ratio.exp().clamp(max=self.rho_clip)[:, None]
+        else:
+            advantages = value_adv = gae_tensor(*columns, self.gamma, self.gae_lambda)
+        parts = {"obs": obs, "action": action, "log_prob": log_prob,
+                 "advantage": advantages[:, None], "return": (value_adv + values)[:, None],
                  "value": values[:, None]}
+        if weight is not None:
+            parts["weight"] = weight
         rollout.table = torch.cat(list(parts.values()), dim=1)
         offset = 0
         for name, part in parts.items():
@@ -406,8 +438,9 @@ class PPO(Algorithm):
 
     def update_on(self, batch: Mapping[str, torch.Tensor],
                   sync: GradSync = local_sync) -> Mapping[str, float]:
-        """One gradient step on a minibatch with ``obs``, ``action``, ``log_prob`` (behaviour),
-        ``advantage``, ``return`` and ``value`` (the rollout's ``V(obs)``)."""
+        """One gradient step on a minibatch with ``obs``, ``action``, ``log_prob`` (the
+        behaviour's, or with V-trace the proximal policy's), ``advantage``, ``return``, ``value``
+        (the rollout's ``V(obs)``) and, with V-trace, ``weight`` (``min(rho_clip, pi_prox/mu)``)."""
         dist = self.net.distribution(batch["obs"])
         log_prob, entropy = self.net.log_prob_entropy(dist, batch["action"])
         values = self.net.value(batch["obs"])
@@ -416,7 +449,8 @@ class PPO(Algorithm):
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         log_ratio = log_prob - batch["log_prob"]
         ratio = log_ratio.exp()
-        policy_loss = clipped_surrogate_loss(ratio, advantages, self.clip_range)
+        weight = batch.get("weight")
+        policy_loss = clipped_surrogate_loss(ratio, advantages, self.clip_range, weight)
         if self.clip_range_vf is None:
             value_loss = F.mse_loss(values, batch["return"])
         else:
@@ -432,6 +466,9 @@ class PPO(Algorithm):
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator, >= 0
             clip_fraction = ((ratio - 1.0).abs() > self.clip_range).float().mean()
+            extra = ()
+            if self.vtrace:  # mean truncated importance weight (1: on-policy)
+                extra = (ratio.new_ones(()) if weight is None else weight.mean(),)
             values_out = torch.stack((policy_loss.detach(), value_loss.detach(), entropy_mean.detach(),
-                                      approx_kl, clip_fraction, *self._norms.values()))
+                                      approx_kl, clip_fraction, *extra, *self._norms.values()))
         return Metrics(self.metric_names, values_out)

@@ -18,12 +18,22 @@ simulator whose previous weights send has completed (the others get the next pub
 
 * ``max_policy_lag`` (learner updates between the weights that acted and the update that would
   learn from the chunk): an older chunk is discarded (counted, its episodes still logged). The
-  observed lag (mean, max) is in the summary.
+  observed lag (mean, max) is in the summary. ``null``: a replay-based algorithm keeps every
+  chunk; an on-policy one (PPO) is bounded by one rollout's worth of updates
+  (:meth:`~drlmpi.algos.base.Algorithm.rollout_updates`) plus ``publish_every``.
 * ``utd_mode=ratio``: ``algo.updates_per_step`` updates per received step, held by credits:
   while more than ``max_pending_updates`` updates are owed, the learner withholds credits and
   simulators that run out wait. ``utd_mode=free``: credits come back at once and the learner
   trains continuously once its replay is ready; the ratio that results is recorded
   (off-policy algorithms only).
+* On-policy algorithms learn from rows at most about one rollout old: by default credits are
+  withheld once one whole rollout waits behind the one training (``max_pending_updates`` null:
+  once the most one chunk entitled, not twice), and a simulator waits for a credit *before* it
+  collects a chunk, so no chunk waits for a credit while its weights age. (PPO corrects for the
+  rest: V-trace and the decoupled objective, :mod:`drlmpi.algos.ppo`.)
+* Chunks are learned from in each simulator's sending order (``SEQUENCE``): one that completes
+  before its predecessor (several receives are posted per simulator) waits for it, so each
+  environment stream's rows reach the learner in time order.
 * Exploration uses the job-wide step count the learner publishes with the weights.
 * Shutdown: the learner sends each simulator a :class:`~drlmpi.comm.CreditMessage`
   ``[STOP, weights messages sent to it]``; the simulator completes its outstanding chunk sends,
@@ -82,14 +92,8 @@ class Asynchronous(Topology):
         for key in ("publish_every", "slots", "sync_every"):
             if int(topo.get(key, 1)) < 1:
                 raise ConfigError(f"topology.{key} must be >= 1, got {topo.get(key)}")
-        lag = topo.get("max_policy_lag")
-        if algo_cls.kind == "on_policy":
-            if lag is None:
-                raise ConfigError(
-                    f"topology=async with the on-policy algo={cfg.algo.name} needs a bound on policy "
-                    f"lag: set topology.max_policy_lag (e.g. 2 x topology.publish_every)")
-            if topo.get("utd_mode", "ratio") == "free":
-                raise ConfigError(f"topology.utd_mode=free is for off-policy algorithms, not {cfg.algo.name}")
+        if algo_cls.kind == "on_policy" and topo.get("utd_mode", "ratio") == "free":
+            raise ConfigError(f"topology.utd_mode=free is for off-policy algorithms, not {cfg.algo.name}")
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:
@@ -106,11 +110,21 @@ class _AsyncLearner:
         self.slots = int(cfg.slots)
         self.chunk_rows = int(cfg.sync_every) * int(ctx.cfg.env.num_envs)
         self.publish_every = int(cfg.publish_every)
-        self.max_lag = None if cfg.get("max_policy_lag") is None else int(cfg.max_policy_lag)
+        # The lag bound: configured, or for an on-policy algorithm one rollout's worth of
+        # updates beyond the publication interval; replay-based algorithms keep every chunk.
+        rollout_updates = self.learner.algo.rollout_updates()
+        self.lag_auto = cfg.get("max_policy_lag") is None and rollout_updates is not None
+        if cfg.get("max_policy_lag") is not None:
+            self.max_lag: int | None = int(cfg.max_policy_lag)
+        else:
+            self.max_lag = rollout_updates + self.publish_every if self.lag_auto else None
         self.free = cfg.get("utd_mode", "ratio") == "free"
-        # Owed updates above which credits are withheld: configured, or twice the most updates
-        # one chunk has entitled so far (PPO owes a whole rollout's minibatches at once).
+        # Owed updates above which credits are withheld: configured, or the most updates one
+        # chunk has entitled so far - twice that for a replay, once for an on-policy algorithm
+        # (whose chunk that completes a rollout owes all its minibatches: one rollout waits
+        # while another trains, so rows are at most about one rollout old when learned from).
         self.max_pending_setting = int(cfg.get("max_pending_updates") or 0)
+        self.pending_factor = 1 if rollout_updates is not None else 2
         self.most_owed_by_a_chunk = 1
         width = self.learner.layout.width
         # Receive slots: index i -> simulator self.slot_sim[i]; always re-posted.
@@ -127,6 +141,11 @@ class _AsyncLearner:
         self.credit_limit = {s: self.slots for s in self.sims}  # chunks each sim may have sent
         self.owed_credits = {s: 0 for s in self.sims}
         self.chunks = {s: 0 for s in self.sims}
+        # Chunks are learned from in each simulator's sending order (an on-policy learner needs
+        # each stream's rows in time order): one that overtook its predecessor waits here.
+        self.next_sequence = {s: 0 for s in self.sims}
+        self.held: dict[int, dict[int, tuple[np.ndarray, int]]] = {s: {} for s in self.sims}
+        self.reordered = 0
         self.last_heard = {s: time.perf_counter() for s in self.sims}
         self.discarded = 0
         self.skipped_publications = 0
@@ -143,19 +162,32 @@ class _AsyncLearner:
         self.chunks[sim] += 1
         self.last_heard[sim] = time.perf_counter()
         rows = msg.payload[: int(msg.header[ChunkHeader.ROWS])]
-        learner = self.learner
-        lag = learner.updates - int(msg.header[ChunkHeader.POLICY_VERSION])
+        version = int(msg.header[ChunkHeader.POLICY_VERSION])
+        sequence = int(msg.header[ChunkHeader.SEQUENCE])
         if stopping:  # the run is over: count the chunk, learn nothing from it
             self.steps_after_stop += len(rows)
-        elif self.max_lag is not None and lag > self.max_lag:
+        elif sequence != self.next_sequence[sim]:
+            self.held[sim][sequence] = (rows.copy(), version)
+            self.reordered += 1
+        else:
+            self._take(sim, rows, version)
+            while self.next_sequence[sim] in self.held[sim]:
+                self._take(sim, *self.held[sim].pop(self.next_sequence[sim]))
+        self.requests[i] = self._post(i)
+        if not stopping:
+            self.owed_credits[sim] += 1
+
+    def _take(self, sim: int, rows: np.ndarray, version: int) -> None:
+        """Learn from (or, beyond the lag bound, discard) simulator ``sim``'s next chunk."""
+        self.next_sequence[sim] += 1
+        learner = self.learner
+        lag = learner.updates - version
+        if self.max_lag is not None and lag > self.max_lag:
             self.discarded += 1
             learner.discard(rows, sim)
         else:
             owed = learner.ingest(rows, sim, policy_lag=lag)
             self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, owed)
-        self.requests[i] = self._post(i)
-        if not stopping:
-            self.owed_credits[sim] += 1
 
     def _poll(self, block: bool) -> None:
         done = [self.comm.waitany(self.requests)] if block else self.comm.testsome(self.requests)
@@ -177,7 +209,7 @@ class _AsyncLearner:
 
     @property
     def max_pending(self) -> int:
-        return self.max_pending_setting or 2 * self.most_owed_by_a_chunk
+        return self.max_pending_setting or self.pending_factor * self.most_owed_by_a_chunk
 
     def _grant_credits(self) -> None:
         if not self.free and self.learner.pending_updates > self.max_pending:
@@ -230,7 +262,9 @@ class _AsyncLearner:
         stats = {
             "utd_mode": "free" if self.free else "ratio",
             "max_policy_lag": self.max_lag,
+            "max_policy_lag_auto": self.lag_auto,
             "discarded_chunks": self.discarded,
+            "reordered_chunks": self.reordered,
             "chunks_received": {str(s): c for s, c in self.chunks.items()},
             "steps_after_stop": self.steps_after_stop,
             "last_heard_s_ago": {str(s): round(now - t, 3) for s, t in self.last_heard.items()},
@@ -255,6 +289,9 @@ class _AsyncLearner:
                     reported.add(s)
                 if s in reported and s not in finished and self.chunks[s] >= int(done_msgs[s][0]):
                     finished.add(s)
+        for held in self.held.values():  # chunks that waited for a predecessor: never learned from
+            self.steps_after_stop += sum(len(rows) for rows, _ in held.values())
+            held.clear()
         for req in self.requests:
             comm.cancel(req)
         for req in [*self.weights_req.values(), *self.control_req.values()]:
@@ -280,6 +317,11 @@ class _AsyncSimulator:
         self.weights_received = 0
         self.stop_after_weights: int | None = None  # set by STOP: weights messages to expect
         self.unsent_steps = 0
+        # An on-policy simulator acts only with a credit in hand, so no chunk waits for one
+        # with the weights it was acted with getting older (a replay-based one collects ahead).
+        self.credit_first = self.actor.algo.rollout_updates() is not None
+        self.weights_req: Request | None = None
+        self.control_req: Request | None = None
 
     def _load_weights(self) -> None:
         self.weights_received += 1
@@ -302,22 +344,41 @@ class _AsyncSimulator:
         self.credit_limit = max(self.credit_limit, value)
         return False
 
+    def _wait_for_credit(self) -> None:
+        """Out of credit: wait for a credit or STOP, loading weights that arrive meanwhile."""
+        comm = self.comm
+        while self.sent >= self.credit_limit and self.stop_after_weights is None:
+            index = comm.waitany([self.control_req, self.weights_req])
+            if index == 0:
+                self.control_req = None if self._on_control() else self._post_control()
+            else:
+                self._load_weights()
+                self.weights_req = self._post_weights()
+
+    def _poll(self) -> None:
+        """Load the newest weights and apply control messages that have arrived."""
+        comm = self.comm
+        while comm.test(self.weights_req):  # newest weights win
+            self._load_weights()
+            self.weights_req = self._post_weights()
+        while self.control_req is not None and comm.test(self.control_req):
+            self.control_req = None if self._on_control() else self._post_control()
+
     def run(self) -> RankReport:
         comm = self.comm
         weights_req = self._post_weights()
         comm.wait(weights_req)  # start from the learner's initial weights
         self._load_weights()
-        weights_req, control_req = self._post_weights(), self._post_control()
+        self.weights_req, self.control_req = self._post_weights(), self._post_control()
         slot = 0
         while self.stop_after_weights is None:
+            if self.credit_first:
+                self._wait_for_credit()
+                self._poll()
+                if self.stop_after_weights is not None:
+                    break
             rows = self.actor.collect(self.every, "steps")
-            while self.sent >= self.credit_limit and self.stop_after_weights is None:
-                index = comm.waitany([control_req, weights_req])  # out of credit: wait
-                if index == 0:
-                    control_req = None if self._on_control() else self._post_control()
-                else:
-                    self._load_weights()
-                    weights_req = self._post_weights()
+            self._wait_for_credit()
             if self.stop_after_weights is not None:
                 self.unsent_steps = len(rows)  # simulated, but the run ended before it could go
                 break
@@ -333,11 +394,8 @@ class _AsyncSimulator:
                                              kind="experience")
             self.sent += 1
             slot = (slot + 1) % self.slots
-            while comm.test(weights_req):  # newest weights win
-                self._load_weights()
-                weights_req = self._post_weights()
-            while control_req is not None and comm.test(control_req):
-                control_req = None if self._on_control() else self._post_control()
+            self._poll()
+        weights_req = self.weights_req
         for req in self.pool_req:
             if req is not None:
                 comm.wait(req)
