@@ -170,7 +170,8 @@ def test_storage_check_names_size_and_option(cartpole):
     message = str(info.value)
     assert "\n" not in message and "algo.buffer_size=1000000" in message and "0.06 GiB" in message
     ppo_cfg = cfg_for("ppo")
-    assert PPO.storage_bytes(cartpole, ppo_cfg) == int(ppo_cfg.rollout_steps) * (2 * 16 + 9) * 4
+    # rows twice (16 columns) + the table: obs, action, log_prob, advantage, return, value, weight
+    assert PPO.storage_bytes(cartpole, ppo_cfg) == int(ppo_cfg.rollout_steps) * (2 * 16 + 10) * 4
     with pytest.raises(ConfigError, match="algo.rollout_steps"):
         PPO.check_storage(cartpole, ppo_cfg, "cuda", free_bytes=1000)
 

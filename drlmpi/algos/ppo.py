@@ -213,9 +213,10 @@ class PPO(Algorithm):
 
     @classmethod
     def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
-        """A rollout's rows twice (pending chunks and the frozen copy) plus its minibatch table."""
+        """A rollout's rows twice (pending chunks and the frozen copy) plus its minibatch table
+        (V-trace adds the weight column)."""
         layout = cls.experience_layout(spec)
-        table = spec.obs_dim + spec.action_dim + 5
+        table = spec.obs_dim + spec.action_dim + 4 + int(bool(cfg.get("vtrace", True)))
         return int(cfg["rollout_steps"]) * (2 * layout.width + table) * 4
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
