@@ -220,18 +220,19 @@ def _chosen(argv: list[str], group: str, default: str) -> str | None:
     return default
 
 
-def check_command_line(argv: list[str]) -> None:
+def check_command_line(argv: list[str], directories: bool = True) -> None:
     """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
-    rejects (every value of a sweep) or an output directory that cannot be written."""
+    rejects (every value of a sweep) or (``directories``) an output directory that cannot be
+    written."""
     scopes = {"algo": _chosen(argv, "algo", "dqn"), "topology": _chosen(argv, "topology", "sequential")}
     for arg in argv:
         if arg.startswith("-"):
             continue
         check_override(arg, scopes)
         key, _, value = arg.partition("=")
-        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+        if directories and key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
             check_writable(key, value)
-    if not any(a.startswith(("hydra.run.dir", "hydra.sweep.dir")) for a in argv):
+    if directories and not any(a.startswith(("hydra.run.dir", "hydra.sweep.dir")) for a in argv):
         check_writable("the current directory (outputs/, multirun/)", ".")
 
 
@@ -315,14 +316,27 @@ def main(argv: list[str] | None = None) -> None:
 
     given = list(argv)
     resume_ranks = None
+    launched = under_mpi_launcher()
+    first = not launched or os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0"
+    every_rank_refuses = True
     try:
+        # The same files and overrides give every rank the same verdict: all of them stop here.
         if any(a.startswith("resume=") for a in argv):
             argv, resume_ranks = resume_arguments(argv)
-        rank = os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-        if not under_mpi_launcher() or rank == "0":
+        check_command_line(argv, directories=False)
+        # Test-writing directories is rank 0's alone (ranks would race on the probe folders);
+        # its refusal must then end the other ranks, which carry on into MPI.
+        every_rank_refuses = False
+        if first:
             check_command_line(argv)
     except ConfigError as exc:
-        print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+        if first:
+            print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+        if launched and not every_rank_refuses:
+            from mpi4py import MPI
+
+            time.sleep(ABORT_FLUSH_S)
+            MPI.COMM_WORLD.Abort(CONFIG_ERROR_EXIT)
         sys.exit(CONFIG_ERROR_EXIT)
     single = not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info")
                                                 for a in argv)

@@ -26,6 +26,7 @@ from drlmpi.schema import (
     shown_default,
 )
 from tests.conftest import CONF, REPO
+from tests.mpirun import run_job
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
 
@@ -204,3 +205,14 @@ def test_numbers_at_the_bounds():
         assert (gamma.problem(value) is None) == ok, value
     assert tau.problem(1) is None and tau.problem(0) is not None and tau.problem(float("nan")) is not None
     assert SCHEMA["algo/dqn"]["batch_size"].problem(True) == "must be an integer"
+
+
+@pytest.mark.parametrize("override,message", [
+    ("algo.gamma=1.5", "drlmpi: error: algo.gamma must be in [0, 1], got 1.5"),  # every rank refuses
+    ("hydra.run.dir=/proc/drlmpi/x", "drlmpi: error: hydra.run.dir is not a writable directory"),  # rank 0
+])
+def test_a_refusal_under_mpiexec_ends_every_rank(tmp_path, override, message):
+    job = run_job(2, [override], tmp_path / "run", timeout=90)  # run_job fails the test on a hang
+    assert job.returncode == 2
+    assert job.stderr.count(message) == 1, job.stderr
+    assert "Traceback" not in job.stderr
