@@ -72,7 +72,14 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
-from drlmpi.algos.vtrace import reverse_scan, stream_order, stream_order_tensor, vtrace_tensor
+from drlmpi.algos.vtrace import (
+    reverse_scan,
+    stream_order,
+    stream_order_tensor,
+    td_errors,
+    td_errors_tensor,
+    vtrace_tensor,
+)
 from drlmpi.device import Metrics, Staging
 from drlmpi.envs import EnvSpec
 
@@ -89,12 +96,7 @@ def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray
     1-D arrays of the same length; returns float32 advantages in the rows' order.
     """
     n = len(rewards)
-    rewards = np.asarray(rewards, dtype=np.float64)
-    values = np.asarray(values, dtype=np.float64)
-    next_values = np.asarray(next_values, dtype=np.float64)
-    terminated = np.asarray(terminated, dtype=np.float64)
-    done = np.maximum(terminated, np.asarray(truncated, dtype=np.float64))
-    delta = rewards + gamma * next_values * (1.0 - terminated) - values
+    delta, done = td_errors(rewards, values, next_values, terminated, truncated, gamma)
     # Sorting by stream (stably, so time order is kept) makes each stream contiguous; a zero
     # continuation factor at each stream's last row then lets one backward pass do them all.
     order, last_of_stream = stream_order(streams)
@@ -121,12 +123,9 @@ def gae_tensor(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.T
     instead of ``n`` sequential steps, no host loop over rows, no transfer.
     """
     n = rewards.shape[0]
-    f64 = torch.float64
-    terminated = terminated.to(f64)
-    done = torch.maximum(terminated, truncated.to(f64))
-    delta = rewards.to(f64) + gamma * next_values.to(f64) * (1.0 - terminated) - values.to(f64)
+    delta, done = td_errors_tensor(rewards, values, next_values, terminated, truncated, gamma)
     order, last_of_stream = stream_order_tensor(streams)
-    factor = (gamma * lam) * (1.0 - done[order]) * (~last_of_stream).to(f64)
+    factor = (gamma * lam) * (1.0 - done[order]) * (~last_of_stream).to(torch.float64)
     acc = reverse_scan(delta[order], factor)
     advantages = torch.empty(n, dtype=torch.float32, device=rewards.device)
     advantages[order] = acc.to(torch.float32)

@@ -39,6 +39,30 @@ import numpy as np
 import torch
 
 
+def td_errors(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
+              terminated: np.ndarray, truncated: np.ndarray,
+              gamma: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(delta, done)`` in float64: ``delta = r + gamma V(x') (1 - terminated) - V(x)`` (a
+    truncation bootstraps) and ``done = terminated or truncated`` (where a recursion stops)."""
+    terminated = np.asarray(terminated, dtype=np.float64)
+    done = np.maximum(terminated, np.asarray(truncated, dtype=np.float64))
+    delta = (np.asarray(rewards, dtype=np.float64)
+             + gamma * np.asarray(next_values, dtype=np.float64) * (1.0 - terminated)
+             - np.asarray(values, dtype=np.float64))
+    return delta, done
+
+
+def td_errors_tensor(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
+                     terminated: torch.Tensor, truncated: torch.Tensor,
+                     gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`td_errors` on tensors, on their device (float64)."""
+    f64 = torch.float64
+    terminated = terminated.to(f64)
+    done = torch.maximum(terminated, truncated.to(f64))
+    delta = rewards.to(f64) + gamma * next_values.to(f64) * (1.0 - terminated) - values.to(f64)
+    return delta, done
+
+
 def stream_order(streams: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A stable sort of the rows by stream (time order kept within each) and, in that order,
     which rows are the last of their stream."""
@@ -90,13 +114,8 @@ def compute_vtrace(rewards: np.ndarray, values: np.ndarray, next_values: np.ndar
     value targets) and ``P_s`` (not multiplied by ``rho_s``), in the rows' order.
     """
     n = len(rewards)
-    rewards = np.asarray(rewards, dtype=np.float64)
-    values = np.asarray(values, dtype=np.float64)
-    next_values = np.asarray(next_values, dtype=np.float64)
-    terminated = np.asarray(terminated, dtype=np.float64)
-    done = np.maximum(terminated, np.asarray(truncated, dtype=np.float64))
+    delta, done = td_errors(rewards, values, next_values, terminated, truncated, gamma)
     ratio = np.exp(np.asarray(log_ratios, dtype=np.float64))
-    delta = rewards + gamma * next_values * (1.0 - terminated) - values
     order, last_of_stream = stream_order(streams)
     open_ = (1.0 - done[order]) * ~last_of_stream  # 1 where the stream goes on at the next row
     cont = (gamma * lam * np.minimum(c_clip, ratio[order]) * open_).tolist()
@@ -121,13 +140,10 @@ def vtrace_tensor(rewards: torch.Tensor, values: torch.Tensor, next_values: torc
                   c_clip: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`compute_vtrace` on tensors, on their device (float64 inside, float32 out)."""
     n = rewards.shape[0]
-    f64 = torch.float64
-    terminated = terminated.to(f64)
-    done = torch.maximum(terminated, truncated.to(f64))
-    ratio = log_ratios.to(f64).exp()
-    delta = rewards.to(f64) + gamma * next_values.to(f64) * (1.0 - terminated) - values.to(f64)
+    delta, done = td_errors_tensor(rewards, values, next_values, terminated, truncated, gamma)
+    ratio = log_ratios.to(torch.float64).exp()
     order, last_of_stream = stream_order_tensor(streams)
-    open_ = (1.0 - done[order]) * (~last_of_stream).to(f64)
+    open_ = (1.0 - done[order]) * (~last_of_stream).to(torch.float64)
     ratio_sorted = ratio[order]
     delta_sorted = delta[order]
     value_adv = reverse_scan(ratio_sorted.clamp(max=rho_clip) * delta_sorted,
