@@ -220,19 +220,23 @@ def _chosen(argv: list[str], group: str, default: str) -> str | None:
     return default
 
 
-def check_command_line(argv: list[str], directories: bool = True) -> None:
+def check_command_line(argv: list[str]) -> None:
     """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
-    rejects (every value of a sweep) or (``directories``) an output directory that cannot be
-    written."""
+    rejects (every value of a sweep)."""
     scopes = {"algo": _chosen(argv, "algo", "dqn"), "topology": _chosen(argv, "topology", "sequential")}
     for arg in argv:
-        if arg.startswith("-"):
-            continue
-        check_override(arg, scopes)
+        if not arg.startswith("-"):
+            check_override(arg, scopes)
+
+
+def check_output_directories(argv: list[str]) -> None:
+    """Raise ConfigError for an output directory (``hydra.run.dir``, ``hydra.sweep.dir``, or the
+    current directory for the default ``outputs/`` and ``multirun/``) that cannot be written."""
+    for arg in argv:
         key, _, value = arg.partition("=")
-        if directories and key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
             check_writable(key, value)
-    if directories and not any(a.startswith(("hydra.run.dir", "hydra.sweep.dir")) for a in argv):
+    if not any(a.startswith(("hydra.run.dir", "hydra.sweep.dir")) for a in argv):
         check_writable("the current directory (outputs/, multirun/)", ".")
 
 
@@ -323,12 +327,12 @@ def main(argv: list[str] | None = None) -> None:
         # The same files and overrides give every rank the same verdict: all of them stop here.
         if any(a.startswith("resume=") for a in argv):
             argv, resume_ranks = resume_arguments(argv)
-        check_command_line(argv, directories=False)
+        check_command_line(argv)
         # Test-writing directories is rank 0's alone (ranks would race on the probe folders);
         # its refusal must then end the other ranks, which carry on into MPI.
         every_rank_refuses = False
         if first:
-            check_command_line(argv)
+            check_output_directories(argv)
     except ConfigError as exc:
         if first:
             print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
