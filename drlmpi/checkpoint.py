@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,21 @@ def atomic_write_json(data: dict[str, Any], path: Path) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n")
     os.replace(tmp, path)
+
+
+def file_generation(path: Path) -> int | None:
+    """The generation in a rank file's name (``rank3.g12.pt`` -> 12; ``None``: not a rank file)."""
+    match = re.fullmatch(r"rank\d+\.g(\d+)\.pt", path.name)
+    return int(match.group(1)) if match else None
+
+
+def remove_older_generations(run_dir: Path | str, generation: int) -> None:
+    """Delete every rank file older than ``generation`` - the previous one, and any a job killed
+    between publishing ``meta.json`` and this deletion left behind."""
+    for path in checkpoint_dir(run_dir).glob("rank*.g*.pt"):
+        found = file_generation(path)
+        if found is not None and found < generation:
+            path.unlink(missing_ok=True)
 
 
 def read_meta(run_dir: Path | str) -> dict[str, Any] | None:
@@ -137,8 +153,7 @@ class Checkpointer:
                 **self.description,
             }
             atomic_write_json(meta, checkpoint_dir(self.run_dir) / META_FILE)
-            for old in checkpoint_dir(self.run_dir).glob(f"rank*.g{generation - 1}.pt"):
-                old.unlink(missing_ok=True)
+            remove_older_generations(self.run_dir, generation)
         self.generation = generation
         self.last = time.monotonic()
         self.saved += 1

@@ -67,3 +67,19 @@ def test_optimizer_state_is_part_of_it(cartpole, tmp_path):
     state = a.training_state()
     assert state["optimizers"]["q"]["state"] and state["updates"] == a.updates > 0
     assert isinstance(state["rng"]["numpy"], dict) and state["storage"]["replay"]["size"] == 40
+
+
+def test_publishing_a_generation_removes_every_older_one(tmp_path):
+    from drlmpi.checkpoint import checkpoint_dir, file_generation, remove_older_generations
+
+    directory = checkpoint_dir(tmp_path)
+    directory.mkdir(parents=True)
+    names = ["rank0.g3.pt", "rank1.g3.pt", "rank0.g4.pt", "rank0.g5.pt", "rank0.g6.pt", "meta.json",
+             "rank0.g6.pt.tmp"]
+    for name in names:
+        (directory / name).write_bytes(b"x")
+    remove_older_generations(tmp_path, 5)  # g3 survived a killed job's interrupted deletion
+    assert sorted(p.name for p in directory.iterdir()) == ["meta.json", "rank0.g5.pt", "rank0.g6.pt",
+                                                          "rank0.g6.pt.tmp"]
+    assert file_generation(directory / "rank12.g40.pt") == 40
+    assert file_generation(directory / "rank0.g6.pt.tmp") is None

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from drlmpi.checkpoint import file_generation, rank_file, read_meta
 from tests.mpirun import REPO, mpiexec_command
 
 FAST = ["algo.hidden=[32,32]", "algo.batch_size=32", "algo.learning_starts=200", "run.stop_on_solve=false",
@@ -61,12 +62,17 @@ def test_kill_then_resume_finishes_with_every_episode_once(topology, ranks, tmp_
     if topology == "async":
         extra.append("topology.max_policy_lag=64")
     proc = start(ranks, extra, run_dir)
-    meta = kill_after_checkpoint(proc, run_dir)
+    kill_after_checkpoint(proc, run_dir)
+    meta = read_meta(run_dir)  # read again: the job may have published one more before it died
     assert meta["world_size"] == ranks and meta["topology"] == topology
     assert sorted(meta["ranks_with_state"]) == (list(range(ranks)) if topology in
                                                 ("allgather", "parameter_server") else [0])
-    files = sorted(p.name for p in (run_dir / "checkpoint").glob("*.pt"))
-    assert all(f".g{meta['generation']}." in f or f".g{meta['generation'] + 1}." in f for f in files)
+    generation = meta["generation"]
+    assert all(rank_file(run_dir, r, generation).is_file() for r in meta["ranks_with_state"])
+    # besides the published generation: the next one half written, or the previous one whose
+    # deletion the kill interrupted - never anything older
+    found = {file_generation(p) for p in (run_dir / "checkpoint").glob("*.pt")}
+    assert found <= {generation - 1, generation, generation + 1}, found
 
     resumed = subprocess.run([sys.executable, "-m", "drlmpi", f"resume={run_dir}"], cwd=REPO,
                              capture_output=True, text=True, timeout=240,
