@@ -398,6 +398,11 @@ class Algorithm(ABC):
         self.after_update(names)
         return {}
 
+    @property
+    def queues_updates(self) -> bool:
+        """Whether updates are queued on an accelerator and finish after the call returns."""
+        return self.device.type == "cuda"
+
     def synchronize(self) -> None:
         """Wait for the updates queued on the learner's device (no-op on the CPU): a caller
         timing updates calls this once after a batch of them, never per update."""
