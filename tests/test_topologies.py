@@ -214,3 +214,19 @@ def test_same_data_budget_same_number_of_updates(tmp_path):
         summary = job.summary()
         assert summary["env_steps"] == 3072, topology
         assert summary["updates"] == expected_updates, topology
+
+
+def test_async_learner_bursts_only_on_a_device_that_queues_updates():
+    """A CPU learner takes one owed update between polls; a device learner runs up to the next
+    publication in one call (one GPU wait per burst, not per update)."""
+    from types import SimpleNamespace
+
+    from drlmpi.topologies.asynchronous import _AsyncLearner
+
+    def burst(queues: bool, since_publish: int) -> int:
+        fake = SimpleNamespace(publish_every=32,
+                               learner=SimpleNamespace(algo=SimpleNamespace(queues_updates=queues)))
+        return _AsyncLearner._burst(fake, since_publish)
+
+    assert [burst(False, s) for s in (0, 5, 31)] == [1, 1, 1]
+    assert [burst(True, s) for s in (0, 5, 31)] == [32, 27, 1]
