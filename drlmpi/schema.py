@@ -177,6 +177,12 @@ def _topology(cls: str, name: str, sync_every: int, sync_every_doc: str,
             "sync_every": _int(sync_every, sync_every_doc), "sync_unit": _SYNC_UNIT, **extra}
 
 
+_BACKEND = _str("auto", "what averages the learners' gradients: mpi (host buffers), nccl (GPUs, one "
+                        "learner rank per GPU), gloo (torch.distributed on CPUs), auto (nccl when the "
+                        "learners are on CUDA and every node has a GPU per learner rank, else mpi)",
+                "auto", "mpi", "nccl", "gloo")
+
+
 SCHEMA: dict[str, dict[str, Option]] = {
     "": {
         "seed": _int(0, "base seed; rank r uses seed + 10000 * r", low=0),
@@ -326,7 +332,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
                     "allreduce", "allgather"),
         check_every=_int(1000, "verify identical parameters every N updates (0: only at the end)",
                          low=0),
-        batch_rule=_BATCH_RULE, lr_scale=_LR_SCALE,
+        batch_rule=_BATCH_RULE, lr_scale=_LR_SCALE, backend=_BACKEND,
     ),
 }
 

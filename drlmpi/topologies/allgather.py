@@ -22,6 +22,10 @@ of N x batch_size) and the job does ``updates_per_step`` updates per *rank-local
 
 from __future__ import annotations
 
+from typing import Any
+
+from omegaconf import open_dict
+
 from drlmpi.algos.base import ConfigError
 from drlmpi.comm import Control, RoundCounts
 from drlmpi.topologies.base import (
@@ -30,6 +34,14 @@ from drlmpi.topologies.base import (
     control_message,
     learner_report,
     sync_amount,
+)
+from drlmpi.topologies.backend import (
+    DistGroup,
+    DistSync,
+    check_backend,
+    dist_checksums,
+    learner_device,
+    resolve_backend,
 )
 from drlmpi.topologies.batch_rule import DataParallelTopology
 from drlmpi.topologies.gradients import (
@@ -51,11 +63,12 @@ class Allgather(DataParallelTopology):
     min_ranks = 1
     max_ranks = None
     report_order = 50
-    report_variants = {"reduce": "allreduce", "batch_rule": "global"}
+    report_variants = {"reduce": "allreduce", "batch_rule": "global", "backend": "mpi"}
 
     @classmethod
     def check(cls, world_size, algo_cls, cfg) -> None:
         super().check(world_size, algo_cls, cfg)
+        check_backend(cfg.topology, str(cfg.device))
         reduce = cfg.topology.get("reduce", "allreduce")
         if reduce not in REDUCTIONS:
             raise ConfigError(f"topology.reduce must be one of {sorted(REDUCTIONS)}, got {reduce!r}")
@@ -68,10 +81,16 @@ class Allgather(DataParallelTopology):
         check_every = int(self.cfg.get("check_every", 0))
         is_root = comm.rank == ROOT
         rule = self.batch_rule(ctx.cfg, comm.size)
-        algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg)
+        backend = resolve_backend(str(self.cfg.get("backend", "auto")), str(ctx.cfg.device), comm)
+        with open_dict(self.cfg):  # reports label the run with the backend it used
+            self.cfg.backend = backend
+        algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
+                             device=learner_device(str(ctx.cfg.device), comm))
         learner = ctx.make_learner(algo, log=is_root)
         actor = ctx.make_actor(simulator_index=comm.rank)
-        sync = REDUCTIONS[self.cfg.get("reduce", "allreduce")](comm)
+        dist_group = DistGroup(comm, backend, algo.device) if backend != "mpi" else None
+        sync = (DistSync(comm, dist_group) if dist_group is not None
+                else REDUCTIONS[self.cfg.get("reduce", "allreduce")](comm))
         broadcast_all_params(comm, algo, root=ROOT)
         actor.load_weights(learner.policy_weights())
         next_check = check_every
@@ -80,7 +99,7 @@ class Allgather(DataParallelTopology):
             table = data_parallel_round(comm, learner, actor, every, unit, ROOT)
             learner.train(sync, max_updates=int(table[:, RoundCounts.UPDATES_DUE].min()))
             if check_every and learner.updates >= next_check:
-                check_identical_params(comm, algo)
+                check_params(comm, dist_group, algo)
                 next_check = learner.updates + check_every
             actor.load_weights(learner.policy_weights())
             stop = False
@@ -94,12 +113,27 @@ class Allgather(DataParallelTopology):
             if control[Control.CHECKPOINT]:  # every peer holds a learner: all save, together
                 ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
             ctx.progress()
-        checksums = check_identical_params(comm, algo)
+        checksums = check_params(comm, dist_group, algo)
         stats = {
-            "reduce": self.cfg.get("reduce", "allreduce"),
+            "reduce": self.cfg.get("reduce", "allreduce") if dist_group is None else "allreduce",
+            "backend": backend,
+            "device": str(algo.device),
             "param_checksums_per_rank": checksums.tolist(),
             "params_identical": True,
             **rule.stats(getattr(algo, "batch_size", None)),
         }
         actor.close()
-        return learner_report(comm.rank, learner, role="peer", actor=actor, stats=stats)
+        extra: dict[str, Any] = {"device": str(algo.device)}
+        if dist_group is not None:  # what crossed the backend, beside the MPI counts
+            stats["backend_calls"] = extra["backend_calls"] = dist_group.stats()["calls"]
+            dist_group.close()
+        report = learner_report(comm.rank, learner, role="peer", actor=actor, stats=stats)
+        report.extra.update(extra)
+        return report
+
+
+def check_params(comm, dist_group: DistGroup | None, algo) -> Any:
+    """The parameter checksum table, through the backend that averages the gradients."""
+    if dist_group is None:
+        return check_identical_params(comm, algo)
+    return dist_checksums(dist_group, algo)
