@@ -337,6 +337,21 @@ SCHEMA: dict[str, dict[str, Option]] = {
 }
 
 
+SCHEMA["topology/groups"] = _topology(
+    "groups.Groups", "groups", 64, "steps (per environment) each simulator sends per round (star) "
+                                   "or chunk (async)",
+    learners=_int(2, "L: the world splits into L groups of one learner and its simulators; the L "
+                     "learners average gradients every update"),
+    group_wiring=_str("star", "how each group's simulators feed its learner: star (collective rounds) "
+                              "or async (nonblocking chunks)", "star", "async"),
+    backend=_BACKEND,
+    check_every=SCHEMA["topology/allgather"]["check_every"],
+    batch_rule=_BATCH_RULE, lr_scale=_LR_SCALE,
+    **{key: SCHEMA["topology/async"][key] for key in ("publish_every", "max_policy_lag",
+                                                      "max_pending_updates", "slots")},
+)
+
+
 def defaults(scope: str) -> dict[str, Any]:
     """The defaults of one scope as plain values (``???`` where an option has none)."""
     return {key: list(option.default) if isinstance(option.default, tuple) else option.default

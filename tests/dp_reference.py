@@ -3,8 +3,10 @@
 ``python -m mpi4py tests/dp_reference.py MODE OUT_DIR UPDATES ALGO...``: every rank builds the same
 networks, runs ``UPDATES`` updates in which each contributing rank's gradients come from its own
 fixed minibatch (:func:`minibatch`), reduced by the real topology code (``MODE``: ``allreduce``
-or ``allgather`` - every rank contributes - or ``server``: rank 0 is a parameter server that
-contributes nothing and steps, ranks 1.. are workers), and saves its ``state_dict`` (online AND
+or ``allgather`` - every rank contributes -, ``gloo``: the torch.distributed path of
+``topology.backend``, every rank contributes; ``groups``: the world split as ``topology=groups``
+with 2 learners, only the learners (ranks 0 and size/2) contribute and save; or ``server``:
+rank 0 is a parameter server that contributes nothing and steps, ranks 1.. are workers), and saves its ``state_dict`` (online AND
 target networks) as ``OUT_DIR/<algo>_rank<r>.pt``. The test compares each with one process updating on
 the concatenated minibatches.
 """
@@ -75,21 +77,39 @@ def main(mode: str, out_dir: str, updates: int, names: list[str]) -> None:
         ServerSync,
     )
 
+    from drlmpi.topologies.backend import DistGroup, DistSync
+    from drlmpi.topologies.groups import split_groups
+
     comm = TimedComm(MPI.COMM_WORLD.Dup())
+    dist = None
+    if mode == "gloo":
+        dist = DistGroup(comm, "gloo", torch.device("cpu"))
+    if mode == "groups":  # 2 groups: the learners (ranks 0 and size/2) average, simulators idle
+        _, _, group_comm, learners = split_groups(comm, 2)
     for name in names:
         algo = make_algo(name)
+        if mode == "groups":
+            if learners is not None:
+                for k in range(updates):
+                    batch = minibatch(algo, comm.rank, k)
+                    algo.update = lambda s, batch=batch, algo=algo: algo.update_on(batch, s)
+                    algo.checked_update(AllreduceSync(learners))
+                torch.save(algo.state_dict(), Path(out_dir) / f"{name}_rank{comm.rank}.pt")
+            continue
         if mode == "server" and comm.rank == 0:
             sync = ServerSync(comm, workers=comm.size - 1)
             for _ in range(updates):
                 algo.remote_update(sync)
         else:
             syncs = {"allreduce": AllreduceSync, "allgather": AllgatherSync}
-            sync = syncs.get(mode, ParameterServerSync)(comm)
+            sync = DistSync(comm, dist) if dist is not None else syncs.get(mode, ParameterServerSync)(comm)
             for k in range(updates):
                 batch = minibatch(algo, comm.rank, k)
                 algo.update = lambda s, batch=batch, algo=algo: algo.update_on(batch, s)  # fixed minibatch
                 algo.checked_update(sync)
         torch.save(algo.state_dict(), Path(out_dir) / f"{name}_rank{comm.rank}.pt")
+    if dist is not None:
+        dist.close()
     comm.free()
 
 

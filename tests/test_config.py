@@ -73,7 +73,7 @@ def cfg_ranks(cfg) -> int:
     from drlmpi.run import resolve_classes
 
     _, topology_cls = resolve_classes(cfg)
-    return topology_cls.fixed_world_size() or topology_cls.min_ranks
+    return topology_cls.fixed_world_size() or topology_cls.smallest_world(cfg.topology)
 
 
 @pytest.mark.parametrize("pair", _options("tuned"))

@@ -39,6 +39,9 @@ def _reference(name: str, contributors: list[int]) -> dict[str, torch.Tensor]:
     ("allreduce", 3, [0, 1, 2]),
     ("allgather", 2, [0, 1]),
     ("server", 3, [1, 2]),
+    ("gloo", 3, [0, 1, 2]),
+    ("groups", 4, [0, 2]),  # 2 x (1 + 1): the learners' communicator of topology=groups
+    ("groups", 6, [0, 3]),  # 2 x (1 + 2)
 ])
 def test_data_parallel_equals_one_process_on_the_concatenated_batch(tmp_path, mode, ranks, contributors):
     names = ["dqn", "td3"]
@@ -51,7 +54,7 @@ def test_data_parallel_equals_one_process_on_the_concatenated_batch(tmp_path, mo
     for name in names:
         reference = _reference(name, contributors)
         initial = make_algo(name).state_dict()
-        for rank in range(ranks):
+        for rank in contributors if mode == "groups" else range(ranks):
             state = torch.load(tmp_path / f"{name}_rank{rank}.pt", weights_only=True)
             assert state.keys() == reference.keys()
             for key, expected in reference.items():

@@ -158,6 +158,7 @@ PRESETS = {
                                          "needs at least 2 ranks": 2}, 24),
     "ppo_tetris_grid": ([], 12, 12, {}, 12),
     "learning_matrix": (["seed=0"], 36, 36, {}, 108),
+    "ddp_cartpole": (["device=cpu"], 6, 6, {}, 6),  # on CPU: allgather's backend auto is mpi
     "topology_throughput": (["env.sim_cost_ms=5"], 40, 28, {"topology=sequential needs exactly 1 rank": 8,
                                                             "topology=star needs at least 2 ranks": 2,
                                                             "topology=async needs at least 2 ranks": 2}, 120),

@@ -60,6 +60,7 @@ from drlmpi.comm import (
     WeightsHeader,
     int64_message,
 )
+from drlmpi.roles import Learner
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
@@ -102,10 +103,10 @@ class Asynchronous(Topology):
 
 
 class _AsyncLearner:
-    def __init__(self, ctx: RunContext, cfg) -> None:
+    def __init__(self, ctx: RunContext, cfg, learner: Learner | None = None) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
-        self.learner = ctx.make_learner()
+        self.learner = learner or ctx.make_learner()
         self.sims = list(range(1, self.comm.size))
         self.slots = int(cfg.slots)
         self.chunk_rows = int(cfg.sync_every) * int(ctx.cfg.env.num_envs)

@@ -37,8 +37,8 @@ BACKENDS = ("auto", "mpi", "nccl", "gloo")
 #: out of service); set before NCCL initialises.
 NCCL_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 HOST_BYTES = 256
-GROUPS_HINT = ("use topology=groups with topology.learners equal to the GPUs (the other ranks "
-               "simulate), or topology.backend=mpi")
+GPU_HINT = ("use topology=groups with topology.learners equal to the GPUs (the other ranks "
+            "simulate), or topology.backend=mpi")
 
 
 def check_backend(topo_cfg: Any, device: str) -> None:
@@ -99,7 +99,7 @@ def resolve_backend(choice: str, device: str, comm: TimedComm) -> str:
     if not fits[0]:
         raise ConfigError(f"topology.backend=nccl needs one GPU per learner rank on each node (NCCL "
                           f"takes one rank per GPU); a node here has {per_node} learner rank(s) and "
-                          f"{gpus} GPU(s): {GROUPS_HINT}")
+                          f"{gpus} GPU(s): {GPU_HINT}")
     return "nccl"
 
 

@@ -7,8 +7,10 @@ the context (so every topology seeds, sizes and logs them the same way) and retu
 
 from __future__ import annotations
 
+import copy
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -63,6 +65,11 @@ class RunContext:
                  algo_cls: type[Algorithm]) -> None:
         self.cfg = cfg
         self.comm = comm
+        #: this rank in the job (``comm.rank``, also in a :meth:`subcontext` over a part of it):
+        #: seeds, per-rank simulation costs and checkpoint files follow it.
+        self.rank = comm.rank
+        #: seconds this rank has waited in MPI so far (a learner charges updates the rest).
+        self.mpi_clock: Callable[[], float] = lambda: comm.wait_s
         self.run_dir = Path(run_dir)
         self.spec = spec
         self.algo_cls = algo_cls
@@ -76,13 +83,21 @@ class RunContext:
             {"topology": str(cfg.topology.name), "algo": str(cfg.algo.name), "env": str(cfg.env.id)},
             generation=int(self.resume_meta["generation"]) if self.resume_meta else 0)
 
+    def subcontext(self, comm: TimedComm, mpi_clock: Callable[[], float] | None = None) -> RunContext:
+        """This context over ``comm``, a part of the job (a group of ``topology=groups``): roles
+        built from it talk over ``comm`` and keep this rank's seeds, costs and checkpoint files."""
+        sub = copy.copy(self)
+        sub.comm = comm
+        sub.mpi_clock = mpi_clock or (lambda: comm.wait_s)
+        return sub
+
     @property
     def seed(self) -> int:
         """This rank's base seed (``cfg.seed + SEED_STRIDE * rank``; a resumed run adds
         ``RESUME_STRIDE`` per checkpoint generation, so its simulators do not replay the
         episodes of the first part)."""
         generation = int(self.resume_meta["generation"]) if self.resume_meta else 0
-        return int(self.cfg.seed) + SEED_STRIDE * self.comm.rank + RESUME_STRIDE * generation
+        return int(self.cfg.seed) + SEED_STRIDE * self.rank + RESUME_STRIDE * generation
 
     def make_algo(self, learner: bool, device: str | None = None,
                   shared_init: bool = False, algo_cfg: Any = None) -> Algorithm:
@@ -106,7 +121,7 @@ class RunContext:
         env = self.cfg.env
         cost = float(env.sim_cost_ms)
         per_rank = env.get("sim_cost_ms_by_rank") or {}
-        cost = float(per_rank.get(self.comm.rank, per_rank.get(str(self.comm.rank), cost)))
+        cost = float(per_rank.get(self.rank, per_rank.get(str(self.rank), cost)))
         kwargs = dict(env.get("kwargs") or {})
         return {"sim_cost_ms": cost, "max_episode_steps": env.get("max_episode_steps"), **kwargs}
 
@@ -143,12 +158,12 @@ class RunContext:
         run_log = (RunLog(self.run_dir, float(run.progress_every_s), tb_every, keep_rows=keep)
                    if log else None)
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"),
-                          log=run_log, seed=self.seed, mpi_clock=lambda: self.comm.wait_s)
+                          log=run_log, seed=self.seed, mpi_clock=self.mpi_clock)
         if meta is not None:
-            state = load_rank_state(self.run_dir, self.comm.rank, meta)
+            state = load_rank_state(self.run_dir, self.rank, meta)
             if state is None:
                 raise ConfigError(f"resume: checkpoint generation {meta['generation']} holds no state "
-                                  f"for rank {self.comm.rank}, got ranks {meta['ranks_with_state']}")
+                                  f"for rank {self.rank}, got ranks {meta['ranks_with_state']}")
             learner.restore(state)
         if run_log is not None:
             run_log.attach(learner)
@@ -165,13 +180,15 @@ class RunContext:
             self.save_checkpoint(learner, ranks_with_state=[self.comm.rank])
 
     def save_checkpoint(self, learner: Learner, ranks_with_state: list[int],
-                        collective: bool = False) -> None:
+                        collective: bool = False, comm: TimedComm | None = None) -> None:
         """Write this rank's part of a checkpoint (every rank in ``ranks_with_state`` calls it
-        at the same point when ``collective``). The time it takes is off the training clock."""
+        at the same point when ``collective``, meeting over ``comm``, by default this context's).
+        The time it takes is off the training clock."""
         rows = self.log.flush() if self.log is not None else None
         start = time.perf_counter()
         with PROGRESS.paused("writing a checkpoint"):  # a large replay may take a while
-            self.checkpointer.save(learner, self.comm if collective else None, ranks_with_state, rows)
+            self.checkpointer.save(learner, (comm or self.comm) if collective else None,
+                                   ranks_with_state, rows)
         learner.clock.paused_s += time.perf_counter() - start
 
     def progress(self) -> None:
@@ -218,6 +235,11 @@ class Topology(ABC):
     def fixed_world_size(cls) -> int | None:
         """The only world size this topology accepts, if there is just one."""
         return cls.min_ranks if cls.max_ranks == cls.min_ranks else None
+
+    @classmethod
+    def smallest_world(cls, cfg_topology: Any) -> int:
+        """The fewest ranks this topology runs with under ``cfg_topology``."""
+        return cls.min_ranks
 
     @classmethod
     def sizes_text(cls) -> str:

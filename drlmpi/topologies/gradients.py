@@ -20,6 +20,7 @@ same on every rank of both topologies.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -159,14 +160,18 @@ def exchange_round_counts(comm: TimedComm, new_steps: int, due: int, episodes: i
 
 
 def gather_episodes(comm: TimedComm, rows: np.ndarray, layout: Any, counts: np.ndarray,
-                    root: int, learner: Learner | None) -> None:
+                    root: int, learner: Learner | None, names: Sequence[int] | None = None,
+                    log_own: bool = True) -> None:
     """Log every rank's finished episodes on ``root`` with the rank that ran them: ``root``'s own
-    from its ``rows``, the others' ``[return, length]`` pairs with one ``Gatherv``.
-    ``counts[r]`` = episodes rank r finished this round; ``learner`` is used on ``root`` only."""
+    from its ``rows`` (unless ``log_own``: the caller logged them), the others' ``[return,
+    length]`` pairs with one ``Gatherv``. ``counts[r]`` = episodes rank r finished this round;
+    ``learner`` is used on ``root`` only; ``names[r]``: the rank logged for ``comm``'s rank r
+    (default r)."""
     from mpi4py import MPI
 
-    if comm.rank == root and learner is not None:
-        learner.log_episodes(rows, root)
+    name = (lambda r: r) if names is None else (lambda r: int(names[r]))
+    if comm.rank == root and learner is not None and log_own:
+        learner.log_episodes(rows, name(root))
     sizes = counts.astype(np.int64) * 2
     sizes[root] = 0
     if sizes.sum() == 0:
@@ -181,7 +186,7 @@ def gather_episodes(comm: TimedComm, rows: np.ndarray, layout: Any, counts: np.n
     start = 0
     for rank, size in enumerate(sizes // 2):
         for ret, length in stats[start : start + size]:
-            learner.record_episode(float(ret), int(length), rank)
+            learner.record_episode(float(ret), int(length), name(rank))
         start += size
 
 

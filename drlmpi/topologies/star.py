@@ -11,9 +11,11 @@ therefore lags by one round. (Workers that send gradients instead of experience 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from drlmpi.comm import Control
+from drlmpi.comm import Control, TimedComm
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
@@ -46,26 +48,13 @@ class Star(Topology):
         return self._simulate(ctx)
 
     def _learn(self, ctx: RunContext) -> RankReport:
-        from mpi4py import MPI
-
         comm = ctx.comm
         learner = ctx.make_learner()
         layout = learner.layout
-        no_rows = layout.empty(0)
-        counts = np.zeros(comm.size, dtype=np.int64)
         comm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
         while True:
-            comm.Gather(np.zeros(1, dtype=np.int64), counts, root=LEARNER_RANK, kind="counts")
-            rows = layout.empty(int(counts.sum()))
-            sizes = counts * layout.width
-            displacements = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-            comm.Gatherv(no_rows, [rows, sizes, displacements, MPI.FLOAT], root=LEARNER_RANK,
-                         kind="experience")
-            start = 0
-            for source, count in enumerate(counts):
-                if count:
-                    learner.ingest(rows[start : start + count], source_rank=source)
-                start += count
+            for source, rows in gather_experience(comm, layout):
+                learner.ingest(rows, source_rank=source)
             learner.maybe_evaluate()
             stop = learner.stop_reason() is not None
             comm.Bcast(control_message(stop, learner), root=LEARNER_RANK, kind="control")
@@ -96,3 +85,24 @@ class Star(Topology):
             actor.set_global_steps(int(control[Control.ENV_STEPS]), simulators)
         actor.close()
         return simulator_report(comm.rank, actor)
+
+
+def gather_experience(comm: TimedComm, layout: Any) -> list[tuple[int, np.ndarray]]:
+    """The learner's side of one round's collection: ``Gather`` of the row counts, ``Gatherv``
+    of the packed rows; ``(source rank, rows)`` of every simulator that sent any."""
+    from mpi4py import MPI
+
+    counts = np.zeros(comm.size, dtype=np.int64)
+    comm.Gather(np.zeros(1, dtype=np.int64), counts, root=LEARNER_RANK, kind="counts")
+    rows = layout.empty(int(counts.sum()))
+    sizes = counts * layout.width
+    displacements = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    comm.Gatherv(layout.empty(0), [rows, sizes, displacements, MPI.FLOAT], root=LEARNER_RANK,
+                 kind="experience")
+    parts = []
+    start = 0
+    for source, count in enumerate(counts):
+        if count:
+            parts.append((source, rows[start : start + count]))
+        start += count
+    return parts

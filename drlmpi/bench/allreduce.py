@@ -1,0 +1,89 @@
+"""Microseconds to average one network's gradients across the learners, per backend.
+
+``mpirun -n 2 python -m mpi4py -m drlmpi.bench.allreduce --algo dqn --device cuda``
+
+Every rank builds the algorithm's learner networks (its defaults, e.g. DQN's 256x256 Q-network)
+on its device (``cuda``: GPU local rank mod GPUs) and times drlmpi's own gradient exchanges on
+their flat gradient buffers, in ONE invocation:
+
+* ``mpi``: :class:`~drlmpi.topologies.gradients.AllreduceSync` - device-to-host copy,
+  ``Allreduce`` of host memory, host-to-device copy;
+* ``nccl`` (CUDA) or ``gloo`` (CPU): :class:`~drlmpi.topologies.backend.DistSync` - one
+  ``torch.distributed`` all-reduce where the gradients live.
+
+Each exchange is followed by a device synchronisation, so the time is the whole latency an
+update waits for. Rank 0 prints microseconds per exchange (median of ``--repeats`` timed blocks)
+and the ratio mpi / backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from omegaconf import OmegaConf
+
+
+def main(argv: list[str] | None = None) -> None:
+    from mpi4py import MPI
+
+    from hydra.utils import get_class
+
+    from drlmpi.bench.learner import SPECS, algo_cfg
+    from drlmpi.comm import TimedComm
+    from drlmpi.device import synchronize
+    from drlmpi.schema import group_config
+    from drlmpi.topologies.backend import DistGroup, DistSync, learner_device
+    from drlmpi.topologies.gradients import AllreduceSync
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--algo", default="dqn", choices=("dqn", "td3", "ppo"))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--iters", type=int, default=500, help="exchanges per timed block")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    comm = TimedComm(MPI.COMM_WORLD.Dup())
+    device = learner_device(args.device, comm)
+    target = str(group_config("algo", args.algo)["_target_"])
+    algo = get_class(target)(SPECS[args.algo], OmegaConf.create(algo_cfg(args.algo, 64)), device=device,
+                             seed=0, learner=True)
+    groups = list(algo.groups.items())
+    for _, group in groups:
+        group.flat.grads.normal_()
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    dist_group = DistGroup(comm, backend, algo.device)
+    syncs = {"mpi": AllreduceSync(comm), backend: DistSync(comm, dist_group)}
+    results: dict[str, float] = {}
+    for name, sync in syncs.items():
+        for _ in range(20):  # warm-up (NCCL builds its rings on the first calls)
+            for gname, group in groups:
+                sync.exchange(gname, group)
+        synchronize(algo.device)
+        blocks = []
+        for _ in range(args.repeats):
+            comm.comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(args.iters):
+                for gname, group in groups:
+                    sync.exchange(gname, group)
+                synchronize(algo.device)
+            blocks.append((time.perf_counter() - t0) / args.iters)
+        results[name] = statistics.median(blocks) * 1e6
+    dist_group.close()
+    if comm.rank == 0:
+        numel = sum(g.flat.numel for _, g in groups)
+        print(f"{args.algo} learner networks {[n for n, _ in groups]}: {numel:,} parameters "
+              f"({numel * 4:,} bytes) per update, {comm.size} ranks, device {args.device}")
+        print("| exchange | us per update |")
+        print("|---|---|")
+        for name, us in results.items():
+            print(f"| {name} | {us:,.1f} |")
+        print(f"ratio mpi / {backend}: {results['mpi'] / results[backend]:.2f}x")
+    comm.free()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""Grouped stars: L learners, each fed by its own simulators, averaging gradients every update
+(Ape-X-style actors per learner, DD-PPO-style learners).
+
+The world of W ranks is split (``Comm.Split``) into ``topology.learners`` = L groups of
+G = W / L consecutive ranks; the first rank of each group is its learner, the others its
+simulators. Inside a group the wiring is ``topology.group_wiring``:
+
+* ``star`` - the simulators run :class:`~drlmpi.topologies.star.Star`'s simulator loop over the
+  group's communicator, and the learner its side of the same messages (``Gather`` of counts,
+  ``Gatherv`` of rows, ``Bcast`` of control and weights);
+* ``async`` - the simulators run :class:`~drlmpi.topologies.asynchronous.Asynchronous`'s
+  simulator, the learner its nonblocking learner (credits, lag bound, publications) with the
+  learning step replaced by a meeting of the learners.
+
+The L learners share a second communicator (another ``Split``). Every round (star) or loop
+iteration (async) they *meet*: one ``Allgather`` of (new steps, updates owed, episodes), the
+group-0 learner (rank 0) logs every group's episodes, all count the job-wide steps, rank 0
+evaluates and decides stop / checkpoint (one ``Bcast``); then every learner runs the same
+number of updates (the fewest any of them is owed), each averaging the L gradients with one
+all-reduce per network over ``topology.backend`` (MPI, or NCCL with one GPU per learner), so
+the learners keep identical parameters - checked by checksum every ``check_every`` updates and
+at the end. How the job's batch is shared among the L learners is ``topology.batch_rule``
+(:mod:`drlmpi.topologies.batch_rule`, N = L).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from omegaconf import open_dict
+
+from drlmpi.algos.base import ConfigError
+from drlmpi.comm import Control, RoundCounts, TimedComm
+from drlmpi.roles import Learner, episode_stats
+from drlmpi.topologies.allgather import check_params
+from drlmpi.topologies.asynchronous import Asynchronous, _AsyncLearner, _AsyncSimulator
+from drlmpi.topologies.backend import (
+    DistGroup,
+    DistSync,
+    check_backend,
+    learner_device,
+    resolve_backend,
+)
+from drlmpi.topologies.base import RankReport, RunContext, control_message, learner_report
+from drlmpi.topologies.batch_rule import DEFAULT_LR_SCALE, DEFAULT_RULE, DataParallelTopology, \
+    per_rank_algo_config
+from drlmpi.topologies.gradients import (
+    AllreduceSync,
+    broadcast_all_params,
+    exchange_round_counts,
+    gather_episodes,
+)
+from drlmpi.topologies.star import LEARNER_RANK, Star, gather_experience
+
+WIRINGS = {"star": Star, "async": Asynchronous}
+
+
+def group_sizes_hint(world_size: int) -> str:
+    """The learner counts ``world_size`` ranks can be split into (2+ ranks per group), as text."""
+    return "|".join(str(n) for n in range(1, world_size // 2 + 1) if world_size % n == 0)
+
+
+class Groups(DataParallelTopology):
+    """L groups of one learner and its simulators; the learners average gradients."""
+
+    name = "groups"
+    min_ranks = 2
+    max_ranks = None
+    report_order = 60
+
+    @classmethod
+    def smallest_world(cls, cfg_topology: Any) -> int:
+        return 2 * max(1, cls.learners(cfg_topology))
+
+    @classmethod
+    def learners(cls, cfg_topology: Any) -> int:
+        return int(cfg_topology.get("learners", 2))
+
+    @classmethod
+    def report_label(cls, topo_cfg: Any) -> str:
+        """``groups[Lxstar]``, with the backend and batch rule where not the defaults."""
+        topo_cfg = topo_cfg or {}
+        parts = [f"{cls.learners(topo_cfg)}x{topo_cfg.get('group_wiring', 'star')}"]
+        if str(topo_cfg.get("backend", "mpi")) not in ("mpi", "auto"):
+            parts.append(str(topo_cfg.get("backend")))
+        if str(topo_cfg.get("batch_rule", DEFAULT_RULE)) != DEFAULT_RULE:
+            parts.append(str(topo_cfg.get("batch_rule")))
+        return f"{cls.name}[{','.join(parts)}]"
+
+    @classmethod
+    def batch_rule(cls, cfg: Any, world_size: int):
+        topo = cfg.topology
+        return per_rank_algo_config(cfg.algo, cls.learners(topo), str(topo.get("batch_rule", DEFAULT_RULE)),
+                                    str(topo.get("lr_scale", DEFAULT_LR_SCALE)))
+
+    @classmethod
+    def check(cls, world_size, algo_cls, cfg) -> None:
+        topo = cfg.topology
+        learners = cls.learners(topo)
+        if learners < 1 or world_size % learners or world_size // learners < 2:
+            fits = group_sizes_hint(world_size)
+            ranks = max(1, learners) * max(2, -(-world_size // max(1, learners)))
+            raise ConfigError(
+                f"topology=groups with topology.learners={learners} needs a world size that is a "
+                f"multiple of {learners} with at least 2 ranks per group (a learner and its simulators), "
+                f"got {world_size} rank(s): launch it with 'mpiexec -n {ranks} python -m mpi4py -m drlmpi "
+                f"topology=groups'" + (f", or use topology.learners={fits}" if fits else ""))
+        wiring = str(topo.get("group_wiring", "star"))
+        if wiring not in WIRINGS:
+            raise ConfigError(f"topology.group_wiring must be one of {sorted(WIRINGS)}, got {wiring!r}")
+        if str(topo.get("utd_mode", "ratio")) != "ratio":
+            raise ConfigError("topology=groups trains what the learners agree on each meeting: "
+                              "topology.utd_mode=free is not available there")
+        super().check(world_size, algo_cls, cfg)
+        WIRINGS[wiring].check(world_size // learners, algo_cls, cfg)
+        check_backend(topo, str(cfg.device))
+
+    def run(self, ctx: RunContext) -> RankReport:
+        comm = ctx.comm
+        group, size, group_comm, learners_comm = split_groups(comm, self.learners(self.cfg))
+        wiring = str(self.cfg.get("group_wiring", "star"))
+        if learners_comm is None:
+            sub = ctx.subcontext(group_comm)
+            report = (Star(self.cfg)._simulate(sub) if wiring == "star"
+                      else _AsyncSimulator(sub, self.cfg).run())
+        else:
+            sub = ctx.subcontext(group_comm, lambda: group_comm.wait_s + learners_comm.wait_s)
+            report = _GroupLearner(self, ctx, sub, learners_comm, group, size).run(wiring)
+            report.extra["learners_comm"] = learners_comm.stats()
+        # the rank's MPI wait is over all its communicators (their bytes stay apart, below)
+        comm.wait_s += group_comm.wait_s + (learners_comm.wait_s if learners_comm is not None else 0.0)
+        report.rank = comm.rank
+        report.extra["group"] = group
+        report.extra["group_comm"] = group_comm.stats()
+        group_comm.free()
+        if learners_comm is not None:
+            learners_comm.free()
+        return report
+
+
+def split_groups(comm: TimedComm, learners: int) -> tuple[int, int, TimedComm, TimedComm | None]:
+    """Split ``comm`` into ``learners`` groups of consecutive ranks: (this rank's group, the group
+    size, the group's communicator, the learners' communicator - ``None`` on a simulator)."""
+    from mpi4py import MPI
+
+    size = comm.size // learners
+    group, group_rank = divmod(comm.rank, size)
+    group_comm = TimedComm(comm.comm.Split(group, comm.rank))
+    raw = comm.comm.Split(0 if group_rank == LEARNER_RANK else MPI.UNDEFINED, comm.rank)
+    return group, size, group_comm, (TimedComm(raw) if raw != MPI.COMM_NULL else None)
+
+
+class _GroupLearner:
+    """One group's learner: its side of the group's wiring, and the meetings of the learners."""
+
+    def __init__(self, topology: Groups, ctx: RunContext, sub: RunContext, lcomm: TimedComm,
+                 group: int, group_size: int) -> None:
+        self.cfg = topology.cfg
+        self.ctx, self.sub, self.lcomm = ctx, sub, lcomm
+        self.group, self.group_size = group, group_size
+        self.is_root = lcomm.rank == 0  # the group-0 learner, rank 0 of the job
+        self.rule = topology.batch_rule(ctx.cfg, ctx.comm.size)
+        self.backend = resolve_backend(str(self.cfg.get("backend", "auto")), str(ctx.cfg.device), lcomm)
+        with open_dict(self.cfg):  # reports label the run with the backend it used
+            self.cfg.backend = self.backend
+        self.algo = sub.make_algo(learner=True, shared_init=True, algo_cfg=self.rule.algo_cfg,
+                                  device=learner_device(str(ctx.cfg.device), lcomm))
+        self.learner: Learner = sub.make_learner(self.algo, log=self.is_root)
+        self.dist = DistGroup(lcomm, self.backend, self.algo.device) if self.backend != "mpi" else None
+        self.sync = DistSync(lcomm, self.dist) if self.dist is not None else AllreduceSync(lcomm)
+        broadcast_all_params(lcomm, self.algo, root=0)
+        self.check_every = int(self.cfg.get("check_every", 0))
+        self.next_check = self.check_every
+        # the job rank of every learner (for checkpoints and episode logging), and this group's
+        # simulators' job ranks by group rank
+        self.learner_ranks = [g * group_size for g in range(lcomm.size)]
+        self.group_steps = 0
+        self.meetings = 0
+
+    # -- the learners' meeting ----------------------------------------------------------------
+    def meet(self, parts: list[tuple[int, np.ndarray]]) -> tuple[int, np.ndarray]:
+        """Share this learner's new rows' counts and episodes with the others (it stored them
+        already); returns (updates every learner runs now, the control message)."""
+        learner, layout = self.learner, self.learner.layout
+        self.meetings += 1
+        rows = np.concatenate([r for _, r in parts]) if parts else layout.empty(0)
+        self.group_steps += len(rows)
+        episodes = len(episode_stats(rows, layout)) if len(rows) else 0
+        table = exchange_round_counts(self.lcomm, len(rows), learner.pending_updates, episodes)
+        if self.is_root:  # this group's episodes, with the simulator that ran them
+            for source, part in parts:
+                learner.log_episodes(part, self.group * self.group_size + source)
+        gather_episodes(self.lcomm, rows, layout, table[:, RoundCounts.EPISODES], 0,
+                        learner if self.is_root else None, names=self.learner_ranks, log_own=False)
+        learner.count_steps(int(table[:, RoundCounts.NEW_STEPS].sum()))
+        updates = int(table[:, RoundCounts.UPDATES_DUE].min())
+        stop = checkpoint = False
+        if self.is_root:
+            learner.maybe_evaluate()
+            stop = learner.stop_reason() is not None
+            checkpoint = not stop and self.ctx.checkpoint_due()
+        control = control_message(stop, learner, n_updates=updates, checkpoint=checkpoint)
+        self.lcomm.Bcast(control, root=0, kind="control")
+        return updates, control
+
+    def train(self, updates: int) -> None:
+        """``updates`` updates, every one averaging the learners' gradients."""
+        self.learner.train(self.sync, max_updates=updates)
+        if self.check_every and self.learner.updates >= self.next_check:
+            check_params(self.lcomm, self.dist, self.algo)
+            self.next_check = self.learner.updates + self.check_every
+
+    def after_round(self, control: np.ndarray) -> None:
+        if control[Control.CHECKPOINT]:  # every learner holds state: all save, together
+            self.ctx.save_checkpoint(self.learner, ranks_with_state=self.learner_ranks, collective=True,
+                                     comm=self.lcomm)
+        self.ctx.progress()
+
+    def finish(self) -> np.ndarray:
+        """At a budget stop, the updates the last data entitled (the fewest any learner is
+        owed; none after a solve), then the final checksums."""
+        from mpi4py import MPI
+
+        solved = self.is_root and self.learner.stop_reason() == "solved"
+        owed = np.array([0 if solved else self.learner.pending_updates], dtype=np.int64)
+        self.lcomm.Allreduce(MPI.IN_PLACE, owed, op=MPI.MIN, kind="counts")
+        self.learner.train(self.sync, max_updates=int(owed[0]))
+        return check_params(self.lcomm, self.dist, self.algo)
+
+    # -- the wirings --------------------------------------------------------------------------
+    def run(self, wiring: str) -> RankReport:
+        stats = self._run_star() if wiring == "star" else self._run_async()
+        checksums = self.finish()
+        per_learner = {"group": self.group, "rank": self.ctx.comm.rank, "device": str(self.algo.device),
+                       "group_env_steps": self.group_steps, "updates": self.learner.updates,
+                       "learn_s": round(self.learner.learn_s, 3), **stats}
+        if self.dist is not None:
+            per_learner["backend_calls"] = self.dist.stats()["calls"]
+            self.dist.close()
+        table = self.lcomm.gather_objects(per_learner, root=0, kind="reports")
+        topology_stats = {
+            "learners": self.lcomm.size, "group_size": self.group_size,
+            "group_wiring": wiring, "backend": self.backend, "meetings": self.meetings,
+            "param_checksums_per_rank": checksums.tolist(), "params_identical": True,
+            "per_learner": table, **self.rule.stats(getattr(self.algo, "batch_size", None)),
+        }
+        report = learner_report(self.ctx.comm.rank, self.learner, stats=topology_stats if self.is_root else None)
+        report.extra.update({k: v for k, v in per_learner.items() if k in ("device", "backend_calls")})
+        return report
+
+    def _run_star(self) -> dict[str, Any]:
+        gcomm, learner = self.sub.comm, self.learner
+        gcomm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
+        while True:
+            parts = [(source, rows) for source, rows in gather_experience(gcomm, learner.layout)]
+            for _, rows in parts:
+                learner.store(rows)
+            updates, control = self.meet(parts)
+            gcomm.Bcast(control, root=LEARNER_RANK, kind="control")
+            if control[Control.STOP]:
+                return {}
+            gcomm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
+            self.train(updates)
+            self.after_round(control)
+
+    def _run_async(self) -> dict[str, Any]:
+        inner = _MeetingAsyncLearner(self)
+        return inner.run_meetings()
+
+
+class _MeetingAsyncLearner(_AsyncLearner):
+    """The async learner of one group: it receives, orders, lag-checks and credits chunks as
+    :class:`~drlmpi.topologies.asynchronous.Asynchronous` does, but stores them for the
+    learners' meeting instead of counting them, and trains what the meeting agreed."""
+
+    def __init__(self, owner: _GroupLearner) -> None:
+        super().__init__(owner.sub, owner.cfg, learner=owner.learner)
+        self.owner = owner
+        self.parts: list[tuple[int, np.ndarray]] = []
+
+    def _take(self, sim: int, rows: np.ndarray, version: int) -> None:
+        self.next_sequence[sim] += 1
+        lag = self.learner.updates - version
+        if self.max_lag is not None and lag > self.max_lag:
+            self.discarded += 1  # its steps and episodes are still counted at the meeting
+        else:
+            owed = self.learner.store(rows)
+            self.learner.policy_lags.append(int(lag))
+            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, owed)
+        self.parts.append((sim, rows.copy()))  # the receive buffer is re-posted
+
+    def run_meetings(self) -> dict[str, Any]:
+        owner, learner = self.owner, self.learner
+        self.requests = [self._post(i) for i in range(len(self.slot_msgs))]
+        self._publish()
+        since_publish = 0
+        while True:
+            self._poll(block=False)  # never block: the other learners wait at the meeting
+            parts, self.parts = self.parts, []
+            updates, control = owner.meet(parts)
+            if control[Control.STOP]:
+                break
+            burst = min(updates, self.publish_every - since_publish)
+            if burst:
+                owner.train(burst)
+                since_publish += burst
+                if since_publish >= self.publish_every:
+                    self._publish()
+                    since_publish = 0
+            owner.after_round(control)
+        self._shutdown()
+        return {"discarded_chunks": self.discarded, "reordered_chunks": self.reordered,
+                "chunks_received": {str(s): c for s, c in self.chunks.items()},
+                "publications": self.publications}

@@ -1,0 +1,65 @@
+"""topology=groups: L learners, each fed by its own simulators (star or async wiring), averaging
+gradients every update. The contract: what crossed each communicator, every simulator
+contributing, the learners' parameters identical, no rank left running. (The learners' averaged
+update against one process on the concatenated batch: tests/test_data_parallel.py, mode groups.)"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from tests.mpirun import run_job
+
+FAST = ["topology=groups", "run.max_env_steps=2048", "run.stop_on_solve=false", "algo.learning_starts=256",
+        "algo.hidden=[32,32]", "run.eval_every=1000000", "run.progress_every_s=0", "topology.check_every=64",
+        "seed=2"]
+
+
+@pytest.mark.parametrize("wiring", ["star", "async"])
+@pytest.mark.parametrize("ranks", [4, 6])  # 2 x (1 + 1) and 2 x (1 + 2)
+def test_groups_contract(wiring, ranks, tmp_path):
+    result = run_job(ranks, [*FAST, f"topology.group_wiring={wiring}"], tmp_path / "run", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = result.summary()
+    stats = summary["topology_stats"]
+    size = ranks // 2
+    assert summary["topology_label"] == f"groups[2x{wiring}]"
+    assert stats["learners"] == 2 and stats["group_size"] == size and stats["backend"] == "mpi"
+    rows = stats["param_checksums_per_rank"]
+    assert len(rows) == 2 and rows[0] == rows[1]  # identical learners
+    learners = {r["rank"]: r for r in summary["per_rank"] if r["role"] == "learner"}
+    simulators = [r for r in summary["per_rank"] if r["role"] == "simulator"]
+    assert sorted(learners) == [0, size] and len(simulators) == ranks - 2
+    assert all(s["env_steps"] > 0 for s in simulators)  # every simulator contributed
+    per_learner = {p["rank"]: p for p in stats["per_learner"]}
+    assert sum(p["group_env_steps"] for p in per_learner.values()) == summary["env_steps"] >= 2048
+    assert summary["updates"] > 0 and all(p["updates"] == summary["updates"] for p in per_learner.values())
+    param_bytes = summary["policy_param_bytes"]  # DQN: one network, one all-reduce per update
+    for rank, learner in learners.items():
+        group = learner["group"]
+        group_sims = [s for s in simulators if s["group"] == group]
+        assert len(group_sims) == size - 1
+        # the group's communicator: the experience its simulators sent is what its learner got
+        sent = sum(s["group_comm"]["sent"]["experience"][1] for s in group_sims)
+        received = learner["group_comm"]["received"]["experience"]
+        assert received[1] == sent > 0
+        if wiring == "star":  # Gatherv moves the rows alone
+            assert received[1] == per_learner[rank]["group_env_steps"] * summary["experience_row_bytes"]
+        # the learners' communicator: the gradients of every update, nothing else of size
+        grads = learner["learners_comm"]["sent"]["gradients"]
+        assert grads == [summary["updates"], summary["updates"] * param_bytes]
+        assert "experience" not in learner["learners_comm"]["sent"]
+        assert "gradients" not in learner["group_comm"]["sent"]
+    with open(result.run_dir / "metrics.csv", newline="") as fh:
+        episode_ranks = {int(r["rank"]) for r in csv.DictReader(fh) if r["kind"] == "episode"}
+    assert episode_ranks & {s["rank"] for s in simulators if s["group"] == 0}  # group 0's, by simulator
+    assert size in episode_ranks  # group 1's, logged on rank 0 under its learner's rank
+
+
+def test_groups_refuses_sizes_that_do_not_divide(tmp_path):
+    result = run_job(5, ["topology=groups", "topology.learners=2"], tmp_path / "run", timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("drlmpi: error")]
+    assert errors and "topology.learners=2 needs a world size that is a multiple of 2" in errors[0]
+    assert "mpiexec -n 6" in errors[0] and "use topology.learners=1" in errors[0]
