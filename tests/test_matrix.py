@@ -35,6 +35,8 @@ TOPOLOGIES = {
     "parameter_server": (3, ["topology=parameter_server"]),
     "async": (3, ["topology=async"]),  # PPO: the automatic lag bound; TD3 keeps every chunk
     "allgather": (2, ["topology=allgather"]),
+    "groups": (4, ["topology=groups"]),  # 2 x (learner + simulator), star wiring
+    "groups[async]": (4, ["topology=groups", "topology.group_wiring=async"]),
 }
 
 
@@ -55,6 +57,9 @@ def test_every_sensible_cell_runs(tmp_path, algo, topology):
         workers = [r for r in summary["per_rank"] if r["role"] in ("worker", "peer")]
         for worker in workers:
             assert worker["sent"]["gradients"][0] >= worker["updates"]
+    if topology.startswith("groups"):  # the learners' communicator carried the gradients
+        for learner in (r for r in summary["per_rank"] if r["role"] == "learner"):
+            assert learner["learners_comm"]["sent"]["gradients"][0] >= learner["updates"] > 0
 
 
 @pytest.mark.parametrize(("overrides", "message"), [
