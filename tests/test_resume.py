@@ -55,7 +55,7 @@ def episode_rows(run_dir) -> list[dict]:
 
 
 @pytest.mark.parametrize("topology,ranks", [("sequential", 1), ("p2p", 2), ("star", 3), ("async", 3),
-                                            ("allgather", 3), ("parameter_server", 3)])
+                                            ("allgather", 3), ("parameter_server", 3), ("groups", 4)])
 def test_kill_then_resume_finishes_with_every_episode_once(topology, ranks, tmp_path):
     run_dir = tmp_path / "run"
     extra = [f"topology={topology}", f"run.max_env_steps={BUDGET}", *FAST]
@@ -65,8 +65,8 @@ def test_kill_then_resume_finishes_with_every_episode_once(topology, ranks, tmp_
     kill_after_checkpoint(proc, run_dir)
     meta = read_meta(run_dir)  # read again: the job may have published one more before it died
     assert meta["world_size"] == ranks and meta["topology"] == topology
-    assert sorted(meta["ranks_with_state"]) == (list(range(ranks)) if topology in
-                                                ("allgather", "parameter_server") else [0])
+    holders = {"allgather": list(range(ranks)), "parameter_server": list(range(ranks)), "groups": [0, 2]}
+    assert sorted(meta["ranks_with_state"]) == holders.get(topology, [0])
     generation = meta["generation"]
     assert all(rank_file(run_dir, r, generation).is_file() for r in meta["ranks_with_state"])
     # besides the published generation: the next one half written, or the previous one whose

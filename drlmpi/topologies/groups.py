@@ -167,6 +167,8 @@ class _GroupLearner:
         self.algo = sub.make_algo(learner=True, shared_init=True, algo_cfg=self.rule.algo_cfg,
                                   device=learner_device(str(ctx.cfg.device), lcomm))
         self.learner: Learner = sub.make_learner(self.algo, log=self.is_root)
+        if sub.log is not None:  # the job's log: progress lines, checkpoints' row counts, the end
+            ctx.log = sub.log
         self.dist = DistGroup(lcomm, self.backend, self.algo.device) if self.backend != "mpi" else None
         self.sync = DistSync(lcomm, self.dist) if self.dist is not None else AllreduceSync(lcomm)
         broadcast_all_params(lcomm, self.algo, root=0)
