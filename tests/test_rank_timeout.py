@@ -174,7 +174,7 @@ def _survivors(run_dir) -> str:
 
 @pytest.mark.parametrize(("topology", "ranks", "stuck"), [
     ("sequential", 1, 0), ("p2p", 2, 1), ("star", 3, 2), ("parameter_server", 3, 2),
-    ("async", 3, 2), ("allgather", 3, 2),
+    ("async", 3, 2), ("allgather", 3, 2), ("groups", 4, 3),
 ])
 def test_a_rank_that_stops_answering_ends_the_job(tmp_path, topology, ranks, stuck):
     run_dir = tmp_path / "run"
