@@ -405,6 +405,17 @@ class TimedComm:
         else:
             self._count(self.sent, kind, np.asarray(sendbuf).nbytes, 1)
 
+    def Split(self, color: int, key: int) -> Any:  # noqa: N802
+        """``Comm.Split`` (a collective): the raw communicator of this rank's part, or
+        ``MPI.COMM_NULL`` for ``color=MPI.UNDEFINED``; wrap it in a :class:`TimedComm`."""
+        return self._blocking(("Split (color %s)", color), "Split", self.comm.Split, color, key)
+
+    def split_node(self) -> Any:
+        """``Comm.Split_type(COMM_TYPE_SHARED)`` (a collective): the raw communicator of this
+        rank's node."""
+        return self._blocking(("Split_type (node)",), "Split_type", self.comm.Split_type,
+                              self._MPI.COMM_TYPE_SHARED)
+
     def gather_objects(self, obj: Any, root: int, kind: str) -> list[Any] | None:
         """Pickling ``gather`` of small Python objects (once per run: per-rank reports)."""
         return self._blocking(("gather %s (root %d)", kind, root), "gather", self.comm.gather, obj, root=root)

@@ -77,13 +77,13 @@ def main(mode: str, out_dir: str, updates: int, names: list[str]) -> None:
         ServerSync,
     )
 
-    from drlmpi.topologies.backend import DistGroup, DistSync
+    from drlmpi.topologies.backend import DistGroup, DistSync, place
     from drlmpi.topologies.groups import split_groups
 
     comm = TimedComm(MPI.COMM_WORLD.Dup())
     dist = None
     if mode == "gloo":
-        dist = DistGroup(comm, "gloo", torch.device("cpu"))
+        dist = DistGroup(comm, "gloo", torch.device("cpu"), place(comm))
     if mode == "groups":  # 2 groups: the learners (ranks 0 and size/2) average, simulators idle
         _, _, group_comm, learners = split_groups(comm, 2)
     for name in names:

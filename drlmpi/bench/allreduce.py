@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     from drlmpi.comm import TimedComm
     from drlmpi.device import synchronize
     from drlmpi.schema import group_config
-    from drlmpi.topologies.backend import DistGroup, DistSync, learner_device
+    from drlmpi.topologies.backend import DistGroup, DistSync, learner_device, place
     from drlmpi.topologies.gradients import AllreduceSync
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     comm = TimedComm(MPI.COMM_WORLD.Dup())
-    device = learner_device(args.device, comm)
+    placement = place(comm)
+    device = learner_device(args.device, placement)
     target = str(group_config("algo", args.algo)["_target_"])
     algo = get_class(target)(SPECS[args.algo], OmegaConf.create(algo_cfg(args.algo, 64)), device=device,
                              seed=0, learner=True)
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     for _, group in groups:
         group.flat.grads.normal_()
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    dist_group = DistGroup(comm, backend, algo.device)
+    dist_group = DistGroup(comm, backend, algo.device, placement)
     syncs = {"mpi": AllreduceSync(comm), backend: DistSync(comm, dist_group)}
     results: dict[str, float] = {}
     for name, sync in syncs.items():

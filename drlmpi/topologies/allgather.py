@@ -39,8 +39,9 @@ from drlmpi.topologies.backend import (
     DistGroup,
     DistSync,
     check_backend,
-    dist_checksums,
+    check_params,
     learner_device,
+    place,
     resolve_backend,
 )
 from drlmpi.topologies.batch_rule import DataParallelTopology
@@ -48,7 +49,6 @@ from drlmpi.topologies.gradients import (
     AllgatherSync,
     AllreduceSync,
     broadcast_all_params,
-    check_identical_params,
     data_parallel_round,
 )
 
@@ -81,14 +81,15 @@ class Allgather(DataParallelTopology):
         check_every = int(self.cfg.get("check_every", 0))
         is_root = comm.rank == ROOT
         rule = self.batch_rule(ctx.cfg, comm.size)
-        backend = resolve_backend(str(self.cfg.get("backend", "auto")), str(ctx.cfg.device), comm)
+        placement = place(comm)
+        backend = resolve_backend(str(self.cfg.get("backend", "auto")), str(ctx.cfg.device), comm, placement)
         with open_dict(self.cfg):  # reports label the run with the backend it used
             self.cfg.backend = backend
         algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
-                             device=learner_device(str(ctx.cfg.device), comm))
+                             device=learner_device(str(ctx.cfg.device), placement))
         learner = ctx.make_learner(algo, log=is_root)
         actor = ctx.make_actor(simulator_index=comm.rank)
-        dist_group = DistGroup(comm, backend, algo.device) if backend != "mpi" else None
+        dist_group = DistGroup(comm, backend, algo.device, placement) if backend != "mpi" else None
         sync = (DistSync(comm, dist_group) if dist_group is not None
                 else REDUCTIONS[self.cfg.get("reduce", "allreduce")](comm))
         broadcast_all_params(comm, algo, root=ROOT)
@@ -130,10 +131,3 @@ class Allgather(DataParallelTopology):
         report = learner_report(comm.rank, learner, role="peer", actor=actor, stats=stats)
         report.extra.update(extra)
         return report
-
-
-def check_params(comm, dist_group: DistGroup | None, algo) -> Any:
-    """The parameter checksum table, through the backend that averages the gradients."""
-    if dist_group is None:
-        return check_identical_params(comm, algo)
-    return dist_checksums(dist_group, algo)

@@ -181,14 +181,20 @@ class _AsyncLearner:
     def _take(self, sim: int, rows: np.ndarray, version: int) -> None:
         """Learn from (or, beyond the lag bound, discard) simulator ``sim``'s next chunk."""
         self.next_sequence[sim] += 1
-        learner = self.learner
-        lag = learner.updates - version
+        lag = self.learner.updates - version
         if self.max_lag is not None and lag > self.max_lag:
             self.discarded += 1
-            learner.discard(rows, sim)
+            self._discard(sim, rows)
         else:
-            owed = learner.ingest(rows, sim, policy_lag=lag)
-            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, owed)
+            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, self._learn_from(sim, rows, lag))
+
+    def _learn_from(self, sim: int, rows: np.ndarray, lag: int) -> int:
+        """Store a chunk acted ``lag`` updates ago and count it; the updates it entitles."""
+        return self.learner.ingest(rows, sim, policy_lag=lag)
+
+    def _discard(self, sim: int, rows: np.ndarray) -> None:
+        """Count a chunk too old to learn from (its episodes are still logged)."""
+        self.learner.discard(rows, sim)
 
     def _poll(self, block: bool) -> None:
         done = [self.comm.waitany(self.requests)] if block else self.comm.testsome(self.requests)

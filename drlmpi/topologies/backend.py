@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -30,7 +31,7 @@ import torch
 
 from drlmpi.algos.base import Algorithm, ConfigError, ParamGroup
 from drlmpi.comm import TimedComm
-from drlmpi.topologies.gradients import ExchangeSync
+from drlmpi.topologies.gradients import ExchangeSync, check_identical_params
 
 BACKENDS = ("auto", "mpi", "nccl", "gloo")
 #: NVLink multicast stays off unless the user turned it on (it can take a shared host's GPUs
@@ -61,27 +62,34 @@ def check_backend(topo_cfg: Any, device: str) -> None:
                           f"topology.backend={backend} all-reduces: use topology.reduce=allreduce")
 
 
-def node_local(comm: TimedComm) -> tuple[int, int]:
-    """(this rank's index among ``comm``'s ranks on its node, how many of them are there)."""
-    from mpi4py import MPI
+@dataclass(frozen=True)
+class Placement:
+    """Where the ranks of a learners' communicator sit (found once, with one collective)."""
 
-    shared = comm.comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local: int  # this rank's index among them on its node
+    per_node: int  # how many of them share its node
+    one_node: bool  # whether all of them share one node
+
+
+def place(comm: TimedComm) -> Placement:
+    """The :class:`Placement` of ``comm``'s ranks (every rank of ``comm`` calls it)."""
+    shared = comm.split_node()
     try:
-        return shared.Get_rank(), shared.Get_size()
+        local, per_node = shared.Get_rank(), shared.Get_size()
     finally:
         shared.Free()
+    return Placement(local, per_node, per_node == comm.size)
 
 
-def learner_device(device: str, comm: TimedComm) -> str:
-    """The device of a learner rank among the learners ``comm`` connects: ``cuda`` becomes
-    ``cuda:<local index mod GPUs on the node>``; anything else is kept."""
+def learner_device(device: str, placement: Placement) -> str:
+    """A learner rank's device: ``cuda`` becomes ``cuda:<local index mod GPUs on the node>``;
+    anything else is kept."""
     if device != "cuda" or torch.cuda.device_count() <= 1:
         return device
-    local, _ = node_local(comm)
-    return f"cuda:{local % torch.cuda.device_count()}"
+    return f"cuda:{placement.local % torch.cuda.device_count()}"
 
 
-def resolve_backend(choice: str, device: str, comm: TimedComm) -> str:
+def resolve_backend(choice: str, device: str, comm: TimedComm, placement: Placement) -> str:
     """``mpi``, ``nccl`` or ``gloo`` for the learners ``comm`` connects (a collective: every
     learner calls it). ``nccl`` asked for where a node has fewer GPUs than learner ranks is a
     :class:`ConfigError` on every learner."""
@@ -89,25 +97,23 @@ def resolve_backend(choice: str, device: str, comm: TimedComm) -> str:
 
     if choice in ("mpi", "gloo"):
         return choice
-    _, per_node = node_local(comm)
     gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
-    fits = np.array([int(gpus >= per_node and torch.distributed.is_available()
+    fits = np.array([int(gpus >= placement.per_node and torch.distributed.is_available()
                          and torch.distributed.is_nccl_available())], dtype=np.int64)
     comm.Allreduce(MPI.IN_PLACE, fits, op=MPI.MIN, kind="backend")
     if choice == "auto":
         return "nccl" if fits[0] and comm.size > 1 and device.startswith("cuda") else "mpi"
     if not fits[0]:
         raise ConfigError(f"topology.backend=nccl needs one GPU per learner rank on each node (NCCL "
-                          f"takes one rank per GPU); a node here has {per_node} learner rank(s) and "
-                          f"{gpus} GPU(s): {GPU_HINT}")
+                          f"takes one rank per GPU); a node here has {placement.per_node} learner "
+                          f"rank(s) and {gpus} GPU(s): {GPU_HINT}")
     return "nccl"
 
 
-def rendezvous_host(comm: TimedComm) -> str:
+def rendezvous_host(placement: Placement) -> str:
     """Where the learners' ``TCPStore`` listens: loopback when they share one node, else
     ``MASTER_ADDR`` or this host's address."""
-    _, per_node = node_local(comm)
-    if per_node == comm.size:
+    if placement.one_node:
         return "127.0.0.1"
     return os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
 
@@ -116,7 +122,7 @@ class DistGroup:
     """A ``torch.distributed`` process group over the ranks of an MPI communicator, with the
     byte counts of what crossed it (``stats``)."""
 
-    def __init__(self, comm: TimedComm, backend: str, device: torch.device,
+    def __init__(self, comm: TimedComm, backend: str, device: torch.device, placement: Placement,
                  timeout_s: float = 300.0) -> None:
         import torch.distributed as dist
 
@@ -130,13 +136,11 @@ class DistGroup:
         address = np.zeros(HOST_BYTES + 1, dtype=np.int64)  # host bytes..., port
         store = None
         if comm.rank == 0:
-            host = rendezvous_host(comm)
+            host = rendezvous_host(placement)
             store = dist.TCPStore(host, 0, comm.size, True, timeout=timeout, wait_for_workers=False)
             encoded = host.encode()[:HOST_BYTES]
             address[: len(encoded)] = list(encoded)
             address[HOST_BYTES] = store.port
-        else:
-            rendezvous_host(comm)  # a collective (the node split): every rank takes part
         comm.Bcast(address, root=0, kind="rendezvous")
         if store is None:
             host = bytes(int(b) for b in address[:HOST_BYTES] if b).decode()
@@ -194,3 +198,11 @@ def dist_checksums(group: DistGroup, algo: Algorithm) -> np.ndarray:
         raise RuntimeError(f"parameters diverged across ranks after {algo.updates} updates: checksums "
                            f"per rank {gathered.tolist()}")
     return gathered
+
+
+def check_params(comm: TimedComm, group: DistGroup | None, algo: Algorithm) -> np.ndarray:
+    """The parameter checksum table, through the backend that averages the gradients (MPI when
+    ``group`` is ``None``)."""
+    if group is None:
+        return check_identical_params(comm, algo)
+    return dist_checksums(group, algo)

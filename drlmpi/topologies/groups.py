@@ -33,13 +33,14 @@ from omegaconf import open_dict
 from drlmpi.algos.base import ConfigError
 from drlmpi.comm import Control, RoundCounts, TimedComm
 from drlmpi.roles import Learner, episode_stats
-from drlmpi.topologies.allgather import check_params
 from drlmpi.topologies.asynchronous import Asynchronous, _AsyncLearner, _AsyncSimulator
 from drlmpi.topologies.backend import (
     DistGroup,
     DistSync,
     check_backend,
+    check_params,
     learner_device,
+    place,
     resolve_backend,
 )
 from drlmpi.topologies.base import RankReport, RunContext, control_message, learner_report
@@ -146,8 +147,8 @@ def split_groups(comm: TimedComm, learners: int) -> tuple[int, int, TimedComm, T
 
     size = comm.size // learners
     group, group_rank = divmod(comm.rank, size)
-    group_comm = TimedComm(comm.comm.Split(group, comm.rank))
-    raw = comm.comm.Split(0 if group_rank == LEARNER_RANK else MPI.UNDEFINED, comm.rank)
+    group_comm = TimedComm(comm.Split(group, comm.rank))
+    raw = comm.Split(0 if group_rank == LEARNER_RANK else MPI.UNDEFINED, comm.rank)
     return group, size, group_comm, (TimedComm(raw) if raw != MPI.COMM_NULL else None)
 
 
@@ -161,21 +162,23 @@ class _GroupLearner:
         self.group, self.group_size = group, group_size
         self.is_root = lcomm.rank == 0  # the group-0 learner, rank 0 of the job
         self.rule = topology.batch_rule(ctx.cfg, ctx.comm.size)
-        self.backend = resolve_backend(str(self.cfg.get("backend", "auto")), str(ctx.cfg.device), lcomm)
+        placement = place(lcomm)
+        self.backend = resolve_backend(str(self.cfg.get("backend", "auto")), str(ctx.cfg.device), lcomm,
+                                       placement)
         with open_dict(self.cfg):  # reports label the run with the backend it used
             self.cfg.backend = self.backend
         self.algo = sub.make_algo(learner=True, shared_init=True, algo_cfg=self.rule.algo_cfg,
-                                  device=learner_device(str(ctx.cfg.device), lcomm))
+                                  device=learner_device(str(ctx.cfg.device), placement))
         self.learner: Learner = sub.make_learner(self.algo, log=self.is_root)
         if sub.log is not None:  # the job's log: progress lines, checkpoints' row counts, the end
             ctx.log = sub.log
-        self.dist = DistGroup(lcomm, self.backend, self.algo.device) if self.backend != "mpi" else None
+        self.dist = (DistGroup(lcomm, self.backend, self.algo.device, placement)
+                     if self.backend != "mpi" else None)
         self.sync = DistSync(lcomm, self.dist) if self.dist is not None else AllreduceSync(lcomm)
         broadcast_all_params(lcomm, self.algo, root=0)
         self.check_every = int(self.cfg.get("check_every", 0))
         self.next_check = self.check_every
-        # the job rank of every learner (for checkpoints and episode logging), and this group's
-        # simulators' job ranks by group rank
+        # the job rank of every learner (for checkpoints and episode logging)
         self.learner_ranks = [g * group_size for g in range(lcomm.size)]
         self.group_steps = 0
         self.meetings = 0
@@ -255,7 +258,7 @@ class _GroupLearner:
         gcomm, learner = self.sub.comm, self.learner
         gcomm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
         while True:
-            parts = [(source, rows) for source, rows in gather_experience(gcomm, learner.layout)]
+            parts = gather_experience(gcomm, learner.layout)
             for _, rows in parts:
                 learner.store(rows)
             updates, control = self.meet(parts)
@@ -281,16 +284,13 @@ class _MeetingAsyncLearner(_AsyncLearner):
         self.owner = owner
         self.parts: list[tuple[int, np.ndarray]] = []
 
-    def _take(self, sim: int, rows: np.ndarray, version: int) -> None:
-        self.next_sequence[sim] += 1
-        lag = self.learner.updates - version
-        if self.max_lag is not None and lag > self.max_lag:
-            self.discarded += 1  # its steps and episodes are still counted at the meeting
-        else:
-            owed = self.learner.store(rows)
-            self.learner.policy_lags.append(int(lag))
-            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, owed)
+    def _learn_from(self, sim: int, rows: np.ndarray, lag: int) -> int:
+        self.learner.policy_lags.append(int(lag))
         self.parts.append((sim, rows.copy()))  # the receive buffer is re-posted
+        return self.learner.store(rows)
+
+    def _discard(self, sim: int, rows: np.ndarray) -> None:
+        self.parts.append((sim, rows.copy()))  # its steps and episodes are counted at the meeting
 
     def run_meetings(self) -> dict[str, Any]:
         owner, learner = self.owner, self.learner
