@@ -166,10 +166,17 @@ def test_a_bad_rank_timeout_is_refused():
 
 
 # -- MPI jobs ---------------------------------------------------------------------------------
-def _survivors(run_dir) -> str:
-    """Processes whose command line names this job's (unique) run directory."""
-    out = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True)
-    return out.stdout.strip()
+def _survivors(run_dir, wait_s: float = 10.0) -> str:
+    """Processes whose command line names this job's (unique) run directory, after giving the
+    aborted ranks up to ``wait_s`` to finish exiting (mpiexec may return while a killed rank is
+    still being reaped). Any process still there after that is a survivor."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(["pgrep", "-af", str(run_dir)], capture_output=True, text=True)
+        left = out.stdout.strip()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
 
 
 @pytest.mark.parametrize(("topology", "ranks", "stuck"), [
