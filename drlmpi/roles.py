@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from drlmpi.algos.base import Algorithm, GradSync, local_sync
+from drlmpi.vector import SerialEnvs, WorkerEnvs
 from drlmpi.watchdog import PROGRESS
 
 MAX_CHUNK_STEPS = 1_000_000  # a chunk never grows past this many rows per environment
@@ -26,23 +27,33 @@ UPDATES_PER_PROGRESS = 32
 
 
 class Actor:
-    """Steps ``envs`` in lock step with one batched forward pass and packs experience rows.
+    """Steps its environments in lock step with one batched forward pass and packs experience
+    rows.
 
     Args:
-        envs: the environments this simulator owns.
+        envs: the environments this simulator owns: a list (stepped one after another here) or
+            a bank (:mod:`drlmpi.vector`: ``env.vector=async`` steps them in worker processes).
         algo: an algorithm instance used only for :meth:`Algorithm.act`.
         stream_base: the job-wide id of ``envs[0]`` (ids ``stream_base + i`` tag each row's
             environment, so a learner can rebuild per-environment sequences).
         seed: seeds the environments' resets (``seed + i``).
+
+    Episodes: a row that ends an episode carries its return and length, the sums this actor
+    kept - except for environments that report whole games (``spec.raw_episodes``: Atari with
+    episodic life and clipped training rewards), whose rows carry the game's raw return and
+    length, on the row where the game ends (a lost life ends a training episode, not a game).
     """
 
-    def __init__(self, envs: list[gym.Env], algo: Algorithm, stream_base: int, seed: int) -> None:
-        self.envs = envs
+    def __init__(self, envs: list[gym.Env] | SerialEnvs | WorkerEnvs, algo: Algorithm, stream_base: int,
+                 seed: int) -> None:
         self.algo = algo
         self.layout = algo.layout
-        self.n_envs = len(envs)
+        dtype = np.uint8 if self.layout.packed else np.float32
+        self.envs = SerialEnvs(envs, dtype) if isinstance(envs, list) else envs
+        self.n_envs = self.envs.n
+        self.raw_episodes = bool(algo.spec.raw_episodes)
         self.streams = np.arange(stream_base, stream_base + self.n_envs, dtype=np.float32)
-        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+        self.obs = self.envs.reset(seed)
         self.episode_return = np.zeros(self.n_envs)
         self.episode_length = np.zeros(self.n_envs, dtype=np.int64)
         self.steps = 0  # this actor's own environment steps
@@ -101,45 +112,43 @@ class Actor:
         return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
 
     def close(self) -> None:
-        """Close the environments."""
-        for env in self.envs:
-            env.close()
+        """Close the environments (and their worker processes)."""
+        self.envs.close()
 
     def _step_all(self) -> tuple[np.ndarray, int]:
         """One step of every environment; returns its rows and the episodes it finished."""
         layout = self.layout
-        progress = PROGRESS
         rows = layout.empty(self.n_envs)
-        progress.begin("acting (policy forward pass)")
+        PROGRESS.begin("acting (policy forward pass)")
         actions, extras = self.algo.act(self.obs, self.global_steps(), explore=True)
-        layout.column(rows, "obs")[:] = self.obs
+        PROGRESS.done()
+        layout.put_obs(rows, "obs", self.obs)
         layout.column(rows, "action")[:] = actions
         layout.column(rows, "stream")[:, 0] = self.streams
         if extras is not None:
             start = layout.slices[self.algo.extra_columns[0][0]].start
             rows[:, start : start + extras.shape[1]] = extras
+        step = self.envs.step([self.algo.env_action(a) for a in actions])
+        layout.put_obs(rows, "next_obs", step.obs)
+        layout.column(rows, "reward")[:, 0] = step.reward
+        layout.column(rows, "terminated")[:, 0] = step.terminated
+        layout.column(rows, "truncated")[:, 0] = step.truncated
+        self.episode_return += step.reward
+        self.episode_length += 1
+        ended = np.nonzero(step.terminated | step.truncated)[0]
         finished = 0
-        for i, env in enumerate(self.envs):
-            progress.begin("env.step of environment %d", i)
-            next_obs, reward, terminated, truncated, _ = env.step(self.algo.env_action(actions[i]))
-            progress.done()
-            row = rows[i]
-            row[layout.slices["reward"]] = reward
-            row[layout.slices["next_obs"]] = next_obs
-            row[layout.slices["terminated"]] = float(terminated)
-            row[layout.slices["truncated"]] = float(truncated)
-            self.episode_return[i] += reward
-            self.episode_length[i] += 1
-            if terminated or truncated:
-                row[layout.slices["episode_return"]] = self.episode_return[i]
-                row[layout.slices["episode_length"]] = self.episode_length[i]
-                self.episode_return[i] = 0.0
-                self.episode_length[i] = 0
-                progress.begin("env.reset of environment %d", i)
-                next_obs, _ = env.reset()
-                progress.done()
+        for i in ended:
+            if self.raw_episodes:
+                game = step.raw.get(int(i))
+            else:
+                game = (self.episode_return[i], self.episode_length[i])
+            if game is not None:
+                layout.column(rows, "episode_return")[i, 0] = game[0]
+                layout.column(rows, "episode_length")[i, 0] = game[1]
                 finished += 1
-            self.obs[i] = next_obs
+            self.episode_return[i] = 0.0
+            self.episode_length[i] = 0
+        self.obs = step.next_obs
         self.steps += self.n_envs
         self.episodes += finished
         return rows, finished
@@ -182,7 +191,8 @@ def evaluate(algo: Algorithm, envs: list[gym.Env], episodes: int, seed: int) -> 
     while len(returns) < episodes:
         batch = envs[: min(len(envs), episodes - len(returns))]
         progress.begin("evaluation: env.reset")
-        obs = np.stack([env.reset(seed=next_seed + i)[0] for i, env in enumerate(batch)]).astype(np.float32)
+        dtype = np.uint8 if algo.spec.image else np.float32
+        obs = np.stack([env.reset(seed=next_seed + i)[0] for i, env in enumerate(batch)]).astype(dtype)
         progress.done()
         next_seed += len(batch)
         totals = np.zeros(len(batch))
@@ -390,6 +400,7 @@ class Learner:
         for the watchdog; gradient collectives inside them are progress of their own."""
         if n <= 0:
             return
+        self.algo.set_progress(self.budget_used())
         per_graph = self.algo.updates_per_graph
         part = per_graph * -(-UPDATES_PER_PROGRESS // per_graph)
         t0, mpi0 = time.perf_counter(), self.mpi_clock()
@@ -402,6 +413,15 @@ class Learner:
         self.algo.synchronize()  # a device queues updates: count them when they are done
         PROGRESS.done()
         self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
+
+    def budget_used(self) -> float:
+        """The share of the run's budget spent: job-wide steps over ``run.max_env_steps``, else
+        training seconds over ``run.max_train_seconds`` (0 without a budget)."""
+        if self.max_env_steps:
+            return min(1.0, self.env_steps / self.max_env_steps)
+        if self.max_train_seconds:
+            return min(1.0, self.clock.elapsed() / float(self.max_train_seconds))
+        return 0.0
 
     def finish(self) -> None:
         """At a budget stop, run the updates the last data entitled (as the sequential loop

@@ -21,7 +21,7 @@ from hydra.utils import get_class
 from drlmpi.algos.base import Algorithm, ConfigError
 from drlmpi.checkpoint import read_meta
 from drlmpi.comm import TimedComm
-from drlmpi.envs import EnvSpec, probe_spec
+from drlmpi.envs import EnvSpec, env_make_kwargs, is_atari, probe_spec
 from drlmpi.metrics import format_summary, write_summary
 from drlmpi.schema import check_config
 from drlmpi.topologies.base import RunContext, Topology
@@ -55,8 +55,9 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
         raise ConfigError(
             f"world_size={cfg.world_size} was asked for but this job has {world_size} rank(s)"
         )
+    check_env_options(cfg.env)
     try:
-        spec = probe_spec(cfg.env.id, **dict(cfg.env.get("kwargs") or {}))
+        spec = probe_spec(cfg.env.id, **env_make_kwargs(cfg.env))
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 (gymnasium raises many kinds for a bad id)
@@ -80,6 +81,28 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
     # Storage that cannot fit on the learner's device is refused now, with its size.
     algo_cls.check_storage(spec, cfg.algo, resolve_device(cfg))
     return algo_cls, topology_cls, spec
+
+
+def check_env_options(env: Any) -> None:
+    """Refuse, in one line, Atari options for a non-ALE id, bad ``env.atari`` values, and an ALE
+    id without ale-py installed."""
+    atari = env.get("atari")
+    if not is_atari(env.id):
+        if atari is not None:
+            raise ConfigError(f"env.atari is for ALE/ ids (env=tetris, env.id=ALE/Pong-v5), but env.id="
+                              f"{env.id}: remove env.atari, got env.atari={dict(atari)}")
+        return
+    try:
+        import ale_py  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"env.id={env.id} needs ale-py (pip install ale-py; it ships the game ROMs): "
+                          f"{exc}") from exc
+    from drlmpi.atari import check_atari_options
+
+    try:
+        check_atari_options(atari)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def check_resume(cfg: Any, world_size: int) -> None:

@@ -227,6 +227,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "sim_cost_ms_by_rank": Option("map", "per-rank sim_cost_ms, e.g. {1: 20} (null: none)", None,
                                       nullable=True),
         "num_envs": _int(1, "environments stepped in lock step by each simulator"),
+        "vector": _str("sync", "how a simulator steps its num_envs environments: sync (one after "
+                               "another in its own process) or async (one worker process each)",
+                       "sync", "async"),
+        "atari": Option("map", "Atari preprocessing for ALE/ ids (docs/environments.md lists the keys; "
+                               "null: the defaults there)", None, nullable=True),
         "max_episode_steps": _int(None, "override the registered time limit (null keeps it)",
                                   nullable=True),
         "kwargs": Option("map", "extra keyword arguments for gymnasium.make", {}),
@@ -234,6 +239,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
     "algo/dqn": {
         **_named("drlmpi.algos.dqn.DQN", "dqn", "algorithm"),
         "hidden": _ints([256, 256], "hidden layer widths of the Q-network"),
+        "encoder": _str("auto", "observation encoder: cnn for image observations (the Nature-DQN conv "
+                                "stack), mlp for flat vectors; auto picks by the observation shape",
+                        "auto", "mlp", "cnn"),
         "lr": _positive(2.3e-3, "Adam learning rate"),
         "gamma": _unit(0.99, "discount factor"),
         "double_q": _bool(True, "double-DQN target (false: the target net's own maximum)"),
@@ -278,9 +286,15 @@ SCHEMA: dict[str, dict[str, Option]] = {
     "algo/ppo": {
         **_named("drlmpi.algos.ppo.PPO", "ppo", "algorithm"),
         "hidden": _ints([64, 64], "hidden widths of the policy trunk and of the value trunk"),
+        "encoder": _str("auto", "observation encoder: cnn for image observations (the Nature-DQN conv "
+                                "stack), mlp for flat vectors; auto picks by the observation shape",
+                        "auto", "mlp", "cnn"),
         "activation": _str("tanh", "hidden-layer activation", "tanh", "relu"),
         "ortho_init": _bool(True, "orthogonal initialisation"),
         "lr": _positive(3e-4, "Adam learning rate"),
+        "lr_schedule": _str("constant", "linear: the learning rate falls linearly to 0 over the run's "
+                                        "budget (run.max_env_steps, else run.max_train_seconds)",
+                            "constant", "linear"),
         "adam_eps": _positive(1e-5, "Adam epsilon"),
         "gamma": _unit(0.99, "discount factor"),
         "gae_lambda": _unit(0.95, "GAE lambda"),

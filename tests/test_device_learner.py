@@ -163,7 +163,10 @@ def test_metrics_are_a_lazy_snapshot(pendulum):
 def test_storage_check_names_size_and_option(cartpole):
     cfg = cfg_for("dqn", buffer_size=1_000_000)
     assert DQN.storage_bytes(cartpole, cfg) == 1_000_000 * 15 * 4
-    DQN.check_storage(cartpole, cfg, "cpu", free_bytes=1)  # never refused on the CPU
+    DQN.check_storage(cartpole, cfg, "cpu", free_bytes=10**9)  # the host's memory on the CPU
+    with pytest.raises(ConfigError, match="in the host .*algo.buffer_size=1000000 rows x 60 bytes"):
+        DQN.check_storage(cartpole, cfg, "cpu", free_bytes=50 * 10**6)
+    DQN.check_storage(cartpole, cfg, "cpu")  # 60 MB fits this machine's available memory
     DQN.check_storage(cartpole, cfg, "cuda:0", free_bytes=10**9)
     with pytest.raises(ConfigError) as info:
         DQN.check_storage(cartpole, cfg, "cuda:0", free_bytes=50 * 10**6)

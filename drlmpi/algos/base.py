@@ -44,6 +44,19 @@ class ConfigError(ValueError):
     """A configuration that cannot run (reported in one line before any rank starts work)."""
 
 
+def host_available_bytes() -> int | None:
+    """The host memory available to new allocations (``MemAvailable`` of /proc/meminfo;
+    ``None`` where that file does not exist)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 class SyncScheduleError(RuntimeError):
     """An update synced other networks than its ``sync_schedule`` promised (see
     :meth:`Algorithm.checked_update`)."""
@@ -201,6 +214,8 @@ class Algorithm(ABC):
     kind: ClassVar[str] = "off_policy"
     #: extra experience columns this algorithm's ``act`` fills, e.g. ``(("log_prob", 1),)``.
     extra_columns: ClassVar[tuple[tuple[str, int], ...]] = ()
+    #: whether it takes uint8 image observations (through :mod:`drlmpi.algos.encoders`).
+    takes_images: ClassVar[bool] = False
 
     #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
     storage_option: ClassVar[str] = "buffer_size"
@@ -215,6 +230,10 @@ class Algorithm(ABC):
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
                  seed: int, learner: bool) -> None:
         self.check_spec(spec)
+        if spec.image and not self.takes_images:
+            raise ConfigError(f"algo={self.config_name(cfg)} takes flat vector observations, but "
+                              f"{spec.env_id} has an {spec.describe_obs()}: use algo=ppo or algo=dqn "
+                              f"(CNN encoders)")
         self.spec = spec
         self.cfg = cfg
         self.device = torch.device(device)
@@ -228,6 +247,10 @@ class Algorithm(ABC):
             raise ConfigError(f"algo.capture must be one of {list(CAPTURE_MODES)}, got {capture!r}")
         #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved).
         self.capture = resolve_capture(capture, self.device) if learner else "off"
+
+    def set_progress(self, fraction: float) -> None:
+        """The share of the run's budget used so far (0 to 1), given before each batch of
+        updates: schedules that follow the budget (PPO's ``lr_schedule=linear``) read it."""
 
     def reseed(self, seed: int) -> None:
         """Reseed exploration and sampling (``rng`` and torch's generator), keeping the networks:
@@ -243,7 +266,8 @@ class Algorithm(ABC):
     @classmethod
     def experience_layout(cls, spec: EnvSpec) -> ExperienceLayout:
         """The columns of this algorithm's experience rows for ``spec`` (base + its extras)."""
-        return ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns)
+        return ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns,
+                                spec.obs_shape, spec.obs_dtype)
 
     @classmethod
     def config_name(cls, cfg: Mapping[str, Any]) -> str:
@@ -284,22 +308,29 @@ class Algorithm(ABC):
 
     @classmethod
     def check_storage(cls, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
-                      free_bytes: int | None = None, headroom: float = 0.9) -> None:
-        """Refuse at start-up, in one line, storage that cannot fit on a CUDA ``device``:
-        more than ``headroom`` of its free memory (``free_bytes``, else what CUDA reports).
-        The message names the size and the option that sets it. No-op on the CPU."""
+                      free_bytes: int | None = None, headroom: float = 0.9, learners: int = 1) -> None:
+        """Refuse at start-up, in one line, storage that cannot fit where the learner keeps it:
+        more than ``headroom`` of the free memory (``free_bytes``, else what CUDA reports for a
+        CUDA ``device``, or the host's available memory for the CPU). ``learners``: learner
+        ranks sharing that memory (data-parallel ranks on one host each hold a buffer). The
+        message names the size, the per-row bytes and the option that sets it."""
         device = torch.device(device)
-        if device.type != "cuda":
-            return
-        need = cls.storage_bytes(spec, cfg)
+        need = cls.storage_bytes(spec, cfg) * max(1, int(learners))
         if free_bytes is None:
-            free_bytes, _ = torch.cuda.mem_get_info(device)
+            free_bytes = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
+                          else host_available_bytes())
+            if free_bytes is None:  # not knowable here: nothing to refuse
+                return
         if need > headroom * free_bytes:
             option = cls.storage_option
+            where = device if device.type == "cuda" else "the host"
+            each = f" for {learners} learners" if learners > 1 else ""
+            hint = "or use device=cpu" if device.type == "cuda" else "or use fewer learner ranks"
             raise ConfigError(
-                f"algo={cls.config_name(cfg)}: its storage needs {need / 2**30:.2f} GiB on {device} "
-                f"(algo.{option}={cfg[option]} rows x {cls.experience_layout(spec).width * 4} bytes) "
-                f"but only {free_bytes / 2**30:.2f} GiB is free: lower algo.{option} or use device=cpu"
+                f"algo={cls.config_name(cfg)}: its storage needs {need / 2**30:.2f} GiB in {where}{each} "
+                f"(algo.{option}={cfg[option]} rows x {cls.experience_layout(spec).row_bytes} bytes, "
+                f"observations {spec.describe_obs()}) but only {free_bytes / 2**30:.2f} GiB is free: "
+                f"lower algo.{option} {hint}"
             )
 
     # -- acting (simulator side) ------------------------------------------------------------
@@ -308,13 +339,19 @@ class Algorithm(ABC):
         """Actions for a batch of observations.
 
         Args:
-            obs: ``(n_envs, obs_dim)`` float32.
+            obs: ``(n_envs, *obs_shape)``: float32 vectors or uint8 images.
             env_steps: the job-wide environment step count (drives exploration schedules).
             explore: ``False`` for greedy evaluation.
         Returns:
             ``actions`` ``(n_envs, action_dim)`` float32 (a discrete action as its index) and the
             extra columns ``(n_envs, sum of extra widths)`` or ``None``.
         """
+
+    def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        """A batch of observations as a tensor on this instance's device: float32 vectors, or
+        uint8 images as they are (the encoder converts them on the device)."""
+        dtype = torch.uint8 if self.spec.image else torch.float32
+        return torch.as_tensor(np.asarray(obs), dtype=dtype, device=self.device)
 
     def env_action(self, action_row: np.ndarray) -> Any:
         """Convert one row of :meth:`act`'s output into what ``env.step`` takes."""

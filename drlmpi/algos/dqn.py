@@ -21,7 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, flat_target, mlp
+from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, flat_target
+from drlmpi.algos.encoders import network, resolve_encoder
 from drlmpi.envs import EnvSpec
 
 
@@ -31,15 +32,20 @@ class DQN(OffPolicyAlgorithm):
     Config keys (``drlmpi/schema.py``'s ``algo/dqn`` documents each): ``hidden``, ``lr``,
     ``gamma``, ``double_q``, ``batch_size``, ``buffer_size``, ``learning_starts``,
     ``updates_per_step``, ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``,
-    ``exploration_steps``, ``max_grad_norm``, ``capture``, ``updates_per_graph``.
+    ``exploration_steps``, ``max_grad_norm``, ``capture``, ``updates_per_graph``, ``encoder``
+    (image observations: :mod:`drlmpi.algos.encoders`).
     """
 
     metric_names = ("loss", "q_mean")
+    takes_images = True
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)
-        q_net = mlp(spec.obs_dim, spec.n_actions, tuple(cfg["hidden"])).to(self.device)
+        #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
+        self.encoder = resolve_encoder(spec, cfg, self.config_name(cfg))
+        q_net = network(spec, self.layout, self.encoder, spec.n_actions,
+                        tuple(cfg["hidden"])).to(self.device)
         # The target's parameters are views into one flat buffer: a copy or Polyak step is one op.
         self.q_target, self._target_flat = flat_target(q_net)
         self.q = q_net
@@ -71,7 +77,7 @@ class DQN(OffPolicyAlgorithm):
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
-        q_values = self.q(torch.as_tensor(obs, dtype=torch.float32, device=self.device))
+        q_values = self.q(self.obs_tensor(obs))
         actions = q_values.argmax(dim=1).cpu().numpy()
         if explore:
             eps = self.epsilon(env_steps)

@@ -72,6 +72,7 @@ from torch import nn
 from torch.distributions import Categorical, Normal
 
 from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
+from drlmpi.algos.encoders import encoder, resolve_encoder
 from drlmpi.algos.vtrace import (
     reverse_scan,
     stream_order,
@@ -80,10 +81,13 @@ from drlmpi.algos.vtrace import (
     td_errors_tensor,
     vtrace_tensor,
 )
+from drlmpi.comm import ExperienceLayout
 from drlmpi.device import Metrics, Staging
 from drlmpi.envs import EnvSpec
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+#: rows per forward pass when a rollout's values are computed (images: bounded activations)
+EVAL_CHUNK_ROWS = 4096
 
 
 def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
@@ -145,32 +149,68 @@ def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: 
 
 
 class ActorCritic(nn.Module):
-    """Separate MLP trunks for the policy and the value; ``log_std`` for Box actions."""
+    """Policy and value. Flat observations: separate MLP trunks (``pi``, ``v``). Images: one
+    shared trunk - the encoder (:mod:`drlmpi.algos.encoders`) and the ``hidden`` layers - with
+    a policy head and a value head (``pi``, ``v``), as in the Atari PPO setups. ``log_std``
+    for Box actions."""
 
     def __init__(self, spec: EnvSpec, hidden: tuple[int, ...], activation: type[nn.Module],
-                 log_std_init: float, ortho_init: bool) -> None:
+                 log_std_init: float, ortho_init: bool, layout: ExperienceLayout | None = None,
+                 encoder_kind: str = "mlp") -> None:
         super().__init__()
         self.discrete = spec.discrete
         out = spec.n_actions if spec.discrete else spec.action_dim
-        self.pi = mlp(spec.obs_dim, out, hidden, activation)
-        self.v = mlp(spec.obs_dim, 1, hidden, activation)
+        self.shared = spec.image
+        if self.shared:
+            enc, last = encoder(spec, layout, encoder_kind)
+            layers: list[nn.Module] = [enc]
+            for width in hidden:
+                layers += [nn.Linear(last, width), activation()]
+                last = width
+            self.trunk = nn.Sequential(*layers)
+            self.pi = nn.Linear(last, out)
+            self.v = nn.Linear(last, 1)
+        else:
+            self.pi = mlp(spec.obs_dim, out, hidden, activation)
+            self.v = mlp(spec.obs_dim, 1, hidden, activation)
         if not spec.discrete:
             self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(log_std_init)))
         if ortho_init:  # as in OpenAI baselines / Stable-Baselines3
-            for net, out_gain in ((self.pi, 0.01), (self.v, 1.0)):
-                linears = [m for m in net if isinstance(m, nn.Linear)]
-                for i, layer in enumerate(linears):
-                    nn.init.orthogonal_(layer.weight, out_gain if i == len(linears) - 1 else math.sqrt(2))
+            nets = [(self.pi, 0.01), (self.v, 1.0)]
+            if self.shared:  # the trunk's layers: sqrt(2); each head is then a single layer
+                nets.insert(0, (self.trunk, math.sqrt(2)))
+            for net, out_gain in nets:
+                layers = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+                for i, layer in enumerate(layers):
+                    nn.init.orthogonal_(layer.weight, out_gain if i == len(layers) - 1 else math.sqrt(2))
                     nn.init.zeros_(layer.bias)
 
-    def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
-        out = self.pi(obs)
+    def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy head's output (logits, or the Gaussian's mean) and the value ``(B,)``,
+        the shared trunk run once."""
+        if self.shared:
+            features = self.trunk(obs)
+            return self.pi(features), self.v(features).squeeze(-1)
+        return self.pi(obs), self.v(obs).squeeze(-1)
+
+    def _dist(self, out: torch.Tensor) -> Categorical | Normal:
         # No argument validation: it reads device values on the host (a sync per call on a GPU).
         if self.discrete:
             return Categorical(logits=out, validate_args=False)
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
+    def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
+        out = self.pi(self.trunk(obs)) if self.shared else self.pi(obs)
+        return self._dist(out)
+
+    def distribution_value(self, obs: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
+        """The action distribution and the value of ``obs`` in one pass."""
+        out, value = self.heads(obs)
+        return self._dist(out), value
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.shared:
+            return self.v(self.trunk(obs)).squeeze(-1)
         return self.v(obs).squeeze(-1)
 
     def log_prob_entropy(self, dist: Categorical | Normal,
@@ -198,24 +238,27 @@ class _Rollout:
 class PPO(Algorithm):
     """PPO-clip with GAE for Discrete and Box action spaces.
 
-    Config keys (``drlmpi/schema.py``'s ``algo/ppo`` documents each): ``hidden``, ``activation``, ``lr``,
-    ``adam_eps``, ``gamma``, ``gae_lambda``, ``rollout_steps``, ``batch_size``, ``epochs``,
+    Config keys (``drlmpi/schema.py``'s ``algo/ppo`` documents each): ``hidden``, ``activation``,
+    ``lr``, ``lr_schedule``, ``adam_eps``, ``gamma``, ``gae_lambda``, ``rollout_steps``,
+    ``batch_size``, ``epochs``,
     ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
     ``normalize_advantage``, ``log_std_init``, ``ortho_init``, ``reward_scale``,
-    ``vtrace``, ``vtrace_rho_clip``, ``vtrace_c_clip``.
+    ``vtrace``, ``vtrace_rho_clip``, ``vtrace_c_clip``, ``encoder`` (image observations:
+    :mod:`drlmpi.algos.encoders`).
     """
 
     kind = "on_policy"
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"
     metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    takes_images = True
 
     @classmethod
     def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
         """A rollout's rows twice (pending chunks and the frozen copy) plus its minibatch table
         (V-trace adds the weight column)."""
         layout = cls.experience_layout(spec)
-        table = spec.obs_dim + spec.action_dim + 4 + int(bool(cfg.get("vtrace", True)))
+        table = layout.obs_slots + spec.action_dim + 4 + int(bool(cfg.get("vtrace", True)))
         return int(cfg["rollout_steps"]) * (2 * layout.width + table) * 4
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
@@ -224,12 +267,18 @@ class PPO(Algorithm):
         activation = str(cfg.get("activation", "tanh"))
         if activation not in ACTIVATIONS:
             raise ConfigError(f"algo.activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
+        self.encoder = resolve_encoder(spec, cfg, self.config_name(cfg))
         self.net = ActorCritic(spec, tuple(int(h) for h in cfg["hidden"]), ACTIVATIONS[activation],
-                               float(cfg.get("log_std_init", 0.0)),
-                               bool(cfg.get("ortho_init", True))).to(self.device)
+                               float(cfg.get("log_std_init", 0.0)), bool(cfg.get("ortho_init", True)),
+                               self.layout, self.encoder).to(self.device)
         self.policy = ParamGroup(self.net, float(cfg["lr"]), cfg.get("max_grad_norm"),
                                  adam_eps=float(cfg.get("adam_eps", 1e-5)), with_optimizer=learner)
         self.groups = {"policy": self.policy}
+        self.lr = float(cfg["lr"])
+        self.lr_schedule = str(cfg.get("lr_schedule", "constant"))
+        if self.lr_schedule not in ("constant", "linear"):
+            raise ConfigError(f"algo.lr_schedule must be constant or linear, got {self.lr_schedule!r}")
         self.gamma = float(cfg["gamma"])
         self.gae_lambda = float(cfg["gae_lambda"])
         self.rollout_steps = int(cfg["rollout_steps"])
@@ -276,11 +325,17 @@ class PPO(Algorithm):
         if not spec.discrete and spec.action_dim < 1:
             raise ConfigError(f"algo=ppo needs at least one action dimension, {spec.env_id} has none")
 
+    def set_progress(self, fraction: float) -> None:
+        """``lr_schedule=linear``: ``lr * (1 - fraction)``, floored at 1% of ``lr`` so that the
+        last updates of a budget still move."""
+        if self.lr_schedule == "linear" and self.policy.optimizer is not None:
+            scale = max(0.01, 1.0 - min(1.0, max(0.0, float(fraction))))
+            self.policy.optimizer.param_groups[0]["lr"] = self.lr * scale
+
     # -- acting -------------------------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, np.ndarray]:
-        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-        dist = self.net.distribution(obs_t)
+        dist = self.net.distribution(self.obs_tensor(obs))
         if self.spec.discrete:
             if explore:
                 probs = dist.probs
@@ -382,14 +437,13 @@ class PPO(Algorithm):
             return rows[:, layout.slices[name]]
 
         obs, next_obs, action = col("obs"), col("next_obs"), col("action")
-        values = self.net.value(obs)
-        next_values = self.net.value(next_obs)
+        values, proximal = self._evaluate(obs, action)
+        next_values, _ = self._evaluate(next_obs, None)
         columns = (col("reward")[:, 0] * self.reward_scale, values, next_values,
                    col("terminated")[:, 0], col("truncated")[:, 0], col("stream")[:, 0])
         log_prob = col("log_prob")  # behaviour
         weight = None
         if self.vtrace:
-            proximal, _ = self.net.log_prob_entropy(self.net.distribution(obs), action)
             log_ratio = proximal - log_prob[:, 0]
             value_adv, advantages = vtrace_tensor(*columns, log_ratio, self.gamma, self.gae_lambda,
                                                   self.rho_clip, self.c_clip)
@@ -420,6 +474,24 @@ class PPO(Algorithm):
         ]
         rollout.rows = None  # the table holds what training needs
 
+    def _evaluate(self, obs: torch.Tensor, action: torch.Tensor | None,
+                  chunk: int = EVAL_CHUNK_ROWS) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``V(obs)`` and, with ``action`` and V-trace, the current policy's log-probabilities of
+        ``action``: in chunks of ``chunk`` rows, so a rollout of many images does not need all
+        their activations at once."""
+        values, log_probs = [], []
+        want_log_prob = action is not None and self.vtrace
+        for first in range(0, obs.shape[0], chunk):
+            part = slice(first, first + chunk)
+            if want_log_prob:
+                dist, value = self.net.distribution_value(obs[part])
+                log_probs.append(self.net.log_prob_entropy(dist, action[part])[0])
+            else:
+                value = self.net.value(obs[part])
+            values.append(value)
+        cat = (lambda parts: parts[0] if len(parts) == 1 else torch.cat(parts))  # noqa: E731
+        return cat(values), (cat(log_probs) if want_log_prob else None)
+
     # -- learning -----------------------------------------------------------------------------
     def update(self, sync: GradSync = local_sync) -> Mapping[str, float]:
         if not self._rollouts:
@@ -441,9 +513,8 @@ class PPO(Algorithm):
         """One gradient step on a minibatch with ``obs``, ``action``, ``log_prob`` (the
         behaviour's, or with V-trace the proximal policy's), ``advantage``, ``return``, ``value``
         (the rollout's ``V(obs)``) and, with V-trace, ``weight`` (``min(rho_clip, pi_prox/mu)``)."""
-        dist = self.net.distribution(batch["obs"])
+        dist, values = self.net.distribution_value(batch["obs"])
         log_prob, entropy = self.net.log_prob_entropy(dist, batch["action"])
-        values = self.net.value(batch["obs"])
         advantages = batch["advantage"]
         if self.normalize_advantage and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)

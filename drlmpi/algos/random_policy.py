@@ -23,6 +23,7 @@ class RandomPolicy(Algorithm):
     """Uniform random actions (``action_space``-shaped); no parameters, no updates."""
 
     kind = "off_policy"
+    takes_images = True
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:

@@ -12,6 +12,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -20,9 +21,10 @@ import numpy as np
 from drlmpi.algos.base import Algorithm, ConfigError
 from drlmpi.checkpoint import Checkpointer, load_rank_state, read_meta
 from drlmpi.comm import Control, TimedComm, int64_message
-from drlmpi.envs import EnvSpec, make_env
+from drlmpi.envs import EnvSpec, env_make_kwargs, make_env
 from drlmpi.metrics import RunLog
 from drlmpi.roles import Actor, Learner
+from drlmpi.vector import SerialEnvs, WorkerEnvs
 from drlmpi.watchdog import PROGRESS
 
 SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
@@ -122,17 +124,25 @@ class RunContext:
         cost = float(env.sim_cost_ms)
         per_rank = env.get("sim_cost_ms_by_rank") or {}
         cost = float(per_rank.get(self.rank, per_rank.get(str(self.rank), cost)))
-        kwargs = dict(env.get("kwargs") or {})
-        return {"sim_cost_ms": cost, "max_episode_steps": env.get("max_episode_steps"), **kwargs}
+        return {"sim_cost_ms": cost, **env_make_kwargs(env)}
 
     def make_actor(self, simulator_index: int, algo: Algorithm | None = None) -> Actor:
-        """A simulator with ``env.num_envs`` environments and its own acting algorithm."""
+        """A simulator with ``env.num_envs`` environments (stepped as ``env.vector`` says) and
+        its own acting algorithm."""
         n_envs = int(self.cfg.env.num_envs)
+        vector = str(self.cfg.env.get("vector", "sync"))
+        kwargs = self._env_kwargs()
         with PROGRESS.paused("start-up: creating %d %s environment(s)", n_envs, self.cfg.env.id):
-            envs = [make_env(self.cfg.env.id, **self._env_kwargs()) for _ in range(n_envs)]
             algo = algo or self.make_algo(learner=False)
-            for i, env in enumerate(envs):
-                env.action_space.seed(self.seed + i)
+            dtype = np.uint8 if algo.layout.packed else np.float32
+            if vector == "async":
+                envs = WorkerEnvs([partial(make_env, self.cfg.env.id, **kwargs) for _ in range(n_envs)],
+                                  dtype, action_seed=self.seed)
+            else:
+                made = [make_env(self.cfg.env.id, **kwargs) for _ in range(n_envs)]
+                for i, env in enumerate(made):
+                    env.action_space.seed(self.seed + i)
+                envs = SerialEnvs(made, dtype)
             return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
 
     def make_learner(self, algo: Algorithm | None = None, log: bool = True) -> Learner:
@@ -145,7 +155,7 @@ class RunContext:
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
         run = self.cfg.run
-        eval_kwargs = {"max_episode_steps": env.get("max_episode_steps"), **dict(env.get("kwargs") or {})}
+        eval_kwargs = {**env_make_kwargs(env), "train": False}
 
         def make_eval_envs() -> list:
             count = min(int(run.eval_episodes), int(run.get("eval_envs", 10)))

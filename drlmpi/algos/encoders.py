@@ -1,0 +1,125 @@
+"""Observation encoders: what turns an observation into features for an algorithm's heads.
+
+``algo.encoder``:
+
+* ``mlp`` - the observation flattened (uint8 images scaled to ``[0, 1]``) into the MLP trunk
+  given by ``algo.hidden``;
+* ``cnn`` - the Nature-DQN convolution stack (Mnih et al. 2015: 32 8x8 filters stride 4, 64 4x4
+  stride 2, 64 3x3 stride 1, ReLU) on ``(C, H, W)`` images scaled to ``[0, 1]``, flattened into
+  the ``algo.hidden`` fully connected layers (``[512]`` in the Atari configs). It needs images
+  of at least 36x36;
+* ``auto`` (default) - ``cnn`` for images of at least 36x36, ``mlp`` otherwise.
+
+Images reach the networks as uint8 (acting: the simulator's observations; learning: the packed
+byte columns of :class:`~drlmpi.comm.ExperienceLayout`, unpacked by :class:`ImageInput`), and
+are converted to float on the network's device, inside the forward pass (so inside a captured
+update too). Flat vector observations pass through unchanged: their networks are exactly the
+plain MLPs (same parameters and state-dict keys as before encoders existed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from drlmpi.algos.base import ConfigError, mlp
+from drlmpi.comm import ExperienceLayout, unpack_obs
+from drlmpi.envs import EnvSpec
+
+ENCODERS = ("auto", "mlp", "cnn")
+CNN_MIN_SIZE = 36  # the smallest square image the Nature stack's three convolutions take
+
+
+def image_chw(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
+    """``(C, H, W, channels_last)`` of an image observation shape: ``(H, W)`` is one channel;
+    ``(H, W, C)`` when the last axis has at most 4 entries and the first more (RGB/RGBA, a
+    short frame stack last), ``(C, H, W)`` otherwise."""
+    if len(shape) == 2:
+        return 1, shape[0], shape[1], False
+    if shape[-1] <= 4 < shape[0]:
+        return shape[2], shape[0], shape[1], True
+    return shape[0], shape[1], shape[2], False
+
+
+def resolve_encoder(spec: EnvSpec, cfg: Mapping[str, Any], algo_name: str) -> str:
+    """The encoder ``cfg.encoder`` means for ``spec`` (``auto`` resolved); refuses in one line a
+    CNN for flat observations or for images smaller than the stack takes."""
+    choice = str(cfg.get("encoder", "auto"))
+    if choice not in ENCODERS:
+        raise ConfigError(f"algo.encoder must be one of {', '.join(ENCODERS)}, got {choice!r}")
+    if not spec.image:
+        if choice == "cnn":
+            raise ConfigError(f"algo={algo_name} algo.encoder=cnn needs image observations, but "
+                              f"{spec.env_id} has a {spec.describe_obs()}: use algo.encoder=mlp (or auto)")
+        return "mlp"
+    _, h, w, _ = image_chw(spec.obs_shape)
+    big_enough = min(h, w) >= CNN_MIN_SIZE
+    if choice == "cnn" and not big_enough:
+        raise ConfigError(f"algo={algo_name} algo.encoder=cnn needs images of at least {CNN_MIN_SIZE}x"
+                          f"{CNN_MIN_SIZE} (the Nature-DQN convolutions), but {spec.env_id} has an "
+                          f"{spec.describe_obs()}: use algo.encoder=mlp")
+    if choice == "auto":
+        return "cnn" if big_enough else "mlp"
+    return choice
+
+
+class ImageInput(nn.Module):
+    """uint8 images, or their packed byte columns (float32 slots), to float ``[0, 1]`` on the
+    module's device: ``(B, C, H, W)``, or ``(B, C*H*W)`` with ``flatten``."""
+
+    def __init__(self, layout: ExperienceLayout, flatten: bool) -> None:
+        super().__init__()
+        self.layout = layout
+        self.flatten = flatten
+        self.chw = image_chw(layout.obs_shape)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.dtype == torch.float32 and obs.dim() == 2 and obs.shape[1] == self.layout.obs_slots:
+            obs = unpack_obs(obs, self.layout)  # the packed columns of stored rows
+        x = obs.to(torch.float32) * (1.0 / 255.0)
+        if self.flatten:
+            return x.reshape(x.shape[0], -1)
+        c, h, w, channels_last = self.chw
+        if channels_last:
+            return x.permute(0, 3, 1, 2)
+        return x.reshape(x.shape[0], c, h, w)
+
+
+def nature_cnn(channels: int) -> nn.Sequential:
+    """The Nature-DQN convolution stack (flattened output)."""
+    return nn.Sequential(
+        nn.Conv2d(channels, 32, 8, stride=4), nn.ReLU(),
+        nn.Conv2d(32, 64, 4, stride=2), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, stride=1), nn.ReLU(),
+        nn.Flatten(),
+    )
+
+
+def conv_features(channels: int, h: int, w: int) -> int:
+    """Output width of :func:`nature_cnn` on ``(channels, h, w)`` images."""
+    with torch.no_grad():
+        return int(nature_cnn(channels)(torch.zeros(1, channels, h, w)).shape[1])
+
+
+def encoder(spec: EnvSpec, layout: ExperienceLayout, kind: str) -> tuple[nn.Module | None, int]:
+    """The module mapping observations to features, and its output width: ``None`` and
+    ``obs_dim`` for flat vectors (the trunk takes them as they are)."""
+    if not spec.image:
+        return None, spec.obs_dim
+    if kind == "mlp":
+        return ImageInput(layout, flatten=True), spec.obs_dim
+    c, h, w, _ = image_chw(spec.obs_shape)
+    return nn.Sequential(ImageInput(layout, flatten=False), nature_cnn(c)), conv_features(c, h, w)
+
+
+def network(spec: EnvSpec, layout: ExperienceLayout, kind: str, out_dim: int, hidden: tuple[int, ...],
+            activation: type[nn.Module] = nn.ReLU,
+            out_activation: type[nn.Module] | None = None) -> nn.Module:
+    """The encoder followed by an MLP ``features -> hidden... -> out_dim``; the plain MLP for
+    flat observations."""
+    enc, features = encoder(spec, layout, kind)
+    head = mlp(features, out_dim, hidden, activation, out_activation)
+    return head if enc is None else nn.Sequential(enc, head)

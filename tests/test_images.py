@@ -1,0 +1,244 @@
+"""Image observations end to end: uint8 bytes packed in the experience rows, kept bit for bit
+through replay and rollouts, CNN encoders, the raw-episode protocol, vector environments per
+rank (sync and async give the same experience), every topology moving exactly the image bytes
+it claims, learning on a tiny image task, and the refusals."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import tests.image_env  # noqa: F401  (registers ImageSide-v0)
+from drlmpi.algos.base import ConfigError
+from drlmpi.algos.dqn import DQN
+from drlmpi.algos.encoders import conv_features, image_chw, resolve_encoder
+from drlmpi.algos.ppo import PPO
+from drlmpi.algos.random_policy import RandomPolicy
+from drlmpi.comm import ChunkHeader
+from drlmpi.envs import env_spec, make_env
+from drlmpi.replay import ReplayBuffer
+from drlmpi.roles import Actor
+from drlmpi.schema import group_config
+from drlmpi.vector import SerialEnvs, WorkerEnvs
+from tests.image_env import ImageSide
+from tests.mpirun import run_job
+
+IMAGE_ENV = "env.id=tests.image_env:ImageSide-v0"
+
+
+def image_spec(**kwargs):
+    return env_spec(make_env("tests.image_env:ImageSide-v0", **kwargs))
+
+
+def every_byte_pattern(n: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Images whose bytes cover 0..255 in every position of a 4-byte slot: NaN, infinity and
+    subnormal float32 bit patterns included."""
+    size = int(np.prod(shape))
+    flat = ((np.arange(n * size, dtype=np.int64) * 7 + np.arange(n * size) // 256) % 256).astype(np.uint8)
+    # infinity, a quiet NaN, a subnormal and a signalling NaN (little-endian float32 slots)
+    special = [0, 0, 0x80, 0x7F, 0, 0, 0xC0, 0x7F, 1, 0, 0, 0, 1, 0, 0x80, 0x7F]
+    flat[: min(16, flat.size)] = special[: min(16, flat.size)]
+    return flat.reshape(n, *shape)
+
+
+def test_image_columns_are_packed_bytes_and_round_trip_bit_for_bit():
+    spec = image_spec(size=37, channels=3, layout="hwc")  # 4107 bytes: the last slot is padded
+    layout = DQN.experience_layout(spec)
+    assert layout.packed and layout.obs_shape == (37, 37, 3)
+    assert layout.obs_slots == math.ceil(37 * 37 * 3 / 4) == 1027
+    assert layout.width == 2 * 1027 + 1 + 6 and layout.row_bytes == 4 * layout.width
+    images = every_byte_pattern(300, (37, 37, 3))
+    slots = images.reshape(300, -1)[:, : 4 * (4107 // 4)].copy().view(np.float32)
+    assert np.isnan(slots).any() and np.isinf(slots).any() and (np.abs(slots[slots != 0]) < 1.2e-38).any()
+    rows = layout.empty(300)
+    layout.put_obs(rows, "obs", images)
+    layout.put_obs(rows, "next_obs", images[::-1])
+    assert np.array_equal(layout.obs_array(rows), images)
+    # Through the replay (ring wrap included) and a sampled minibatch.
+    replay = ReplayBuffer(layout, 256, "cpu", seed=0)
+    replay.add(rows[:100])
+    replay.add(np.concatenate([rows[100:200], rows[200:]]))
+    stored = layout.obs_array(replay.rows)
+    assert np.array_equal(stored[:44], images[256:]) and np.array_equal(stored[44:], images[44:256])
+    batch = replay.sample(64)
+    index = replay._buffers(64)[1].numpy()
+    assert np.array_equal(layout.obs_tensor(replay._buffers(64)[2]).numpy(), stored[index])
+    assert batch["obs"].shape == (64, 1027)
+    # A rollout's table (torch.cat of packed columns) keeps them too.
+    table = torch.cat([torch.from_numpy(rows[:, layout.slices["obs"]]), torch.ones(300, 1)], dim=1)
+    shuffled = table.index_select(0, torch.arange(299, -1, -1))
+    assert np.array_equal(layout.obs_tensor(shuffled).numpy(), images[::-1])
+
+
+def test_env_spec_takes_vectors_and_uint8_images_only():
+    assert image_spec(layout="hw").obs_shape == (36, 36)
+    assert image_spec().image and image_spec().describe_obs() == "image 1x36x36 uint8"
+    env = gym.make("CartPole-v1")
+    assert not env_spec(env).image and env_spec(env).obs_shape == (4,)
+
+    class FloatImage(ImageSide):
+        def __init__(self):
+            super().__init__()
+            self.observation_space = gym.spaces.Box(0, 1, (1, 36, 36), np.float32)
+
+    with pytest.raises(ValueError, match="flat Box or a uint8 Box image"):
+        env_spec(FloatImage())
+
+
+@pytest.mark.parametrize(("kwargs", "chw"), [
+    ({"layout": "chw", "channels": 4, "size": 84}, (4, 84, 84, False)),
+    ({"layout": "hwc", "channels": 3, "size": 40}, (3, 40, 40, True)),
+    ({"layout": "hw", "size": 36}, (1, 36, 36, False)),
+])
+def test_cnn_shapes_for_every_image_layout(kwargs, chw):
+    spec = image_spec(**kwargs)
+    assert image_chw(spec.obs_shape) == chw
+    cfg = group_config("algo", "ppo")
+    ppo = PPO(spec, cfg, seed=0)
+    assert ppo.encoder == "cnn" and ppo.net.shared
+    images = every_byte_pattern(5, spec.obs_shape)
+    dist = ppo.net.distribution(ppo.obs_tensor(images))
+    assert dist.logits.shape == (5, 2)
+    # The packed columns of stored rows give the same outputs as the uint8 images.
+    rows = ppo.layout.empty(5)
+    ppo.layout.put_obs(rows, "obs", images)
+    packed = torch.from_numpy(rows)[:, ppo.layout.slices["obs"]]
+    assert torch.equal(ppo.net.value(packed), ppo.net.value(ppo.obs_tensor(images)))
+    dqn = DQN(spec, group_config("algo", "dqn"), seed=0)
+    assert dqn.q(dqn.obs_tensor(images)).shape == (5, 2)
+    c, h, w, _ = chw
+    assert conv_features(c, h, w) == 64 * ((((h - 8) // 4 + 1) - 4) // 2 - 1) ** 2
+    if h == 84:
+        assert conv_features(c, h, w) == 3136  # the Nature DQN's 7x7x64
+
+
+def test_encoder_choice_and_refusals():
+    small = image_spec(size=16)
+    assert resolve_encoder(small, {"encoder": "auto"}, "ppo") == "mlp"
+    assert resolve_encoder(image_spec(), {"encoder": "auto"}, "ppo") == "cnn"
+    assert resolve_encoder(image_spec(), {"encoder": "mlp"}, "ppo") == "mlp"
+    with pytest.raises(ConfigError, match=r"at least 36x36.*image 1x16x16 uint8.*encoder=mlp"):
+        resolve_encoder(small, {"encoder": "cnn"}, "dqn")
+    cartpole = env_spec(gym.make("CartPole-v1"))
+    with pytest.raises(ConfigError, match="encoder=cnn needs image observations.*vector of 4"):
+        resolve_encoder(cartpole, {"encoder": "cnn"}, "ppo")
+    mlp_on_images = PPO(small, group_config("algo", "ppo"), seed=0)
+    assert mlp_on_images.encoder == "mlp"
+    obs = every_byte_pattern(3, small.obs_shape)
+    assert mlp_on_images.net.distribution(mlp_on_images.obs_tensor(obs)).logits.shape == (3, 2)
+
+
+def test_an_image_task_refused_for_td3_in_one_line(tmp_path):
+    job = run_job(1, ["algo=td3", IMAGE_ENV, "env.reward_threshold=null"], tmp_path / "run", timeout=60)
+    assert job.returncode == 2
+    assert job.stderr.count("drlmpi: error:") == 1
+    line = next(line for line in job.stderr.splitlines() if "drlmpi: error:" in line)
+    # TD3 refuses the discrete actions first; a continuous image env meets the image check.
+    assert "algo=td3" in line
+
+
+def test_td3_refuses_image_observations():
+    from drlmpi.algos.td3 import TD3
+    from drlmpi.envs import EnvSpec
+
+    spec = EnvSpec("Img-v0", 36 * 36, False, 0, 1, (-1.0,), (1.0,), obs_shape=(36, 36), obs_dtype="uint8")
+    with pytest.raises(ConfigError, match="algo=td3 takes flat vector observations.*image 36x36 uint8"):
+        TD3(spec, group_config("algo", "td3"), seed=0, learner=False)
+
+
+def test_actor_logs_raw_games_not_training_episodes():
+    envs = [make_env("tests.image_env:ImageSide-v0", size=16, episode_steps=4, lives=3) for _ in range(2)]
+    spec = env_spec(envs[0])
+    assert spec.raw_episodes
+    actor = Actor(envs, RandomPolicy(spec, {}, seed=0), stream_base=0, seed=0)
+    layout = actor.layout
+    rows = actor.collect(24)  # 24 steps x 2 envs: 6 training episodes = 2 games per env
+    lengths = layout.column(rows, "episode_length")[:, 0]
+    ended = (layout.column(rows, "truncated")[:, 0] > 0).sum()
+    assert ended == 12 and (lengths > 0).sum() == 4 == actor.episodes
+    assert set(lengths[lengths > 0]) == {12}
+    returns = layout.column(rows, "episode_return")[lengths > 0, 0]
+    assert set(returns) <= set(range(0, 25, 2))  # raw rewards are doubled: even numbers
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "tests.image_env:ImageSide-v0"])
+def test_async_vector_envs_give_the_same_experience_as_sync(env_id):
+    make = [lambda: make_env(env_id) for _ in range(3)]
+    spec = env_spec(make[0]())
+    dtype = np.uint8 if spec.image else np.float32
+    rows = []
+    for bank in (SerialEnvs([m() for m in make], dtype), WorkerEnvs(make, dtype)):
+        actor = Actor(bank, RandomPolicy(spec, {}, seed=4), stream_base=0, seed=11)
+        rows.append(actor.collect(120))  # CartPole episodes end and reset inside
+        actor.close()
+    assert rows[0].shape == rows[1].shape
+    assert rows[0].tobytes() == rows[1].tobytes()
+    layout = RandomPolicy(spec, {}, seed=0).layout
+    assert (layout.column(rows[0], "episode_length") > 0).any() or spec.image
+
+
+# (topology overrides, ranks, ranks that simulate, what carries experience to rank 0)
+CASES = [
+    (["topology=sequential"], 1, None),
+    (["topology=p2p"], 2, "experience"),
+    (["topology=star"], 3, "experience"),
+    (["topology=async"], 3, "experience"),
+    (["topology=parameter_server"], 3, "gradients"),
+    (["topology=allgather"], 2, "gradients"),
+    (["topology=groups"], 4, "experience"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "ranks", "carrier"), CASES, ids=[c[0][0][9:] for c in CASES])
+def test_image_contract_through_every_topology(tmp_path, overrides, ranks, carrier):
+    steps = 600
+    job = run_job(ranks, ["algo=dqn", IMAGE_ENV, "env.reward_threshold=null", "+env.kwargs.size=40",
+                          "+env.kwargs.channels=2", f"run.max_env_steps={steps}", "run.eval_every=100000",
+                          "run.progress_every_s=0", "algo.learning_starts=100", "algo.batch_size=16",
+                          "algo.hidden=[32]", "env.num_envs=2", *overrides],
+                  tmp_path / "run", timeout=240)
+    assert job.returncode == 0, job.stderr[-3000:]
+    summary = job.summary()
+    # 2 x 40 x 40 bytes = 800 float32 slots per observation column, + the action and 6 scalars.
+    row_bytes = summary["experience_row_bytes"]
+    assert row_bytes == 4 * (2 * 800 + 1 + 6)
+    assert summary["updates"] > 0 and summary["env_steps"] >= steps
+    per_rank = summary["per_rank"]
+    if carrier == "experience":
+        header = 8 * len(ChunkHeader) if overrides[0] == "topology=async" else 0
+        for rank in per_rank:
+            sent_stats = rank.get("group_comm", rank)["sent"]  # groups: the group's communicator
+            if "experience" in sent_stats:
+                messages, nbytes = sent_stats["experience"]
+                sent = rank["env_steps"] - rank.get("unsent_steps", 0)
+                assert sent > 0
+                assert (nbytes - sent * row_bytes) in (0, messages * header), (nbytes, sent, messages)
+        assert sum("experience" in r.get("group_comm", r)["sent"] for r in per_rank) >= ranks // 2
+    elif carrier == "gradients":
+        for rank in per_rank:
+            assert "experience" not in rank["sent"]
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        episodes = [r for r in csv.DictReader(f) if r["kind"] == "episode"]
+    assert len(episodes) >= steps // 16 - 4
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_a_cnn_learns_the_image_task(tmp_path, algo):
+    """A random policy returns about 8 of 16; the CNN learns which side the square is on."""
+    extra = {"ppo": ["algo.rollout_steps=256", "algo.batch_size=32", "algo.epochs=4", "algo.lr=1e-3",
+                     "run.max_env_steps=8000"],
+             "dqn": ["algo.learning_starts=300", "algo.exploration_steps=1500", "run.max_env_steps=3000"]}
+    job = run_job(1, [f"algo={algo}", IMAGE_ENV, "env.reward_threshold=null", "run.eval_every=100000",
+                      "run.progress_every_s=0", "algo.encoder=cnn", *extra[algo]],
+                  tmp_path / "run", timeout=240)
+    assert job.returncode == 0, job.stderr[-3000:]
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        returns = [float(r["return"]) for r in csv.DictReader(f) if r["kind"] == "episode"]
+    # The first 16 episodes: PPO's first rollout (the initial policy), DQN's epsilon-1 warm-up.
+    first, last = np.mean(returns[:16]), np.mean(returns[-len(returns) // 5:])
+    assert first < 10.5 and last > 13.5, (first, last)
