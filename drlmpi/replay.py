@@ -23,8 +23,9 @@ _Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]
 
 
 def replay_bytes(layout: ExperienceLayout, capacity: int) -> int:
-    """Bytes of device memory a :class:`ReplayBuffer` of ``capacity`` rows allocates for its
-    rows (float32, ``layout.width`` columns); minibatch buffers are negligible next to it."""
+    """Bytes of memory a :class:`ReplayBuffer` of ``capacity`` rows takes when full
+    (``layout.row_bytes`` each: image observations as bytes); minibatch buffers are negligible
+    next to it."""
     return int(capacity) * layout.width * FLOAT_BYTES
 
 
@@ -45,7 +46,9 @@ class ReplayBuffer:
         self.layout = layout
         self.capacity = int(capacity)
         self.device = torch.device(device)
-        self.storage = torch.zeros((self.capacity, layout.width), dtype=torch.float32, device=self.device)
+        # Uninitialised: rows are read only once written (sampling stays below ``size``), and on
+        # the CPU the pages of a large image replay are then only touched as it fills.
+        self.storage = torch.empty((self.capacity, layout.width), dtype=torch.float32, device=self.device)
         self.staging = Staging(layout.width, self.device)
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
@@ -61,10 +64,10 @@ class ReplayBuffer:
 
     @property
     def rows(self) -> np.ndarray:
-        """The stored rows as numpy (a view on the CPU, a copy from a device)."""
+        """The valid rows as numpy (a view on the CPU, a copy from a device)."""
         if self.device.type == "cpu":
-            return self.storage.numpy()
-        return self.storage.cpu().numpy()
+            return self.storage[: self.size].numpy()
+        return self.storage[: self.size].cpu().numpy()
 
     def add(self, rows: np.ndarray) -> None:
         """Append ``rows`` (numpy, shape ``(n, layout.width)``), wrapping around the ring: one

@@ -9,6 +9,7 @@ batches of updates) for the watchdog (:mod:`drlmpi.watchdog`).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -272,6 +273,7 @@ class Learner:
         # may still be one device tensor (drlmpi.device.Metrics), converted when first read.
         self.last_metrics: Mapping[str, float] = {}
         self.policy_lags: list[int] = []  # learner updates between acting and learning
+        self._time_schedules = True  # see follow_steps_only
         self.mpi_clock: Callable[[], float] = mpi_clock or (lambda: 0.0)
 
     @property
@@ -416,12 +418,24 @@ class Learner:
 
     def budget_used(self) -> float:
         """The share of the run's budget spent: job-wide steps over ``run.max_env_steps``, else
-        training seconds over ``run.max_train_seconds`` (0 without a budget)."""
+        training seconds over ``run.max_train_seconds`` (0 without a budget, or with only a
+        time budget after :meth:`follow_steps_only`)."""
         if self.max_env_steps:
             return min(1.0, self.env_steps / self.max_env_steps)
-        if self.max_train_seconds:
+        if self.max_train_seconds and self._time_schedules:
             return min(1.0, self.clock.elapsed() / float(self.max_train_seconds))
         return 0.0
+
+    def follow_steps_only(self) -> None:
+        """Schedules follow job-wide steps only, never this rank's clock: learners that must
+        stay identical (data-parallel ranks averaging gradients) agree on steps, not on clocks.
+        With only ``run.max_train_seconds`` they then keep their initial values (said once)."""
+        self._time_schedules = False
+        if not self.max_env_steps and self.max_train_seconds and self.log is not None \
+                and getattr(self.algo, "lr_schedule", "constant") != "constant":
+            warnings.warn(f"drlmpi: algo.lr_schedule={self.algo.lr_schedule} follows run.max_env_steps "
+                          f"under data-parallel learners (their clocks differ); with only "
+                          f"run.max_train_seconds the learning rate stays constant", stacklevel=2)
 
     def finish(self) -> None:
         """At a budget stop, run the updates the last data entitled (as the sequential loop

@@ -242,3 +242,56 @@ def test_a_cnn_learns_the_image_task(tmp_path, algo):
     # The first 16 episodes: PPO's first rollout (the initial policy), DQN's epsilon-1 warm-up.
     first, last = np.mean(returns[:16]), np.mean(returns[-len(returns) // 5:])
     assert first < 10.5 and last > 13.5, (first, last)
+
+
+def test_tetris_runs_end_to_end_from_the_command_line(tmp_path):
+    """The default algorithm (DQN with the Atari config: a CNN, a 100k-frame-stack replay) on
+    ALE Tetris for 2000 steps ends cleanly - or, on a host without the memory for that replay,
+    is refused at start-up in one line with the figure."""
+    from drlmpi.algos.base import host_available_bytes
+
+    job = run_job(1, ["env=tetris", "run.max_env_steps=2000"], tmp_path / "run", timeout=300)
+    need = DQN.storage_bytes(env_spec(make_env("ALE/Tetris-v5")), {"buffer_size": 100_000})
+    if need > 0.9 * (host_available_bytes() or need):
+        assert job.returncode == 2 and job.stderr.count("drlmpi: error:") == 1
+        assert "algo.buffer_size=100000 rows x 56496 bytes" in job.stderr
+        return
+    assert job.returncode == 0, job.stderr[-3000:]
+    summary = job.summary()
+    assert summary["env_id"] == "ALE/Tetris-v5" and summary["env_steps"] >= 2000
+    assert summary["experience_row_bytes"] == 4 * (2 * 84 * 84 * 4 // 4 + 7)
+    assert summary["stop_reason"] == "max_env_steps"
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["env=tetris", "env.atari.frame_skip=0"], "env.atari.frame_skip must be"),
+    (["env.atari={frame_skip: 4}"], "env.atari is for ALE/ ids"),
+    (["env=tetris", "algo=td3"], "algo=td3 needs a continuous"),
+    (["env=breakout", "algo=ppo", "env.atari.screen_size=16", "algo.encoder=cnn"],
+     "algo.encoder=cnn needs images of at least 36x36"),
+])
+def test_atari_refusals_are_one_line(tmp_path, overrides, message):
+    job = run_job(1, overrides, tmp_path / "run", timeout=120)
+    assert job.returncode == 2, job.stderr[-2000:]
+    assert job.stderr.count("drlmpi: error:") == 1 and message in job.stderr, job.stderr[-2000:]
+
+
+def test_star_with_worker_process_environments(tmp_path):
+    """env.vector=async: each simulator steps its 3 environments in worker processes; steps and
+    bytes are counted per environment, and the job ends cleanly (the workers closed)."""
+    job = run_job(3, ["algo=dqn", IMAGE_ENV, "env.reward_threshold=null", "topology=star",
+                      "env.num_envs=3", "env.vector=async", "run.max_env_steps=900",
+                      "run.eval_every=100000", "run.progress_every_s=0", "algo.learning_starts=100",
+                      "algo.batch_size=16", "algo.hidden=[32]"], tmp_path / "run", timeout=240)
+    assert job.returncode == 0, job.stderr[-3000:]
+    summary = job.summary()
+    assert summary["num_envs"] == 3 and summary["env_steps"] >= 900
+    sims = [r for r in summary["per_rank"] if r["rank"] != 0]
+    assert sum(r["env_steps"] for r in sims) == summary["env_steps"]
+    for sim in sims:
+        assert sim["env_steps"] % 3 == 0
+        messages, nbytes = sim["sent"]["experience"]
+        assert nbytes == sim["env_steps"] * summary["experience_row_bytes"]
+    with open(tmp_path / "run" / "metrics.csv") as f:
+        ranks = {r["rank"] for r in csv.DictReader(f) if r["kind"] == "episode"}
+    assert ranks == {"1", "2"}

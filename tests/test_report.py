@@ -405,3 +405,139 @@ def test_learner_device_is_its_own_regime(tmp_path):
     assert algo_label("dqn", "cuda") == "dqn[cuda]"
     assert algo_label("dqn", "cuda:1", updates=10) == "dqn[cuda:1]"
     assert algo_label("random", "cuda", updates=0) == "random"
+
+
+# The ranks x envs-per-rank grid: (world size, num_envs) -> samples/s of the learning runs (mean of
+# two seeds at -10 / +10 of it) and of the raw-stepping ceiling (algo=random, one seed).
+GRID_SPS = {(1, 1): 100.0, (2, 1): 180.0, (4, 1): 320.0, (1, 2): 200.0, (2, 2): 360.0,
+            (1, 4): 400.0, (2, 4): 720.0, (4, 4): 1200.0}
+CEILING_SPS = {(1, 1): 400.0, (2, 1): 600.0, (1, 4): 1600.0, (4, 4): 2400.0}
+
+
+def _grid_run(root, name, world_size, num_envs, seed, sps, *, algo="ppo", topology="allgather",
+              learner_only_rank=False, **kwargs):
+    """A run of ``train_seconds`` 10 stepping ``sps`` env steps/s with ``num_envs`` per rank."""
+    run = make_run(root, name, topology, world_size, seed, 10.0, algo=algo, env="tetris", solved=False,
+                   steps=round(10 * sps), updates=0 if algo == "random" else None, **kwargs)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["num_envs"] = num_envs
+    if learner_only_rank:
+        summary["per_rank"][0]["env_steps"] = 0
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+def _section(text, title):
+    """The lines of ``### title`` up to the next heading."""
+    lines = text.splitlines()
+    start = lines.index(f"### {title}")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("#")), len(lines))
+    return lines[start:end]
+
+
+@pytest.fixture(scope="module")
+def grid_report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grid") / "runs"
+    for (ws, envs), sps in GRID_SPS.items():
+        for seed, delta in enumerate((-10.0, 10.0)):
+            _grid_run(root, f"ppo_n{ws}_e{envs}_s{seed}", ws, envs, seed, sps + delta)
+    for (ws, envs), sps in CEILING_SPS.items():
+        _grid_run(root, f"random_n{ws}_e{envs}", ws, envs, 0, sps, algo="random")
+    return build_report([root], root.parent / "out")
+
+
+def test_scaling_grid_samples_and_raw_stepping_ceiling(grid_report):
+    text = (grid_report.out / "report.md").read_text()
+    assert "## Scaling: ranks x environments per rank" in text
+    ppo = _section(text, "tetris / ppo / allgather")
+    assert "| ranks | e=1 | e=2 | e=4 |" in ppo
+    assert "| 1 | 100 (ceiling 400: 25%) | 200 | 400 (ceiling 1,600: 25%) |" in ppo
+    assert "| 2 | 180 (ceiling 600: 30%) | 360 | 720 |" in ppo
+    assert "| 4 | 320 | - | 1,200 (ceiling 2,400: 50%) |" in ppo
+    # the ceiling runs are a grid of their own, without a ceiling
+    random = _section(text, "tetris / random / allgather")
+    assert "| 1 | 400 | 1,600 |" in random and "| 4 | - | 2,400 |" in random
+    assert not any("ceiling" in line for line in random)
+    assert "![Scaling of tetris / ppo / allgather](scaling_tetris_ppo.png)" in ppo
+    assert (grid_report.out / "scaling_tetris_ppo.png").read_bytes()[:8] == PNG_SIGNATURE
+    # the existing tables keep one group per num_envs setting
+    assert {g.env for g in grid_report.groups} == {"tetris[envs=1]", "tetris[envs=2]", "tetris[envs=4]"}
+
+
+def test_scaling_weak_efficiency_and_strong_speedup(grid_report):
+    text = (grid_report.out / "report.md").read_text()
+    ppo = _section(text, "tetris / ppo / allgather")
+    # E(N) = sps(N, e) / (N / 1 * sps(1, e)): 180 / 200, 320 / 400; 360 / 400; 720 / 800, 1200 / 1600
+    weak = ppo.index("| 1 | 1.00 | 1.00 | 1.00 |")
+    assert ppo[weak + 1:weak + 3] == ["| 2 | 0.90 | 0.90 | 0.90 |", "| 4 | 0.80 | - | 0.75 |"]
+    assert any(line.startswith("Weak scaling") and "N0 = 1 rank(s)" in line for line in ppo)
+    # totals found at two world sizes or more: T = 2 (1x2, 2x1) and T = 4 (1x4, 2x2, 4x1)
+    strong = ppo.index("| total envs | ranks | envs/rank | samples/s | speedup | efficiency |")
+    assert ppo[strong + 2:strong + 7] == [
+        "| 2 | 1 | 2 | 200 | 1.00 | 1.00 |",
+        "| 2 | 2 | 1 | 180 | 0.90 | 0.45 |",       # 180 / 200, / 2
+        "| 4 | 1 | 4 | 400 | 1.00 | 1.00 |",
+        "| 4 | 2 | 2 | 360 | 0.90 | 0.45 |",       # 360 / 400, / 2
+        "| 4 | 4 | 1 | 320 | 0.80 | 0.20 |",       # 320 / 400, / 4
+    ]
+    with open(grid_report.out / "scaling.csv", newline="") as f:
+        rows = {(r["algo"], int(r["world_size"]), int(r["num_envs"])): r for r in csv.DictReader(f)}
+    assert set(rows) == {("ppo", *k) for k in GRID_SPS} | {("random", *k) for k in CEILING_SPS}
+    cell = rows[("ppo", 4, 4)]
+    assert float(cell["env_steps_per_s"]) == pytest.approx(1200.0)
+    assert float(cell["weak_efficiency"]) == pytest.approx(1200.0 / (4 * 400.0))
+    assert cell["strong_speedup"] == ""          # T = 16 appears once
+    assert float(cell["ceiling_fraction"]) == pytest.approx(0.5)
+    assert float(rows[("ppo", 4, 1)]["strong_efficiency"]) == pytest.approx(320.0 / 400.0 / 4)
+    assert rows[("ppo", 4, 1)]["strong_base_world_size"] == "1"
+    assert float(rows[("random", 4, 4)]["weak_efficiency"]) == pytest.approx(2400.0 / (4 * 1600.0))
+
+
+def test_scaling_counts_only_ranks_that_step_environments(tmp_path):
+    """With a learner-only rank, the ideal grows with the simulating ranks (1, then 3)."""
+    root = tmp_path / "runs"
+    _grid_run(root, "a", 2, 1, 0, 100.0, topology="star", learner_only_rank=True)
+    _grid_run(root, "b", 4, 1, 0, 270.0, topology="star", learner_only_rank=True, max_env_steps=5000)
+    report = build_report([root], tmp_path / "out")
+    (grid,) = report.grids
+    assert grid.cell(4, 1).workers == 3 and grid.cell(4, 1).weak == pytest.approx(270.0 / (3 * 100.0))
+    section = _section((report.out / "report.md").read_text(), "tetris / ppo / star")
+    assert "| 4 (3 simulating) | 0.90 |" in section
+    # a budget that differs between the grid's runs is named under its table
+    assert ("- `run.max_env_steps` differs between the runs of this grid, so their samples/s are not "
+            "comparable: 100000 (1 run(s)), 5000 (1 run(s)).") in section
+
+
+def test_no_scaling_section_without_a_grid(tmp_path):
+    """One world size and one num_envs per (env, algo, topology): no scaling section or files."""
+    root = tmp_path / "runs"
+    for name, topology, ws in [("s", "sequential", 1), ("p", "p2p", 2), ("a", "allgather", 3)]:
+        for seed in (0, 1):
+            make_run(root, f"{name}{seed}", topology, ws, seed, 10.0 + seed)
+    make_run(root, "r", "allgather", 3, 0, 5.0, algo="random", updates=0, solved=False)
+    report = build_report([root], tmp_path / "out")
+    assert report.grids == []
+    text = (report.out / "report.md").read_text()
+    assert "Scaling" not in text and "## Throughput" in text
+    assert not (report.out / "scaling.csv").exists() and not list(report.out.glob("scaling_*.png"))
+
+
+def test_scaling_names_ceiling_settings_that_differ(tmp_path):
+    """A tuned file loaded by the learning algorithm only (here topology.sync_every) makes the
+    ceiling step differently: the grid says so."""
+    root = tmp_path / "runs"
+    for ws in (1, 2):
+        _grid_run(root, f"p{ws}", ws, 1, 0, 100.0 * ws, extra_topology="  sync_every: 32\n")
+        _grid_run(root, f"r{ws}", ws, 1, 0, 400.0 * ws, algo="random")
+    report = build_report([root], tmp_path / "out")
+    section = _section((report.out / "report.md").read_text(), "tetris / ppo / allgather")
+    assert "| 2 | 200 (ceiling 800: 25%) |" in section
+    assert ("- The ceiling runs differ from this grid's in env or topology settings: "
+            "`topology.sync_every` (32 here, None in the ceiling runs).") in section
+
+
+def test_training_return_curve_is_a_rolling_mean_of_episodes():
+    from drlmpi.report.plots import rolling_mean
+
+    assert rolling_mean(np.array([1.0, 2, 3, 4, 5]), 2).tolist() == [1.0, 1.5, 2.5, 3.5, 4.5]
+    assert rolling_mean(np.array([4.0, 0, 2]), 100).tolist() == [4.0, 2.0, 2.0]

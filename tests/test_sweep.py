@@ -156,7 +156,7 @@ PRESETS = {
                                           "needs at least 2 ranks": 1}, 15),
     "td3_slides_pendulum": ([], 24, 16, {"topology=sequential needs exactly 1 rank": 6,
                                          "needs at least 2 ranks": 2}, 24),
-    "ppo_tetris_grid": ([], 12, 12, {}, 12),
+    "ppo_tetris_grid": (["world_size=1,2"], 12, 12, {}, 30),
     "learning_matrix": (["seed=0"], 36, 36, {}, 108),
     "ddp_cartpole": (["device=cpu"], 6, 6, {}, 6),  # on CPU: allgather's backend auto is mpi
     "topology_throughput": (["env.sim_cost_ms=5"], 40, 28, {"topology=sequential needs exactly 1 rank": 8,

@@ -38,6 +38,12 @@ SPECS = {
     "td3": EnvSpec("Pendulum-v1", 3, False, 0, 1, (-2.0,), (2.0,)),
     "ppo": EnvSpec("CartPole-v1", 4, True, 2, 1, (), ()),
 }
+#: ``--obs atari``: 4 stacked 84x84 grayscale frames (uint8) and Breakout's 4 actions, with the
+#: Atari configs' networks (the Nature CNN, 512 hidden units) and PPO's Atari rollout.
+ATARI_SPEC = EnvSpec("ALE/Breakout-v5", 4 * 84 * 84, True, 4, 1, (), (), obs_shape=(4, 84, 84),
+                     obs_dtype="uint8")
+ATARI_CFG = {"dqn": {"hidden": [512], "buffer_size": 5_000},
+             "ppo": {"hidden": [512], "activation": "relu", "rollout_steps": 1024, "epochs": 4}}
 
 
 def algo_cfg(name: str, batch: int, **overrides) -> dict:
@@ -59,8 +65,11 @@ def random_rows(layout, spec: EnvSpec, n: int, seed: int = 0, terminal_prob: flo
     the column) behaviour log-probabilities near log(1/2)."""
     rng = np.random.default_rng(seed)
     rows = layout.empty(n)
-    layout.column(rows, "obs")[:] = rng.normal(size=(n, spec.obs_dim))
-    layout.column(rows, "next_obs")[:] = rng.normal(size=(n, spec.obs_dim))
+    for name in ("obs", "next_obs"):
+        if spec.image:  # random pixels, packed as the layout stores them
+            layout.put_obs(rows, name, rng.integers(0, 256, (n, *spec.obs_shape), dtype=np.uint8))
+        else:
+            layout.column(rows, name)[:] = rng.normal(size=(n, spec.obs_dim))
     if spec.discrete:
         layout.column(rows, "action")[:, 0] = rng.integers(0, spec.n_actions, n)
     else:
@@ -239,16 +248,17 @@ BARE = {"dqn": bare_dqn, "td3": bare_td3, "ppo": bare_ppo}
 
 # -- (b)-(e) drlmpi -----------------------------------------------------------------------------
 def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
-                per_graph: int = 1) -> Callable[[], object]:
+                per_graph: int = 1, obs: str = "vector") -> Callable[[], object]:
     """An update closure over a drlmpi algorithm whose storage holds random transitions; with
     ``per_graph`` K > 1 (off-policy, captured) one call is ``run_updates(K)``: K updates in one
     graph replay."""
     from hydra.utils import get_class
 
-    cfg = OmegaConf.create(algo_cfg(name, batch, capture=capture))
+    atari = obs == "atari"
+    cfg = OmegaConf.create(algo_cfg(name, batch, capture=capture, **(ATARI_CFG[name] if atari else {})))
     if per_graph > 1:
         cfg["updates_per_graph"] = per_graph
-    spec = SPECS[name]
+    spec = ATARI_SPEC if atari else SPECS[name]
     algo = get_class(cfg["_target_"])(spec, cfg, device=device, seed=0, learner=True)
     if name == "ppo":
         rows = random_rows(algo.layout, spec, int(cfg["rollout_steps"]))
@@ -260,7 +270,7 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
             return algo.update()
 
         return step
-    algo.observe(random_rows(algo.layout, spec, 50_000))
+    algo.observe(random_rows(algo.layout, spec, int(cfg["buffer_size"]) if atari else 50_000))
     if per_graph > 1:
         return lambda: algo.run_updates(per_graph)
     return algo.update
@@ -290,7 +300,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--updates-per-graph", nargs="+", type=int, default=[],
                         help="also measure graph mode with algo.updates_per_graph=K for each K "
                              "(DQN, TD3; rows 'graph xK')")
+    parser.add_argument("--obs", choices=("vector", "atari"), default="vector",
+                        help="atari: 4x84x84 uint8 image observations and the Nature CNN (dqn, ppo; "
+                             "no bare rows)")
     args = parser.parse_args(argv)
+    if args.obs == "atari" and "td3" in args.algo:
+        parser.error("--obs atari takes --algo dqn and/or ppo (TD3 has no image encoder)")
     torch.set_num_threads(args.threads)
     best: dict[tuple[str, int, str, str], tuple[float | None, str]] = {}
 
@@ -315,18 +330,21 @@ def main(argv: list[str] | None = None) -> None:
     for _ in range(args.repeats):
         for algo in args.algo:
             for batch in args.batch:
-                record(algo, batch, "cpu", "bare",
-                       lambda a=algo, b=batch: BARE[a](algo_cfg(a, b), SPECS[a], b))
+                if args.obs == "vector":
+                    record(algo, batch, "cpu", "bare",
+                           lambda a=algo, b=batch: BARE[a](algo_cfg(a, b), SPECS[a], b))
                 for device in args.device:
                     for mode in modes_for(device) if device == "cpu" else (args.modes or modes_for(device)):
                         capture = {"drlmpi": "off", "eager": "off"}.get(mode, mode)
                         record(algo, batch, device, mode,
-                               lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(a, b, d, c))
+                               lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(a, b, d, c,
+                                                                                       obs=args.obs))
                     if device == "cpu" or algo == "ppo":
                         continue
                     for k in args.updates_per_graph:
                         record(algo, batch, device, f"graph x{k}",
-                               lambda a=algo, b=batch, d=device, k=k: drlmpi_step(a, b, d, "graph", k),
+                               lambda a=algo, b=batch, d=device, k=k: drlmpi_step(a, b, d, "graph", k,
+                                                                                  obs=args.obs),
                                per_call=k)
     print_table([(*key, rate, note) for key, (rate, note) in best.items()])
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from drlmpi.report.jobs import Job
 from drlmpi.report.markdown import render
-from drlmpi.report.plots import write_plots
+from drlmpi.report.plots import plot_scaling, write_plots
 from drlmpi.report.runs import MissingRun, Run, RunSet, discover
+from drlmpi.report.scaling import SCALING_COLUMNS, Grid, find_grids, scaling_rows
 from drlmpi.report.tables import (
     RUN_COLUMNS,
     TABLE_COLUMNS,
@@ -25,7 +26,7 @@ from drlmpi.report.tables import (
 )
 
 __all__ = ["NoRunsError", "Report", "build_report", "discover", "Run", "MissingRun", "Job",
-           "RunSet", "Group"]
+           "RunSet", "Group", "Grid"]
 
 
 class NoRunsError(RuntimeError):
@@ -40,6 +41,7 @@ class Report:
     rows: list[dict]
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    grids: list[Grid] = field(default_factory=list)   # the ranks x envs-per-rank scaling grids
 
     def text_summary(self) -> str:
         rs = self.runset
@@ -66,7 +68,8 @@ class Report:
 
 def build_report(paths: list[Path], out: Path | None = None, baseline: str = "sequential") -> Report:
     """Read every run under ``paths`` and write report.md, runs.csv, table.csv and the PNGs to ``out``
-    (default ``<paths[0]>/report``). Raises :class:`NoRunsError` when nothing is found."""
+    (default ``<paths[0]>/report``), plus scaling.csv and scaling_*.png when some runs form a
+    ranks x envs-per-rank grid. Raises :class:`NoRunsError` when nothing is found."""
     paths = [Path(p) for p in paths]
     runset = discover(paths)
     if runset.empty():
@@ -82,7 +85,15 @@ def build_report(paths: list[Path], out: Path | None = None, baseline: str = "se
     write_csv(files[1], rows, TABLE_COLUMNS)
     write_csv(files[2], run_rows(runset.runs), RUN_COLUMNS)
     files += write_plots(groups, baselines, baseline, out)
+    grids = find_grids(runset.runs)
+    scaling_plots: dict[tuple[str, str], Path] = {}
+    if grids:
+        files.append(out / "scaling.csv")
+        write_csv(files[-1], scaling_rows(grids), SCALING_COLUMNS)
+        scaling_plots = plot_scaling(grids, out)
+        files += list(scaling_plots.values())
     notes = comparability_notes(groups)
-    text = render(groups, runset, baselines, baseline, notes, paths)
+    text = render(groups, runset, baselines, baseline, notes, paths, grids,
+                  {key: path.name for key, path in scaling_plots.items()})
     files[0].write_text(text + "\n")
-    return Report(out=out, runset=runset, groups=groups, rows=rows, files=files, notes=notes)
+    return Report(out=out, runset=runset, groups=groups, rows=rows, files=files, notes=notes, grids=grids)

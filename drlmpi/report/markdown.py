@@ -1,5 +1,5 @@
-"""``report.md``: the main table, the learning and throughput tables, the DQN paper's runtime-table
-layout, missing runs, failed jobs."""
+"""``report.md``: the main table, the learning and throughput tables, the scaling grids (ranks x
+envs per rank), the DQN paper's runtime-table layout, missing runs, failed jobs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from drlmpi.report.jobs import Job
 from drlmpi.report.plots import metric_file, training_metrics
 from drlmpi.report.runs import MissingRun, RunSet
+from drlmpi.report.scaling import Cell, Grid
 from drlmpi.report.tables import Group, paper_columns, paper_header
 
 # (row key, header, decimals; None = as is, "%" = share as percent)
@@ -29,6 +30,8 @@ PLOTS = {
     "return_vs_steps.png": "Greedy evaluation return vs job-wide environment steps",
     "speedup.png": "Speedup vs ranks (thick: fixed budget, thin dashed: to threshold; dotted: ideal)",
     "time_breakdown.png": "Where rank time goes, per topology",
+    "train_return_vs_time.png": "Training episode return (mean of the last 100 episodes; Atari: raw "
+                                "game scores) vs training wall-clock",
 }
 
 
@@ -155,6 +158,83 @@ def paper_tables(groups: list[Group], baselines: dict, baseline: str) -> list[st
     return out
 
 
+def percent(share: float) -> str:
+    """A share as a percent: no decimals from 10 %, one below (so a small share is not 0%)."""
+    return f"{100 * share:.0f}%" if share >= 0.1 else f"{100 * share:.1f}%"
+
+
+def _ranks(grid: Grid, world_size: int) -> str:
+    """``N``, plus ``(W simulating)`` when fewer ranks step environments."""
+    workers = {c.workers for (ws, _), c in grid.cells.items() if ws == world_size}
+    simulating = max(workers, default=world_size)
+    return str(world_size) if simulating == world_size else f"{world_size} ({simulating} simulating)"
+
+
+def _grid_table(grid: Grid, show) -> list[str]:
+    """Rows: world sizes; columns: envs per rank; cells: ``show(cell)`` (``-``: no run)."""
+    header = ["ranks"] + [f"e={e}" for e in grid.envs_per_rank]
+    rows = [[_ranks(grid, ws)] + [("-" if grid.cell(ws, e) is None else show(grid.cell(ws, e)))
+                                  for e in grid.envs_per_rank] for ws in grid.world_sizes]
+    return table(header, rows)
+
+
+def _samples_cell(cell: Cell) -> str:
+    text = fmt(cell.sps, 0)
+    if cell.ceiling is not None and cell.fraction is not None:
+        text += f" (ceiling {fmt(cell.ceiling, 0)}: {percent(cell.fraction)})"
+    return text
+
+
+def scaling_grid(grid: Grid, plot: str | None) -> list[str]:
+    """One grid's tables: samples/s (with the ceiling), weak scaling, strong scaling."""
+    counts = sorted({len(c.runs) for c in grid.cells.values()})
+    runs = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    out = [f"### {grid.title}", "",
+           f"Samples/s (env steps per training second, job-wide; mean over {runs} run(s) per cell), "
+           "rows: ranks, columns: `e` = environments per simulating rank"
+           + ("; `ceiling`: the same cell without learning (raw stepping), and this cell's share of it"
+              if any(c.ceiling is not None for c in grid.cells.values()) else "") + ":", ""]
+    out += _grid_table(grid, _samples_cell) + [""]
+    out += [f"- {note}" for note in grid.notes] + ([""] if grid.notes else [])
+    if any(c.weak is not None for c in grid.cells.values()):
+        bases = {c.num_envs: c.weak_base for c in grid.cells.values() if c.weak_base is not None}
+        base = (f"N0 = {next(iter(bases.values()))} rank(s)" if len(set(bases.values())) == 1 else
+                "N0 per column: " + ", ".join(f"e={e}: {n}" for e, n in sorted(bases.items())))
+        out += [f"Weak scaling (same envs per rank), efficiency E = sps(N, e) / (W / W0 x sps(N0, e)), "
+                f"{base}:", ""]
+        out += _grid_table(grid, lambda c: fmt(c.weak, 2)) + [""]
+    else:
+        out += ["Weak scaling: n/a (no envs-per-rank value at two world sizes).", ""]
+    strong = grid.strong_rows()
+    if strong:
+        out += ["Strong scaling (same total environments T = W x e over more ranks), speedup "
+                "S = sps(N, T / W) / sps(N_min, T / W_min), efficiency S / (W / W_min):", ""]
+        out += table(["total envs", "ranks", "envs/rank", "samples/s", "speedup", "efficiency"],
+                     [[str(c.total), _ranks(grid, c.world_size), str(c.num_envs), fmt(c.sps, 0),
+                       fmt(c.strong, 2), fmt(c.strong_efficiency, 2)] for c in strong]) + [""]
+    else:
+        out += ["Strong scaling: n/a (no total number of environments at two world sizes).", ""]
+    if plot:
+        out += [f"![Scaling of {grid.title}]({plot})", ""]
+    return out
+
+
+def scaling_section(grids: list[Grid], plots: dict[tuple[str, str], str]) -> list[str]:
+    """``## Scaling``: every ranks x envs-per-rank grid (nothing when there is none)."""
+    if not grids:
+        return []
+    out = ["## Scaling: ranks x environments per rank", "",
+           "Per env, algo and topology whose runs differ in ranks or in environments per rank. "
+           "sps = mean `env_steps_per_s` (job-wide env steps / training seconds) of a cell; N = "
+           "ranks, W = ranks that step environments, e = `num_envs` (environments per simulating "
+           "rank). Weak scaling keeps e fixed and compares with the fewest ranks N0 (1.00 = linear); "
+           "strong scaling keeps the total T = W x e and splits it over more ranks. See "
+           "docs/report.md.", ""]
+    for grid in grids:
+        out += scaling_grid(grid, plots.get((grid.env, grid.algo)))
+    return out
+
+
 def _code_block(text: str, indent: str = "  ") -> list[str]:
     return [indent + "```", *(indent + line for line in text.splitlines()), indent + "```"]
 
@@ -209,7 +289,8 @@ def jobs_section(failed: list[Job], skipped: list[Job]) -> list[str]:
 
 
 def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
-           notes: list[str], inputs: list[Path]) -> str:
+           notes: list[str], inputs: list[Path], grids: list[Grid] | None = None,
+           scaling_plots: dict[tuple[str, str], str] | None = None) -> str:
     out = ["# drlmpi report", "",
            f"Inputs: {', '.join(f'`{p}`' for p in inputs)}. {len(runset.runs)} complete run(s) in "
            f"{len(groups)} group(s), {len(runset.missing)} missing/partial, "
@@ -240,6 +321,7 @@ def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
                 "highest env steps/s at this env and world size among runs that never updated "
                 "(`algo=random`).", ""]
         out += throughput_table(groups) + [""]
+    out += scaling_section(grids or [], scaling_plots or {})
     if groups:
         out += paper_tables(groups, baselines, baseline)
     out += ["## Plots", ""]

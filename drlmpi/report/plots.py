@@ -5,21 +5,27 @@
 * ``speedup.png``: speedup vs ranks per topology, with the ideal line y = x;
 * ``time_breakdown.png``: simulate / learn / MPI wait / other as shares of rank wall time;
 * ``metrics_<metric>.png``: a training metric of the runs' TensorBoard files (``train/<metric>``,
-  e.g. ``loss``) vs ``env_steps``, for each of :data:`TRAINING_METRICS` some run has.
+  e.g. ``loss``) vs ``env_steps``, for each of :data:`TRAINING_METRICS` some run has;
+* ``scaling_<env>_<algo>.png``: per ranks x envs-per-rank grid of that env+algo (one row of
+  panels per topology), samples/s, weak-scaling efficiency and strong-scaling speedup vs ranks.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
 
+from drlmpi.report.scaling import Grid
 from drlmpi.report.tables import Group
 
-PLOT_FILES = ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png")
+PLOT_FILES = ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png",
+              "train_return_vs_time.png")
+TRAIN_WINDOW = 100  # training episodes per point of the training-return curves
 #: the training metrics (``train/<metric>`` in ``tb/``) plotted as ``metrics_<metric>.png``.
 TRAINING_METRICS = ("loss", "q_mean", "critic_loss", "actor_loss", "policy_loss", "value_loss",
                     "entropy", "approx_kl", "clip_fraction", "grad_norm")
@@ -116,6 +122,44 @@ def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what
         ax.set_title(f"{env} / {algo}")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("eval return (mean over eval episodes)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    _save(fig, path)
+
+
+def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean of the last ``min(window, i + 1)`` values at each position ``i``."""
+    sums = np.cumsum(np.concatenate([[0.0], values]))
+    idx = np.arange(1, len(values) + 1)
+    lo = np.maximum(idx - window, 0)
+    return (sums[idx] - sums[lo]) / (idx - lo)
+
+
+def plot_train_returns(groups: list[Group], path: Path) -> None:
+    """Training episode return (the mean of the last :data:`TRAIN_WINDOW` episodes of all
+    simulators; Atari: raw game scores) vs training wall-clock: the learning curve of runs
+    that evaluate rarely or never."""
+    pairs = by_pair(groups)
+    title = f"Training episode return (mean of the last {TRAIN_WINDOW}) vs training time"
+    if not pairs:
+        return _empty(path, title)
+    fig, axes = _figure(len(pairs))
+    fig.suptitle(title)
+    for ax, ((env, algo), pair_groups) in zip(axes, pairs.items()):
+        sizes = sorted({g.world_size for g in pair_groups})
+        drawn = 0
+        for g in pair_groups:
+            style = dict(color=topology_color(g.topology),
+                         linestyle=LINESTYLES[sizes.index(g.world_size) % len(LINESTYLES)])
+            curves = [(r.episodes[:, 0], rolling_mean(r.episodes[:, 2], TRAIN_WINDOW))
+                      for r in g.runs if len(r.episodes)]
+            drawn += _draw_group(ax, g.name, curves, style, single_width=1.6)
+        if not drawn:
+            ax.text(0.5, 0.5, "no episode rows in metrics.csv", ha="center", va="center",
+                    transform=ax.transAxes)
+        ax.set_title(f"{env} / {algo}")
+        ax.set_xlabel("training wall-clock (s, evaluation excluded)")
+        ax.set_ylabel(f"training return (mean of last {TRAIN_WINDOW} episodes)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     _save(fig, path)
@@ -262,6 +306,90 @@ def plot_breakdown(groups: list[Group], path: Path) -> None:
     _save(fig, path)
 
 
+def scaling_file(env: str, algo: str, taken: set[str]) -> str:
+    """``scaling_<env>_<algo>.png`` with every character outside ``[A-Za-z0-9.-]`` as ``_``
+    (a numbered suffix where two labels come out the same)."""
+    stem = "scaling_" + re.sub(r"[^A-Za-z0-9.-]+", "_", f"{env}_{algo}").strip("_")
+    name, i = f"{stem}.png", 2
+    while name in taken:
+        name, i = f"{stem}_{i}.png", i + 1
+    taken.add(name)
+    return name
+
+
+def _scaling_row(axes, grid: Grid) -> None:
+    """One grid's panels: samples/s (ceilings dashed, ideal weak scaling dotted), weak-scaling
+    efficiency, strong-scaling speedup, each against ranks on a log2 axis."""
+    rate_ax, weak_ax, strong_ax = axes
+    sizes = grid.world_sizes
+    for i, envs in enumerate(grid.envs_per_rank):
+        color = f"C{i % 10}"
+        cells = [c for c in (grid.cell(ws, envs) for ws in sizes) if c is not None and c.sps]
+        if not cells:
+            continue
+        xs = [c.world_size for c in cells]
+        rate_ax.plot(xs, [c.sps for c in cells], color=color, marker="o", label=f"e={envs}")
+        base = cells[0]
+        rate_ax.plot(xs, [base.sps * c.workers / base.workers for c in cells], color=color,
+                     linestyle=":", linewidth=0.9)
+        ceil = [(c.world_size, c.ceiling) for c in cells if c.ceiling]
+        if ceil:
+            rate_ax.plot(*zip(*ceil), color=color, linestyle="--", marker="x", linewidth=1.0,
+                         label=f"e={envs} ceiling (no learning)")
+        weak = [(c.world_size, c.weak) for c in cells if c.weak is not None]
+        if weak:
+            weak_ax.plot(*zip(*weak), color=color, marker="o", label=f"e={envs}")
+    rates = [v for c in grid.cells.values() for v in (c.sps, c.ceiling) if v]
+    if rates and max(rates) > 20 * min(rates):
+        rate_ax.set_yscale("log")
+    weak_ax.axhline(1.0, color="grey", linestyle=":", label="linear")
+    totals: dict[int, list] = defaultdict(list)
+    for c in grid.strong_rows():
+        totals[c.total].append(c)
+    top = 1.0
+    for i, (total, cells) in enumerate(sorted(totals.items())):
+        xs = [c.world_size for c in cells]
+        strong_ax.plot(xs, [c.strong for c in cells], color=f"C{i % 10}", marker="s", label=f"T={total}")
+        ideal = [c.workers / cells[0].workers for c in cells]
+        strong_ax.plot(xs, ideal, color=f"C{i % 10}", linestyle=":", linewidth=0.9)
+        top = max(top, *ideal)
+    if not totals:
+        strong_ax.text(0.5, 0.5, "no total at two world sizes", ha="center", va="center",
+                       transform=strong_ax.transAxes)
+    for ax, ylabel in ((rate_ax, "samples/s (env steps / training s)"),
+                       (weak_ax, "weak-scaling efficiency"), (strong_ax, "strong-scaling speedup")):
+        ax.set_title(f"{grid.topology}", fontsize=9)
+        ax.set_xlabel("ranks (world size)")
+        ax.set_ylabel(ylabel)
+        if len(sizes) > 1:
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="best")
+    weak_ax.set_ylim(bottom=0)
+    strong_ax.set_ylim(0, top * 1.1 if totals else 1.1)
+
+
+def plot_scaling(grids: list[Grid], out: Path) -> dict[tuple[str, str], Path]:
+    """``scaling_<env>_<algo>.png`` per env+algo with a grid; one row of panels per topology."""
+    by: dict[tuple[str, str], list[Grid]] = defaultdict(list)
+    for g in grids:
+        by[(g.env, g.algo)].append(g)
+    files: dict[tuple[str, str], Path] = {}
+    taken: set[str] = set()
+    for (env, algo), pair in by.items():
+        fig = Figure(figsize=(15.0, 4.2 * len(pair)), layout="constrained")
+        axes = fig.subplots(len(pair), 3, squeeze=False)
+        fig.suptitle(f"Scaling of {env} / {algo} over ranks x environments per rank "
+                     "(dotted: linear from the fewest ranks; dashed: raw-stepping ceiling)")
+        for row, grid in zip(axes, pair):
+            _scaling_row(row, grid)
+        files[(env, algo)] = out / scaling_file(env, algo, taken)
+        _save(fig, files[(env, algo)])
+    return files
+
+
 def write_plots(groups: list[Group], baselines: dict, baseline: str, out: Path) -> list[Path]:
     paths = [out / name for name in PLOT_FILES]
     assign_colors(groups)
@@ -269,6 +397,7 @@ def write_plots(groups: list[Group], baselines: dict, baseline: str, out: Path) 
     plot_returns(groups, paths[1], 1, "environment steps (job-wide)", "environment steps")
     plot_speedup(groups, baselines, baseline, paths[2])
     plot_breakdown(groups, paths[3])
+    plot_train_returns(groups, paths[4])
     for metric in training_metrics(groups):
         paths.append(out / metric_file(metric))
         plot_training_metric(groups, metric, paths[-1])

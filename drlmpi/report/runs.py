@@ -66,6 +66,10 @@ class Run:
     #: ``train/<metric>`` curves of ``tb/``, by metric: (n, 2) env_steps, value
     training: dict[str, np.ndarray] = field(default_factory=dict)
     training_error: str = ""     # why ``tb/`` could not be read (empty: read, or absent)
+    #: the env label before :func:`label_swept_num_envs` adds ``envs=k`` (the scaling grids' key)
+    base_env: str = ""
+    #: (n, 3): train_seconds, env_steps, return of each training episode (Atari: raw games)
+    episodes: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
 
     @property
     def key(self) -> tuple[str, str, str, int]:
@@ -217,13 +221,14 @@ def env_label(name: str, sim_cost_ms: Any, env_cfg: dict[str, Any] | None) -> st
     return f"{name}[{' '.join(parts)}]" if parts else str(name)
 
 
-def read_evals(path: Path) -> np.ndarray:
-    """Eval rows of ``metrics.csv`` as (train_seconds, env_steps, return); empty if unreadable."""
+def read_evals(path: Path, kind: str = "eval") -> np.ndarray:
+    """``kind`` rows (``eval``, or ``episode``: training episodes) of ``metrics.csv`` as
+    (train_seconds, env_steps, return); empty if unreadable."""
     rows = []
     try:
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
-                if row.get("kind") != "eval":
+                if row.get("kind") != kind:
                     continue
                 try:
                     rows.append((float(row["train_seconds"]), float(row["env_steps"]), float(row["return"])))
@@ -291,15 +296,16 @@ def load_run(run_dir: Path) -> Run | MissingRun:
         training, training_error = read_training(run_dir)
         info = topology_info(str(summary.get("topology", _dig(config, "topology", "name"))), summary,
                              config, world_size)
+        env = env_label(summary.get("env", _dig(config, "env", "name")),
+                        summary.get("sim_cost_ms", _dig(config, "env", "sim_cost_ms")), config.get("env"))
         return Run(
-            path=run_dir, summary=summary, config=config,
-            env=env_label(summary.get("env", _dig(config, "env", "name")),
-                          summary.get("sim_cost_ms", _dig(config, "env", "sim_cost_ms")), config.get("env")),
+            path=run_dir, summary=summary, config=config, env=env, base_env=env,
             algo=algo_label(summary.get("algo", _dig(config, "algo", "name")),
                             summary.get("device", config.get("device")), summary.get("updates")),
             topology=info.label, world_size=world_size,
             seed=summary.get("seed", config.get("seed")),
             evals=read_evals(run_dir / "metrics.csv"), order=info.order, paper=info.paper,
+            episodes=read_evals(run_dir / "metrics.csv", "episode"),
             training=training, training_error=training_error,
         )
     overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml")

@@ -88,6 +88,7 @@ class Allgather(DataParallelTopology):
         algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
                              device=learner_device(str(ctx.cfg.device), placement))
         learner = ctx.make_learner(algo, log=is_root)
+        learner.follow_steps_only()  # every rank must step with the same learning rate
         actor = ctx.make_actor(simulator_index=comm.rank)
         dist_group = DistGroup(comm, backend, algo.device, placement) if backend != "mpi" else None
         sync = (DistSync(comm, dist_group) if dist_group is not None

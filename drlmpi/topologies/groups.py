@@ -170,6 +170,7 @@ class _GroupLearner:
         self.algo = sub.make_algo(learner=True, shared_init=True, algo_cfg=self.rule.algo_cfg,
                                   device=learner_device(str(ctx.cfg.device), placement))
         self.learner: Learner = sub.make_learner(self.algo, log=self.is_root)
+        self.learner.follow_steps_only()  # the learners must step with the same learning rate
         if sub.log is not None:  # the job's log: progress lines, checkpoints' row counts, the end
             ctx.log = sub.log
         self.dist = (DistGroup(lcomm, self.backend, self.algo.device, placement)
