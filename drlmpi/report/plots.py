@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -96,10 +97,12 @@ def mean_curve(curves: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
     return grid[ok], values[:, ok].mean(axis=0)
 
 
-def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what: str) -> None:
-    """Eval return vs column ``column`` of ``Run.evals`` (0: train_seconds, 1: env_steps)."""
+def _return_panels(groups: list[Group], path: Path, title: str, xlabel: str, ylabel: str,
+                   empty_text: str, curves_of: Callable[[Group], list], markers: bool,
+                   thresholds: bool) -> None:
+    """One panel per (env, algo) pair with every group's return curves (``curves_of(group)``:
+    ``(x, y)`` per run), the reward thresholds (``thresholds``), then saved to ``path``."""
     pairs = by_pair(groups)
-    title = f"Greedy evaluation return vs {what}"
     if not pairs:
         return _empty(path, title)
     fig, axes = _figure(len(pairs))
@@ -108,23 +111,31 @@ def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what
         sizes = sorted({g.world_size for g in pair_groups})
         drawn = 0
         for g in pair_groups:
-            style = dict(color=topology_color(g.topology),
-                         linestyle=LINESTYLES[sizes.index(g.world_size) % len(LINESTYLES)],
-                         marker=MARKERS[sizes.index(g.world_size) % len(MARKERS)], markersize=3)
-            curves = [(r.evals[:, column], r.evals[:, 2]) for r in g.runs if len(r.evals)]
-            drawn += _draw_group(ax, g.name, curves, style, single_width=1.6)
-        thresholds = {r.summary.get("reward_threshold") for g in pair_groups for r in g.runs} - {None}
-        for thr in sorted(thresholds):
+            i = sizes.index(g.world_size)
+            style = dict(color=topology_color(g.topology), linestyle=LINESTYLES[i % len(LINESTYLES)])
+            if markers:
+                style.update(marker=MARKERS[i % len(MARKERS)], markersize=3)
+            drawn += _draw_group(ax, g.name, curves_of(g), style, single_width=1.6)
+        levels = {r.summary.get("reward_threshold") for g in pair_groups for r in g.runs} - {None}
+        for thr in sorted(levels) if thresholds else ():
             ax.axhline(float(thr), color="black", linestyle=(0, (4, 3)), linewidth=1.0,
                        label=f"threshold {float(thr):g}")
         if not drawn:
-            ax.text(0.5, 0.5, "no eval rows in metrics.csv", ha="center", va="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, empty_text, ha="center", va="center", transform=ax.transAxes)
         ax.set_title(f"{env} / {algo}")
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("eval return (mean over eval episodes)")
+        ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     _save(fig, path)
+
+
+def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what: str) -> None:
+    """Eval return vs column ``column`` of ``Run.evals`` (0: train_seconds, 1: env_steps)."""
+    _return_panels(groups, path, f"Greedy evaluation return vs {what}", xlabel,
+                   "eval return (mean over eval episodes)", "no eval rows in metrics.csv",
+                   lambda g: [(r.evals[:, column], r.evals[:, 2]) for r in g.runs if len(r.evals)],
+                   markers=True, thresholds=True)
 
 
 def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -139,30 +150,14 @@ def plot_train_returns(groups: list[Group], path: Path) -> None:
     """Training episode return (the mean of the last :data:`TRAIN_WINDOW` episodes of all
     simulators; Atari: raw game scores) vs training wall-clock: the learning curve of runs
     that evaluate rarely or never."""
-    pairs = by_pair(groups)
-    title = f"Training episode return (mean of the last {TRAIN_WINDOW}) vs training time"
-    if not pairs:
-        return _empty(path, title)
-    fig, axes = _figure(len(pairs))
-    fig.suptitle(title)
-    for ax, ((env, algo), pair_groups) in zip(axes, pairs.items()):
-        sizes = sorted({g.world_size for g in pair_groups})
-        drawn = 0
-        for g in pair_groups:
-            style = dict(color=topology_color(g.topology),
-                         linestyle=LINESTYLES[sizes.index(g.world_size) % len(LINESTYLES)])
-            curves = [(r.episodes[:, 0], rolling_mean(r.episodes[:, 2], TRAIN_WINDOW))
-                      for r in g.runs if len(r.episodes)]
-            drawn += _draw_group(ax, g.name, curves, style, single_width=1.6)
-        if not drawn:
-            ax.text(0.5, 0.5, "no episode rows in metrics.csv", ha="center", va="center",
-                    transform=ax.transAxes)
-        ax.set_title(f"{env} / {algo}")
-        ax.set_xlabel("training wall-clock (s, evaluation excluded)")
-        ax.set_ylabel(f"training return (mean of last {TRAIN_WINDOW} episodes)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
-    _save(fig, path)
+    _return_panels(groups, path,
+                   f"Training episode return (mean of the last {TRAIN_WINDOW}) vs training time",
+                   "training wall-clock (s, evaluation excluded)",
+                   f"training return (mean of last {TRAIN_WINDOW} episodes)",
+                   "no episode rows in metrics.csv",
+                   lambda g: [(r.episodes[:, 0], rolling_mean(r.episodes[:, 2], TRAIN_WINDOW))
+                              for r in g.runs if len(r.episodes)],
+                   markers=False, thresholds=False)
 
 
 def _draw_group(ax, name: str, curves: list, style: dict, single_width: float) -> bool:
