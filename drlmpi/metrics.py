@@ -282,7 +282,9 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{summary['algo']} on {summary['env_id']} | topology {summary['topology']} | "
         f"{summary['world_size']} rank(s)",
         ("SOLVED" if solved else "NOT SOLVED")
-        + f" (threshold {summary['reward_threshold']}, best eval {summary['best_eval_return']})",
+        + f" (threshold {summary['reward_threshold']}, best eval {summary['best_eval_return']})"
+        if summary.get("reward_threshold") is not None
+        else f"no reward threshold (best eval {summary['best_eval_return']})",
     ]
     if solved:
         lines.append(
