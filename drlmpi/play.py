@@ -17,7 +17,7 @@ import torch
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from drlmpi.envs import env_spec, make_env
+from drlmpi.envs import env_make_kwargs, env_spec, make_env
 from drlmpi.roles import evaluate
 from drlmpi.run import POLICY_FILE
 
@@ -30,8 +30,7 @@ def load_policy(run_dir: Path):
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: is {run_dir} a finished drlmpi run directory?")
     cfg = OmegaConf.load(cfg_path)
-    env_kwargs = dict(cfg.env.get("kwargs") or {})
-    probe = make_env(cfg.env.id, **env_kwargs)
+    probe = make_env(cfg.env.id, **env_make_kwargs(cfg.env), train=False)
     spec = env_spec(probe)
     probe.close()
     algo = get_class(cfg.algo._target_)(spec, cfg.algo, device="cpu", seed=0, learner=False)
@@ -53,10 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"drlmpi.play: error: {exc}", file=sys.stderr)
         return 2
-    kwargs = dict(cfg.env.get("kwargs") or {})
+    kwargs = env_make_kwargs(cfg.env)  # as the run made its evaluation environments
     if args.render:
         kwargs["render_mode"] = "human"
-    envs = [make_env(cfg.env.id, max_episode_steps=cfg.env.get("max_episode_steps"), **kwargs)]
+    envs = [make_env(cfg.env.id, **kwargs, train=False)]
     returns = []
     for episode in range(args.episodes):
         ret = float(evaluate(algo, envs, 1, seed=args.seed + episode)[0])
