@@ -541,3 +541,11 @@ def test_training_return_curve_is_a_rolling_mean_of_episodes():
 
     assert rolling_mean(np.array([1.0, 2, 3, 4, 5]), 2).tolist() == [1.0, 1.5, 2.5, 3.5, 4.5]
     assert rolling_mean(np.array([4.0, 0, 2]), 100).tolist() == [4.0, 2.0, 2.0]
+
+
+def test_env_label_names_worker_process_environments():
+    from drlmpi.report.runs import env_label
+
+    assert env_label("tetris", 0, {"vector": "async"}) == "tetris[vector=async]"
+    assert env_label("tetris", 2, {"vector": "sync"}) == "tetris[sim=2ms]"
+    assert env_label("cartpole", None, None) == "cartpole"

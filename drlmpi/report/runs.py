@@ -207,7 +207,8 @@ def algo_label(name: Any, device: Any, updates: Any = None) -> str:
 
 
 def env_label(name: str, sim_cost_ms: Any, env_cfg: dict[str, Any] | None) -> str:
-    """The env name, plus ``[sim=Xms]`` when a simulated step cost makes it another regime."""
+    """The env name, plus ``[sim=Xms]`` when a simulated step cost makes it another regime and
+    ``vector=async`` when simulators step their environments in worker processes."""
     parts = []
     try:
         cost = float(sim_cost_ms or 0)
@@ -218,6 +219,8 @@ def env_label(name: str, sim_cost_ms: Any, env_cfg: dict[str, Any] | None) -> st
     by_rank = (env_cfg or {}).get("sim_cost_ms_by_rank")
     if by_rank:
         parts.append("sim_by_rank=" + ",".join(f"{k}:{v}" for k, v in sorted(by_rank.items(), key=str)))
+    if (env_cfg or {}).get("vector", "sync") != "sync":
+        parts.append(f"vector={env_cfg['vector']}")
     return f"{name}[{' '.join(parts)}]" if parts else str(name)
 
 
