@@ -49,8 +49,7 @@ class Actor:
                  seed: int) -> None:
         self.algo = algo
         self.layout = algo.layout
-        dtype = np.uint8 if self.layout.packed else np.float32
-        self.envs = SerialEnvs(envs, dtype) if isinstance(envs, list) else envs
+        self.envs = SerialEnvs(envs, self.layout.obs_dtype) if isinstance(envs, list) else envs
         self.n_envs = self.envs.n
         self.raw_episodes = bool(algo.spec.raw_episodes)
         self.streams = np.arange(stream_base, stream_base + self.n_envs, dtype=np.float32)
@@ -192,8 +191,8 @@ def evaluate(algo: Algorithm, envs: list[gym.Env], episodes: int, seed: int) -> 
     while len(returns) < episodes:
         batch = envs[: min(len(envs), episodes - len(returns))]
         progress.begin("evaluation: env.reset")
-        dtype = np.uint8 if algo.spec.image else np.float32
-        obs = np.stack([env.reset(seed=next_seed + i)[0] for i, env in enumerate(batch)]).astype(dtype)
+        obs = np.stack([env.reset(seed=next_seed + i)[0] for i, env in enumerate(batch)]).astype(
+            algo.spec.obs_dtype)
         progress.done()
         next_seed += len(batch)
         totals = np.zeros(len(batch))

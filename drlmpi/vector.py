@@ -87,8 +87,7 @@ class WorkerEnvs:
 
     mode = "async"
 
-    def __init__(self, make_fns: list[Callable[[], gym.Env]], dtype: Any = np.float32,
-                 action_seed: int | None = None) -> None:
+    def __init__(self, make_fns: list[Callable[[], gym.Env]], dtype: Any = np.float32) -> None:
         from gymnasium.vector import AsyncVectorEnv, AutoresetMode
 
         self.n = len(make_fns)
@@ -96,8 +95,6 @@ class WorkerEnvs:
         with PROGRESS.paused("start-up: starting %d environment worker process(es)", self.n):
             self.vec = AsyncVectorEnv(make_fns, shared_memory=True, context="spawn",
                                       autoreset_mode=AutoresetMode.SAME_STEP)
-        if action_seed is not None:
-            self.vec.action_space.seed(action_seed)
 
     def reset(self, seed: int) -> np.ndarray:
         obs, _ = self.vec.reset(seed=[seed + i for i in range(self.n)])
@@ -115,15 +112,12 @@ class WorkerEnvs:
             obs = nxt.copy()
             for i in done:
                 obs[i] = info["final_obs"][i]
+            # A game ends only where an episode does: its report is in the ended step's info.
             final = info.get("final_info", {})
             if RAW_EPISODE_KEY in final:
                 for i in np.nonzero(final[f"_{RAW_EPISODE_KEY}"])[0]:
                     ret, length = final[RAW_EPISODE_KEY][i]
                     raw[int(i)] = (float(ret), int(length))
-        if RAW_EPISODE_KEY in info:  # a game that ended on a step that did not end the episode
-            for i in np.nonzero(info[f"_{RAW_EPISODE_KEY}"])[0]:
-                ret, length = info[RAW_EPISODE_KEY][i]
-                raw[int(i)] = (float(ret), int(length))
         return BankStep(obs, np.asarray(reward, dtype=np.float64), np.asarray(terminated, dtype=bool),
                         np.asarray(truncated, dtype=bool), nxt, raw)
 

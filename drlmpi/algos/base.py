@@ -308,14 +308,13 @@ class Algorithm(ABC):
 
     @classmethod
     def check_storage(cls, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
-                      free_bytes: int | None = None, headroom: float = 0.9, learners: int = 1) -> None:
+                      free_bytes: int | None = None, headroom: float = 0.9) -> None:
         """Refuse at start-up, in one line, storage that cannot fit where the learner keeps it:
         more than ``headroom`` of the free memory (``free_bytes``, else what CUDA reports for a
-        CUDA ``device``, or the host's available memory for the CPU). ``learners``: learner
-        ranks sharing that memory (data-parallel ranks on one host each hold a buffer). The
-        message names the size, the per-row bytes and the option that sets it."""
+        CUDA ``device``, or the host's available memory for the CPU). The message names the
+        size, the per-row bytes and the option that sets it."""
         device = torch.device(device)
-        need = cls.storage_bytes(spec, cfg) * max(1, int(learners))
+        need = cls.storage_bytes(spec, cfg)
         if free_bytes is None:
             free_bytes = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
                           else host_available_bytes())
@@ -324,10 +323,9 @@ class Algorithm(ABC):
         if need > headroom * free_bytes:
             option = cls.storage_option
             where = device if device.type == "cuda" else "the host"
-            each = f" for {learners} learners" if learners > 1 else ""
             hint = "or use device=cpu" if device.type == "cuda" else "or use fewer learner ranks"
             raise ConfigError(
-                f"algo={cls.config_name(cfg)}: its storage needs {need / 2**30:.2f} GiB in {where}{each} "
+                f"algo={cls.config_name(cfg)}: its storage needs {need / 2**30:.2f} GiB in {where} "
                 f"(algo.{option}={cfg[option]} rows x {cls.experience_layout(spec).row_bytes} bytes, "
                 f"observations {spec.describe_obs()}) but only {free_bytes / 2**30:.2f} GiB is free: "
                 f"lower algo.{option} {hint}"

@@ -224,22 +224,23 @@ def env_label(name: str, sim_cost_ms: Any, env_cfg: dict[str, Any] | None) -> st
     return f"{name}[{' '.join(parts)}]" if parts else str(name)
 
 
-def read_evals(path: Path, kind: str = "eval") -> np.ndarray:
-    """``kind`` rows (``eval``, or ``episode``: training episodes) of ``metrics.csv`` as
-    (train_seconds, env_steps, return); empty if unreadable."""
-    rows = []
+def read_returns(path: Path) -> dict[str, np.ndarray]:
+    """The ``eval`` and ``episode`` (training episodes) rows of ``metrics.csv``, each as
+    (train_seconds, env_steps, return), in one pass; empty arrays if unreadable."""
+    rows: dict[str, list] = {"eval": [], "episode": []}
     try:
         with open(path, newline="") as f:
             for row in csv.DictReader(f):
-                if row.get("kind") != kind:
+                kept = rows.get(row.get("kind"))
+                if kept is None:
                     continue
                 try:
-                    rows.append((float(row["train_seconds"]), float(row["env_steps"]), float(row["return"])))
+                    kept.append((float(row["train_seconds"]), float(row["env_steps"]), float(row["return"])))
                 except (KeyError, TypeError, ValueError):
                     continue  # a truncated last line of a killed run
     except OSError:
         pass
-    return np.array(rows, dtype=float).reshape(-1, 3)
+    return {kind: np.array(found, dtype=float).reshape(-1, 3) for kind, found in rows.items()}
 
 
 def read_training(run_dir: Path) -> tuple[dict[str, np.ndarray], str]:
@@ -301,14 +302,14 @@ def load_run(run_dir: Path) -> Run | MissingRun:
                              config, world_size)
         env = env_label(summary.get("env", _dig(config, "env", "name")),
                         summary.get("sim_cost_ms", _dig(config, "env", "sim_cost_ms")), config.get("env"))
+        returns = read_returns(run_dir / "metrics.csv")
         return Run(
             path=run_dir, summary=summary, config=config, env=env, base_env=env,
             algo=algo_label(summary.get("algo", _dig(config, "algo", "name")),
                             summary.get("device", config.get("device")), summary.get("updates")),
             topology=info.label, world_size=world_size,
             seed=summary.get("seed", config.get("seed")),
-            evals=read_evals(run_dir / "metrics.csv"), order=info.order, paper=info.paper,
-            episodes=read_evals(run_dir / "metrics.csv", "episode"),
+            evals=returns["eval"], order=info.order, paper=info.paper, episodes=returns["episode"],
             training=training, training_error=training_error,
         )
     overrides = read_yaml(run_dir / ".hydra" / "overrides.yaml")
@@ -321,7 +322,7 @@ def load_run(run_dir: Path) -> Run | MissingRun:
 
     world_size = _world_size_of_missing(run_dir, config, launched)
     topology = topology_info(str(what("topology") or "?"), None, config, world_size).label
-    evals = read_evals(run_dir / "metrics.csv")
+    evals = read_returns(run_dir / "metrics.csv")["eval"]
     last = ""
     if len(evals):
         t, steps, ret = evals[-1]

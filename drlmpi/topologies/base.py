@@ -134,10 +134,10 @@ class RunContext:
         kwargs = self._env_kwargs()
         with PROGRESS.paused("start-up: creating %d %s environment(s)", n_envs, self.cfg.env.id):
             algo = algo or self.make_algo(learner=False)
-            dtype = np.uint8 if algo.layout.packed else np.float32
+            dtype = algo.layout.obs_dtype
             if vector == "async":
                 envs = WorkerEnvs([partial(make_env, self.cfg.env.id, **kwargs) for _ in range(n_envs)],
-                                  dtype, action_seed=self.seed)
+                                  dtype)
             else:
                 made = [make_env(self.cfg.env.id, **kwargs) for _ in range(n_envs)]
                 for i, env in enumerate(made):
