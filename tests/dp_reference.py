@@ -6,9 +6,9 @@ fixed minibatch (:func:`minibatch`), reduced by the real topology code (``MODE``
 or ``allgather`` - every rank contributes -, ``gloo``: the torch.distributed path of
 ``topology.backend``, every rank contributes; ``groups``: the world split as ``topology=groups``
 with 2 learners, only the learners (ranks 0 and size/2) contribute and save; or ``server``:
-rank 0 is a parameter server that contributes nothing and steps, ranks 1.. are workers), and saves its ``state_dict`` (online AND
-target networks) as ``OUT_DIR/<algo>_rank<r>.pt``. The test compares each with one process updating on
-the concatenated minibatches.
+rank 0 is a parameter server that contributes nothing and steps, ranks 1.. are workers), and
+saves its ``state_dict`` (online AND target networks) as ``OUT_DIR/<algo>_rank<r>.pt``. The test
+compares each with one process updating on the concatenated minibatches.
 """
 
 from __future__ import annotations
@@ -70,14 +70,13 @@ def main(mode: str, out_dir: str, updates: int, names: list[str]) -> None:
     from mpi4py import MPI
 
     from drlmpi.comm import TimedComm
+    from drlmpi.topologies.backend import DistGroup, DistSync, place
     from drlmpi.topologies.gradients import (
         AllgatherSync,
         AllreduceSync,
         ParameterServerSync,
         ServerSync,
     )
-
-    from drlmpi.topologies.backend import DistGroup, DistSync, place
     from drlmpi.topologies.groups import split_groups
 
     comm = TimedComm(MPI.COMM_WORLD.Dup())

@@ -15,7 +15,8 @@ from tests.mpirun import run_job
 
 FAST = ["topology=allgather", "run.max_env_steps=1536", "run.stop_on_solve=false", "algo.learning_starts=256",
         "algo.hidden=[32,32]", "run.eval_every=1000000", "run.progress_every_s=0", "seed=5"]
-TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices (NCCL: one rank per GPU)")
+TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2,
+                              reason="needs 2 CUDA devices (NCCL: one rank per GPU)")
 
 
 def _job(ranks, extra, tmp_path, name):

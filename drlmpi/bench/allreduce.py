@@ -22,14 +22,12 @@ import argparse
 import statistics
 import time
 
-import torch
 from omegaconf import OmegaConf
 
 
 def main(argv: list[str] | None = None) -> None:
-    from mpi4py import MPI
-
     from hydra.utils import get_class
+    from mpi4py import MPI
 
     from drlmpi.bench.learner import SPECS, algo_cfg
     from drlmpi.comm import TimedComm

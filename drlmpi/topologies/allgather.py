@@ -28,13 +28,6 @@ from omegaconf import open_dict
 
 from drlmpi.algos.base import ConfigError
 from drlmpi.comm import Control, RoundCounts
-from drlmpi.topologies.base import (
-    RankReport,
-    RunContext,
-    control_message,
-    learner_report,
-    sync_amount,
-)
 from drlmpi.topologies.backend import (
     DistGroup,
     DistSync,
@@ -43,6 +36,13 @@ from drlmpi.topologies.backend import (
     learner_device,
     place,
     resolve_backend,
+)
+from drlmpi.topologies.base import (
+    RankReport,
+    RunContext,
+    control_message,
+    learner_report,
+    sync_amount,
 )
 from drlmpi.topologies.batch_rule import DataParallelTopology
 from drlmpi.topologies.gradients import (

@@ -44,8 +44,12 @@ from drlmpi.topologies.backend import (
     resolve_backend,
 )
 from drlmpi.topologies.base import RankReport, RunContext, control_message, learner_report
-from drlmpi.topologies.batch_rule import DEFAULT_LR_SCALE, DEFAULT_RULE, DataParallelTopology, \
-    per_rank_algo_config
+from drlmpi.topologies.batch_rule import (
+    DEFAULT_LR_SCALE,
+    DEFAULT_RULE,
+    DataParallelTopology,
+    per_rank_algo_config,
+)
 from drlmpi.topologies.gradients import (
     AllreduceSync,
     broadcast_all_params,
@@ -251,7 +255,8 @@ class _GroupLearner:
             "param_checksums_per_rank": checksums.tolist(), "params_identical": True,
             "per_learner": table, **self.rule.stats(getattr(self.algo, "batch_size", None)),
         }
-        report = learner_report(self.ctx.comm.rank, self.learner, stats=topology_stats if self.is_root else None)
+        report = learner_report(self.ctx.comm.rank, self.learner,
+                                stats=topology_stats if self.is_root else None)
         report.extra.update({k: v for k, v in per_learner.items() if k in ("device", "backend_calls")})
         return report
 
@@ -294,7 +299,7 @@ class _MeetingAsyncLearner(_AsyncLearner):
         self.parts.append((sim, rows.copy()))  # its steps and episodes are counted at the meeting
 
     def run_meetings(self) -> dict[str, Any]:
-        owner, learner = self.owner, self.learner
+        owner = self.owner
         self.requests = [self._post(i) for i in range(len(self.slot_msgs))]
         self._publish()
         since_publish = 0
