@@ -1,12 +1,31 @@
-"""Shared test fixtures and paths."""
+"""Shared test fixtures and paths.
+
+``pool``: the session's MPI pool (:mod:`tests.mpi_pool`), which runs multi-rank jobs in-process.
+``runs``: the shared runs (tests/shared_runs.py) - each declared run is started once per session
+in the pool, and every test that names it asserts on the same run directory.
+"""
 
 from __future__ import annotations
 
+import csv
+import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import pytest
+# One thread per process, as drlmpi's ranks run (threads_per_rank=1): the test process shares the
+# machine with the pool's ranks and the jobs it starts, and idle OpenMP threads spin.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from drlmpi.envs import probe_spec
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+from drlmpi.envs import probe_spec  # noqa: E402
+from tests.mpi_pool import Pool, PoolJob  # noqa: E402
+from tests.shared_runs import CATALOGUE  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -22,3 +41,65 @@ def cartpole():
 def pendulum():
     """Pendulum-v1's spaces (continuous actions)."""
     return probe_spec("Pendulum-v1")
+
+
+@dataclass
+class RunResult:
+    """A finished run's directory, read as tests need it."""
+
+    run_dir: Path
+
+    def summary(self) -> dict[str, Any]:
+        """The run's ``summary.json``."""
+        return json.loads((self.run_dir / "summary.json").read_text())
+
+    def rows(self, kind: str) -> list[dict[str, str]]:
+        """``metrics.csv`` rows of one kind (``episode`` or ``eval``)."""
+        with open(self.run_dir / "metrics.csv", newline="") as fh:
+            return [r for r in csv.DictReader(fh) if r["kind"] == kind]
+
+    def returns(self, kind: str = "episode") -> list[float]:
+        """The ``return`` column of the rows of one kind, in order."""
+        return [float(r["return"]) for r in self.rows(kind)]
+
+
+@pytest.fixture(scope="session")
+def pool(tmp_path_factory):
+    """The session's MPI pool (started by its first job)."""
+    started = Pool(root=tmp_path_factory.mktemp("pool"))
+    yield started
+    started.close()
+
+
+def run_in_pool(pool: Pool, ranks: int, overrides: list[str], run_dir: Path,
+                timeout: float = 120.0) -> PoolJob:
+    """Submit ``python -m drlmpi OVERRIDES`` on ``ranks`` pool ranks, writing ``run_dir``."""
+    return pool.submit(ranks, "tests.pool_worker:experiment", timeout=timeout,
+                       overrides=list(overrides), run_dir=str(run_dir))
+
+
+class SharedRuns:
+    """The declared runs (tests/shared_runs.py), each started at most once; ``get`` waits for one."""
+
+    def __init__(self, pool: Pool, root: Path) -> None:
+        self.pool = pool
+        self.root = root
+        self.jobs: dict[str, PoolJob] = {}
+
+    def start(self, name: str) -> None:
+        """Queue the run ``name`` unless it is queued already."""
+        if name not in self.jobs:
+            ranks, overrides = CATALOGUE[name]
+            self.jobs[name] = run_in_pool(self.pool, ranks, list(overrides), self.root / name)
+
+    def get(self, name: str) -> RunResult:
+        """The finished run ``name``."""
+        self.start(name)
+        return RunResult(Path(self.jobs[name].result()))
+
+
+@pytest.fixture(scope="session")
+def runs(pool, tmp_path_factory):
+    """The session's shared runs (see :class:`SharedRuns`)."""
+    return SharedRuns(pool, tmp_path_factory.mktemp("shared-runs"))
+

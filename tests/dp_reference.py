@@ -1,6 +1,7 @@
-"""Data-parallel updates on fixed minibatches, run under mpiexec by tests/test_data_parallel.py.
+"""Data-parallel updates on fixed minibatches, run on MPI pool ranks by tests/test_data_parallel.py.
 
-``python -m mpi4py tests/dp_reference.py MODE OUT_DIR UPDATES ALGO...``: every rank builds the same
+:func:`main` (``MODE OUT_DIR UPDATES ALGO...``; also ``python -m mpi4py tests/dp_reference.py
+MODE OUT_DIR UPDATES ALGO...`` under mpiexec): every rank builds the same
 networks, runs ``UPDATES`` updates in which each contributing rank's gradients come from its own
 fixed minibatch (:func:`minibatch`), reduced by the real topology code (``MODE``: ``allreduce``
 or ``allgather`` - every rank contributes -, ``gloo``: the torch.distributed path of
@@ -66,7 +67,8 @@ def concatenated(algo, ranks: list[int], k: int) -> dict[str, torch.Tensor]:
     return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
 
 
-def main(mode: str, out_dir: str, updates: int, names: list[str]) -> None:
+def main(mode: str, out_dir: str, updates: int, names: list[str], world=None) -> None:
+    """The updates of ``mode`` on ``world`` (COMM_WORLD by default), each rank saving its state."""
     from mpi4py import MPI
 
     from drlmpi.comm import TimedComm
@@ -79,7 +81,7 @@ def main(mode: str, out_dir: str, updates: int, names: list[str]) -> None:
     )
     from drlmpi.topologies.groups import split_groups
 
-    comm = TimedComm(MPI.COMM_WORLD.Dup())
+    comm = TimedComm((world or MPI.COMM_WORLD).Dup())
     dist = None
     if mode == "gloo":
         dist = DistGroup(comm, "gloo", torch.device("cpu"), place(comm))

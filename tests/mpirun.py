@@ -1,7 +1,9 @@
 """Run ``python -m drlmpi`` under ``mpiexec`` in a subprocess that can never hang a test.
 
 The job is started in its own process session; on timeout the whole group is killed and the
-test fails. ``MPIEXEC_TIMEOUT`` is set too, as a second net inside MPICH's launcher.
+test fails. ``MPIEXEC_TIMEOUT`` is set too, as a second net inside MPICH's launcher. For what
+only a process of its own shows (exit codes, aborts, hangs, kill -9, the command line); other
+multi-rank runs go to the MPI pool (tests/mpi_pool.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,23 +49,55 @@ def run_job(ranks: int, overrides: list[str], run_dir: Path, timeout: float = 18
 
     Fails the calling test (raises ``AssertionError``) if the job outlives ``timeout``.
     """
+    return start_job(ranks, overrides, run_dir, timeout, python_module, env).result()
+
+
+class RunningJob:
+    """A job started in the background (:func:`start_job`); :meth:`result` waits for it. Its
+    output is read, and its end time taken, by a thread, so jobs started together finish
+    independently."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], run_dir: Path, timeout: float) -> None:
+        self.cmd, self.run_dir, self.timeout = cmd, Path(run_dir), timeout
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.started = time.time()
+        #: wall-clock time at which the job's launcher exited
+        self.ended: float | None = None
+        self._output: tuple[str, str] = ("", "")
+        self._hung = False
+        self._reader = threading.Thread(target=self._wait, daemon=True)
+        self._reader.start()
+
+    def _wait(self) -> None:
+        try:
+            self._output = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self._hung = True
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self._output = self.proc.communicate()
+        self.ended = time.time()
+
+    def result(self) -> JobResult:
+        """Wait for the job; fail (``AssertionError``) if it hung or left a process behind."""
+        self._reader.join()
+        stdout, stderr = self._output
+        if self._hung:
+            raise AssertionError(
+                f"job hung: {' '.join(self.cmd)} still running after {self.timeout} s\n"
+                f"--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}")
+        _assert_no_rank_left(self.proc.pid, self.cmd)
+        return JobResult(self.proc.returncode, stdout, stderr, self.run_dir)
+
+
+def start_job(ranks: int, overrides: list[str], run_dir: Path, timeout: float = 180,
+              python_module: str = "drlmpi", env: dict[str, str] | None = None) -> RunningJob:
+    """Start the job :func:`run_job` runs, without waiting for it."""
     cmd = [*mpiexec_command(ranks), sys.executable, "-m", "mpi4py", "-m", python_module,
            *overrides, f"hydra.run.dir={run_dir}"]
     full_env = {**os.environ, "MPIEXEC_TIMEOUT": str(int(timeout) + 30), "OMP_NUM_THREADS": "1",
                 "PYTHONUNBUFFERED": "1", **(env or {})}
-    proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        stdout, stderr = proc.communicate()
-        raise AssertionError(
-            f"job hung: {' '.join(cmd)} still running after {timeout} s\n"
-            f"--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}"
-        ) from None
-    _assert_no_rank_left(proc.pid, cmd)
-    return JobResult(proc.returncode, stdout, stderr, Path(run_dir))
+    return RunningJob(cmd, full_env, run_dir, timeout)
 
 
 def _assert_no_rank_left(session_id: int, cmd: list[str]) -> None:

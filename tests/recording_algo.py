@@ -1,0 +1,29 @@
+"""DQNs that record how many updates each call of ``run_updates`` asked for: used to check that
+the async learner runs a device learner's owed updates in bursts (``_AsyncLearner._burst``) and a
+CPU learner's one at a time. ``QueuingDQN`` says it queues its updates on an accelerator (as a
+CUDA learner does) while computing on the CPU."""
+
+from __future__ import annotations
+
+from drlmpi.algos.base import local_sync
+from drlmpi.algos.dqn import DQN
+
+#: the sizes of the learner's ``run_updates`` calls in this process's latest run
+CALLS: list[int] = []
+
+
+class RecordingDQN(DQN):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if kwargs.get("learner", True):
+            CALLS.clear()
+
+    def run_updates(self, n, sync=local_sync):
+        CALLS.append(int(n))
+        return super().run_updates(n, sync)
+
+
+class QueuingDQN(RecordingDQN):
+    @property
+    def queues_updates(self) -> bool:
+        return True
