@@ -1,6 +1,6 @@
 """topology.backend: the learners' gradients averaged through torch.distributed (gloo on CPUs in
-CI, NCCL on GPUs) instead of MPI - the same parameters as the MPI path, every byte counted, and
-clear refusals.
+CI, NCCL on GPUs) instead of MPI - the same parameters as the MPI path, every byte counted. (The
+refusals: tests/test_refusals.py.)
 
 The NCCL tests need 2 GPUs; on the accelerator machine (2 GPUs):
     python -m pytest -q tests/test_backend.py -k nccl
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.mpirun import run_job
+from tests.shared_runs import declare
 
 FAST = ["topology=allgather", "run.max_env_steps=1536", "run.stop_on_solve=false", "algo.learning_starts=256",
         "algo.hidden=[32,32]", "run.eval_every=1000000", "run.progress_every_s=0", "seed=5"]
@@ -20,14 +21,20 @@ TWO_GPUS = pytest.mark.skipif(torch.cuda.device_count() < 2,
 
 
 def _job(ranks, extra, tmp_path, name):
+    """A run as its own MPI job (the GPU tests: one CUDA context per process)."""
     result = run_job(ranks, [*FAST, *extra], tmp_path / name, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.summary()
 
 
-def test_gloo_averages_gradients_like_mpi_and_counts_every_byte(tmp_path):
-    via_mpi = _job(2, ["topology.backend=mpi"], tmp_path, "mpi")
-    via_gloo = _job(2, ["topology.backend=gloo"], tmp_path, "gloo")
+VIA_MPI = declare("backend-mpi", 2, [*FAST, "topology.backend=mpi"])
+VIA_GLOO = declare("backend-gloo", 2, [*FAST, "topology.backend=gloo"])
+GLOO_3 = declare("backend-gloo-n3", 3, [*FAST, "topology.backend=gloo", "topology.check_every=50"])
+
+
+def test_gloo_averages_gradients_like_mpi_and_counts_every_byte(runs):
+    via_mpi = runs.get(VIA_MPI).summary()
+    via_gloo = runs.get(VIA_GLOO).summary()
     stats = via_gloo["topology_stats"]
     assert stats["backend"] == "gloo" and via_mpi["topology_stats"]["backend"] == "mpi"
     assert via_gloo["topology_label"] == "allgather[gloo]" and via_mpi["topology_label"] == "allgather"
@@ -42,23 +49,11 @@ def test_gloo_averages_gradients_like_mpi_and_counts_every_byte(tmp_path):
         assert "gradients" not in rank["sent"]  # nothing of it went through MPI
 
 
-def test_gloo_keeps_three_learners_identical(tmp_path):
-    summary = _job(3, ["topology.backend=gloo", "topology.check_every=50"], tmp_path, "g3")
+def test_gloo_keeps_three_learners_identical(runs):
+    summary = runs.get(GLOO_3).summary()
     rows = summary["topology_stats"]["param_checksums_per_rank"]
     assert len(rows) == 3 and rows[0] == rows[1] == rows[2]
     assert summary["topology_stats"]["backend_calls"]["checksums"][0] >= 2  # periodic + final
-
-
-@pytest.mark.parametrize("overrides,expected", [
-    (["topology.backend=nccl"], "topology.backend=nccl averages gradients on GPUs: it needs device=cuda"),
-    (["topology.backend=gloo", "topology.reduce=allgather"], "topology.reduce=allgather is an MPI reduction"),
-    (["topology.backend=ucc"], "topology.backend must be one of"),
-])
-def test_backend_refusals(overrides, expected, tmp_path):
-    result = run_job(1, ["topology=allgather", *overrides], tmp_path / "run", timeout=120)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("drlmpi: error")]
-    assert len(errors) == 1 and expected in errors[0], result.stderr[-2000:]
 
 
 @TWO_GPUS

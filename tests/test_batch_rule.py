@@ -26,7 +26,7 @@ from drlmpi.topologies.allgather import Allgather
 from drlmpi.topologies.batch_rule import per_rank_algo_config
 from drlmpi.topologies.param_server import ParameterServer
 from tests.conftest import CONF
-from tests.mpirun import run_job
+from tests.shared_runs import declare
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
 
@@ -194,26 +194,31 @@ def test_global_rule_gives_sequential_updates_per_job_wide_step(cartpole, ranks)
 
 
 SAME_BUDGET = ["run.max_env_steps=3072", "topology.sync_every=128", "run.eval_every=100000",
-               "run.progress_every_s=0", "run.stop_on_solve=false", "algo.learning_starts=1000"]
-SEQUENTIAL_UPDATES = (3072 - 768) // 2  # tests/test_topologies.py: the first 768 steps come before
-#                                         the replay holds 1000 transitions; 0.5 per step after
+               "algo.hidden=[32,32]", "run.progress_every_s=0", "run.stop_on_solve=false",
+               "algo.learning_starts=1000"]
+SEQUENTIAL_UPDATES = (3072 - 768) // 2  # what sequential runs with chunks of 256: the first 768 steps
+#                                         come before the replay holds 1000 transitions; 0.5 per step after
 
 
-@pytest.mark.parametrize(("topology", "ranks", "rule", "updates", "batch"), [
+RULE_JOBS = [
     ("allgather", 2, "global", SEQUENTIAL_UPDATES, 32),
     # each rank waits for 1000 of its own transitions (local step 1024), then 0.5 per local step
     ("allgather", 2, "per_rank", (1536 - 896) // 2, 64),
     # the server stops before the last round's updates (it decides to stop as the round ends)
     ("parameter_server", 3, "global", SEQUENTIAL_UPDATES - 128, 32),
-])
-def test_a_data_parallel_job_runs_the_rule(tmp_path, topology, ranks, rule, updates, batch):
+]
+for _topology, _ranks, _rule, _, _ in RULE_JOBS:  # global: the default
+    declare(f"batch-rule-{_topology}-{_rule}", _ranks,
+            [f"topology={_topology}", *([] if _rule == "global" else [f"topology.batch_rule={_rule}"]),
+             *SAME_BUDGET])
+
+
+@pytest.mark.parametrize(("topology", "ranks", "rule", "updates", "batch"), RULE_JOBS)
+def test_a_data_parallel_job_runs_the_rule(runs, topology, ranks, rule, updates, batch):
     """2 data ranks, 128 steps each per round (256 job-wide, as sequential's chunks), DQN with a
     64-sample minibatch: ``global`` runs sequential's updates on the job's 3072 steps with 32
     samples per rank; ``per_rank`` half as many updates on 2 x 64."""
-    chosen = [] if rule == "global" else [f"topology.batch_rule={rule}"]  # global: the default
-    job = run_job(ranks, [f"topology={topology}", *chosen, *SAME_BUDGET], tmp_path / "run", timeout=180)
-    assert job.returncode == 0, job.stderr[-3000:]
-    summary = job.summary()
+    summary = runs.get(f"batch-rule-{topology}-{rule}").summary()
     assert summary["env_steps"] == 3072
     assert summary["updates"] == updates
     stats = summary["topology_stats"]

@@ -1,26 +1,28 @@
 """topology=groups: L learners, each fed by its own simulators (star or async wiring), averaging
-gradients every update. The contract: what crossed each communicator, every simulator
-contributing, the learners' parameters identical, no rank left running. (The learners' averaged
-update against one process on the concatenated batch: tests/test_data_parallel.py, mode groups.)"""
+gradients every update. The contract, on runs in the MPI pool: what crossed each communicator,
+every simulator contributing and logged, the learners' parameters identical. (The learners'
+averaged update against one process on the concatenated batch: tests/test_data_parallel.py, mode
+groups; its refusals: tests/test_refusals.py.)"""
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 
-from tests.mpirun import run_job
+from tests.shared_runs import declare
 
 FAST = ["topology=groups", "run.max_env_steps=2048", "run.stop_on_solve=false", "algo.learning_starts=256",
         "algo.hidden=[32,32]", "run.eval_every=1000000", "run.progress_every_s=0", "topology.check_every=64",
         "seed=2"]
 
 
-@pytest.mark.parametrize("wiring", ["star", "async"])
-@pytest.mark.parametrize("ranks", [4, 6])  # 2 x (1 + 1) and 2 x (1 + 2)
-def test_groups_contract(wiring, ranks, tmp_path):
-    result = run_job(ranks, [*FAST, f"topology.group_wiring={wiring}"], tmp_path / "run", timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
+CASES = [(wiring, ranks) for ranks in (4, 6) for wiring in ("star", "async")]  # 2 x (1 + 1), 2 x (1 + 2)
+for _wiring, _ranks in CASES:
+    declare(f"groups-{_wiring}-n{_ranks}", _ranks, [*FAST, f"topology.group_wiring={_wiring}"])
+
+
+@pytest.mark.parametrize(("wiring", "ranks"), CASES)
+def test_groups_contract(runs, wiring, ranks):
+    result = runs.get(f"groups-{wiring}-n{ranks}")
     summary = result.summary()
     stats = summary["topology_stats"]
     size = ranks // 2
@@ -51,15 +53,7 @@ def test_groups_contract(wiring, ranks, tmp_path):
         assert grads == [summary["updates"], summary["updates"] * param_bytes]
         assert "experience" not in learner["learners_comm"]["sent"]
         assert "gradients" not in learner["group_comm"]["sent"]
-    with open(result.run_dir / "metrics.csv", newline="") as fh:
-        episode_ranks = {int(r["rank"]) for r in csv.DictReader(fh) if r["kind"] == "episode"}
-    assert episode_ranks & {s["rank"] for s in simulators if s["group"] == 0}  # group 0's, by simulator
-    assert size in episode_ranks  # group 1's, logged on rank 0 under its learner's rank
-
-
-def test_groups_refuses_sizes_that_do_not_divide(tmp_path):
-    result = run_job(5, ["topology=groups", "topology.learners=2"], tmp_path / "run", timeout=120)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("drlmpi: error")]
-    assert errors and "topology.learners=2 needs a world size that is a multiple of 2" in errors[0]
-    assert "mpiexec -n 6" in errors[0] and "use topology.learners=1" in errors[0]
+    # Every simulator's episodes were logged: group 0's under their own ranks, the other
+    # groups' on rank 0 under their learner's rank.
+    episode_ranks = {int(r["rank"]) for r in result.rows("episode")}
+    assert episode_ranks == {s["rank"] for s in simulators if s["group"] == 0} | {size}

@@ -5,7 +5,6 @@ it claims, learning on a tiny image task, and the refusals."""
 
 from __future__ import annotations
 
-import csv
 import math
 
 import gymnasium as gym
@@ -26,7 +25,7 @@ from drlmpi.roles import Actor
 from drlmpi.schema import group_config
 from drlmpi.vector import SerialEnvs, WorkerEnvs
 from tests.image_env import ImageSide
-from tests.mpirun import run_job
+from tests.shared_runs import declare
 
 IMAGE_ENV = "env.id=tests.image_env:ImageSide-v0"
 
@@ -133,15 +132,6 @@ def test_encoder_choice_and_refusals():
     assert mlp_on_images.net.distribution(mlp_on_images.obs_tensor(obs)).logits.shape == (3, 2)
 
 
-def test_an_image_task_refused_for_td3_in_one_line(tmp_path):
-    job = run_job(1, ["algo=td3", IMAGE_ENV, "env.reward_threshold=null"], tmp_path / "run", timeout=60)
-    assert job.returncode == 2
-    assert job.stderr.count("drlmpi: error:") == 1
-    line = next(line for line in job.stderr.splitlines() if "drlmpi: error:" in line)
-    # TD3 refuses the discrete actions first; a continuous image env meets the image check.
-    assert "algo=td3" in line
-
-
 def test_td3_refuses_image_observations():
     from drlmpi.algos.td3 import TD3
     from drlmpi.envs import EnvSpec
@@ -182,7 +172,7 @@ def test_async_vector_envs_give_the_same_experience_as_sync(env_id):
     assert (layout.column(rows[0], "episode_length") > 0).any() or spec.image
 
 
-# (topology overrides, ranks, ranks that simulate, what carries experience to rank 0)
+# (topology overrides, ranks, what carries experience to the learners)
 CASES = [
     (["topology=sequential"], 1, None),
     (["topology=p2p"], 2, "experience"),
@@ -192,99 +182,105 @@ CASES = [
     (["topology=allgather"], 2, "gradients"),
     (["topology=groups"], 4, "experience"),
 ]
+IMAGE_RUN = ["algo=dqn", IMAGE_ENV, "env.reward_threshold=null", "+env.kwargs.size=40",
+             "+env.kwargs.channels=2", "run.max_env_steps=600", "run.eval_every=100000",
+             "run.progress_every_s=0", "algo.learning_starts=100", "algo.updates_per_step=0.1",
+             "algo.batch_size=16", "algo.hidden=[32]", "env.num_envs=2"]
+
+
+for _overrides, _ranks, _ in CASES:
+    declare(f"image-{_overrides[0][9:]}", _ranks, [*IMAGE_RUN, *_overrides])
 
 
 @pytest.mark.parametrize(("overrides", "ranks", "carrier"), CASES, ids=[c[0][0][9:] for c in CASES])
-def test_image_contract_through_every_topology(tmp_path, overrides, ranks, carrier):
-    steps = 600
-    job = run_job(ranks, ["algo=dqn", IMAGE_ENV, "env.reward_threshold=null", "+env.kwargs.size=40",
-                          "+env.kwargs.channels=2", f"run.max_env_steps={steps}", "run.eval_every=100000",
-                          "run.progress_every_s=0", "algo.learning_starts=100", "algo.batch_size=16",
-                          "algo.hidden=[32]", "env.num_envs=2", *overrides],
-                  tmp_path / "run", timeout=240)
-    assert job.returncode == 0, job.stderr[-3000:]
-    summary = job.summary()
+def test_image_contract_through_every_topology(runs, overrides, ranks, carrier):
+    run = runs.get(f"image-{overrides[0][9:]}")
+    summary = run.summary()
     # 2 x 40 x 40 bytes = 800 float32 slots per observation column, + the action and 6 scalars.
     row_bytes = summary["experience_row_bytes"]
     assert row_bytes == 4 * (2 * 800 + 1 + 6)
-    assert summary["updates"] > 0 and summary["env_steps"] >= steps
+    assert summary["updates"] > 0 and summary["env_steps"] >= 600
     per_rank = summary["per_rank"]
     if carrier == "experience":
+        # Every simulator sent exactly its rows' bytes (async: plus one header per chunk);
+        # groups: over its group's communicator.
         header = 8 * len(ChunkHeader) if overrides[0] == "topology=async" else 0
-        for rank in per_rank:
-            sent_stats = rank.get("group_comm", rank)["sent"]  # groups: the group's communicator
-            if "experience" in sent_stats:
-                messages, nbytes = sent_stats["experience"]
-                sent = rank["env_steps"] - rank.get("unsent_steps", 0)
-                assert sent > 0
-                assert (nbytes - sent * row_bytes) in (0, messages * header), (nbytes, sent, messages)
-        assert sum("experience" in r.get("group_comm", r)["sent"] for r in per_rank) >= ranks // 2
+        simulators = [r for r in per_rank if r["role"] == "simulator"]
+        assert len(simulators) == ranks - (2 if overrides[0] == "topology=groups" else 1)
+        for rank in simulators:
+            messages, nbytes = rank.get("group_comm", rank)["sent"]["experience"]
+            sent = rank["env_steps"] - rank.get("unsent_steps", 0)
+            assert sent > 0 and messages > 0
+            assert nbytes == sent * row_bytes + messages * header, (nbytes, sent, messages)
+        assert not any("experience" in r.get("group_comm", r)["sent"] for r in per_rank
+                       if r["role"] != "simulator")
     elif carrier == "gradients":
         for rank in per_rank:
             assert "experience" not in rank["sent"]
-    with open(tmp_path / "run" / "metrics.csv") as f:
-        episodes = [r for r in csv.DictReader(f) if r["kind"] == "episode"]
-    assert len(episodes) >= steps // 16 - 4
+    assert len(run.rows("episode")) >= 600 // 16 - 4
 
 
-@pytest.mark.parametrize("algo", ["ppo", "dqn"])
-def test_a_cnn_learns_the_image_task(tmp_path, algo):
+CNN_LEARNS = {"ppo": ["algo.rollout_steps=128", "algo.batch_size=32", "algo.epochs=4", "algo.lr=3e-3",
+                      "run.max_env_steps=3000"],
+              "dqn": ["algo.learning_starts=200", "algo.exploration_steps=600", "algo.batch_size=16",
+                      "run.max_env_steps=1200"]}
+for _algo, _extra in CNN_LEARNS.items():
+    declare(f"cnn-{_algo}", 1, [f"algo={_algo}", IMAGE_ENV, "env.reward_threshold=null", "algo.encoder=cnn",
+                                "run.eval_every=100000", "run.progress_every_s=0", *_extra])
+
+
+@pytest.mark.parametrize("algo", list(CNN_LEARNS))
+def test_a_cnn_learns_the_image_task(runs, algo):
     """A random policy returns about 8 of 16; the CNN learns which side the square is on."""
-    extra = {"ppo": ["algo.rollout_steps=256", "algo.batch_size=32", "algo.epochs=4", "algo.lr=1e-3",
-                     "run.max_env_steps=8000"],
-             "dqn": ["algo.learning_starts=300", "algo.exploration_steps=1500", "run.max_env_steps=3000"]}
-    job = run_job(1, [f"algo={algo}", IMAGE_ENV, "env.reward_threshold=null", "run.eval_every=100000",
-                      "run.progress_every_s=0", "algo.encoder=cnn", *extra[algo]],
-                  tmp_path / "run", timeout=240)
-    assert job.returncode == 0, job.stderr[-3000:]
-    with open(tmp_path / "run" / "metrics.csv") as f:
-        returns = [float(r["return"]) for r in csv.DictReader(f) if r["kind"] == "episode"]
-    # The first 16 episodes: PPO's first rollout (the initial policy), DQN's epsilon-1 warm-up.
+    run = runs.get(f"cnn-{algo}")
+    returns = run.returns("episode")
+    # The first 16 episodes: PPO's first rollouts (the initial policy), DQN's epsilon-1 warm-up.
     first, last = np.mean(returns[:16]), np.mean(returns[-len(returns) // 5:])
     assert first < 10.5 and last > 13.5, (first, last)
 
 
-def test_tetris_runs_end_to_end_from_the_command_line(tmp_path):
-    """The default algorithm (DQN with the Atari config: a CNN, a 100k-frame-stack replay) on
-    ALE Tetris for 2000 steps ends cleanly - or, on a host without the memory for that replay,
-    is refused at start-up in one line with the figure."""
+def test_tetris_trains_its_cnn_end_to_end(pool, tmp_path):
+    """The default algorithm on ALE Tetris (DQN with the Atari config: a CNN, a 100k-frame-stack
+    replay), its first update moved 300 steps in: the CNN trains, and the run ends cleanly - or,
+    on a host without the memory for that replay, is refused at start-up in one line with the
+    figure."""
     from drlmpi.algos.base import host_available_bytes
+    from tests.conftest import RunResult, run_in_pool
+    from tests.mpi_pool import PoolError
+    from tests.pool_worker import compose
 
-    job = run_job(1, ["env=tetris", "run.max_env_steps=2000"], tmp_path / "run", timeout=300)
+    overrides = ["env=tetris", "run.max_env_steps=400", "algo.learning_starts=300", "algo.batch_size=8",
+                 "run.eval_episodes=1", "run.progress_every_s=0"]
+    job = run_in_pool(pool, 1, overrides, tmp_path / "run")
     need = DQN.storage_bytes(env_spec(make_env("ALE/Tetris-v5")), {"buffer_size": 100_000})
     if need > 0.9 * (host_available_bytes() or need):
-        assert job.returncode == 2 and job.stderr.count("drlmpi: error:") == 1
-        assert "algo.buffer_size=100000 rows x 56496 bytes" in job.stderr
+        with pytest.raises(PoolError, match="algo.buffer_size=100000 rows x 56496 bytes"):
+            job.result()
         return
-    assert job.returncode == 0, job.stderr[-3000:]
-    summary = job.summary()
-    assert summary["env_id"] == "ALE/Tetris-v5" and summary["env_steps"] >= 2000
+    job.result()
+    summary = RunResult(tmp_path / "run").summary()
+    assert summary["env_id"] == "ALE/Tetris-v5" and summary["env_steps"] >= 400
     assert summary["experience_row_bytes"] == 4 * (2 * 84 * 84 * 4 // 4 + 7)
-    assert summary["stop_reason"] == "max_env_steps"
+    assert summary["stop_reason"] == "max_env_steps" and summary["updates"] > 0
+    # The updates moved the CNN away from its initial weights (same config and seed).
+    cfg = compose(overrides)
+    initial = DQN(env_spec(make_env("ALE/Tetris-v5")), cfg.algo, seed=int(cfg.seed)).state_dict()
+    trained = torch.load(tmp_path / "run" / "policy.pt", weights_only=True)
+    conv = [k for k in initial if k.startswith("q.") and k.endswith("weight")][0]
+    assert not torch.equal(initial[conv], trained[conv]), conv
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    (["env=tetris", "env.atari.frame_skip=0"], "env.atari.frame_skip must be"),
-    (["env.atari={frame_skip: 4}"], "env.atari is for ALE/ ids"),
-    (["env=tetris", "algo=td3"], "algo=td3 needs a continuous"),
-    (["env=breakout", "algo=ppo", "env.atari.screen_size=16", "algo.encoder=cnn"],
-     "algo.encoder=cnn needs images of at least 36x36"),
-])
-def test_atari_refusals_are_one_line(tmp_path, overrides, message):
-    job = run_job(1, overrides, tmp_path / "run", timeout=120)
-    assert job.returncode == 2, job.stderr[-2000:]
-    assert job.stderr.count("drlmpi: error:") == 1 and message in job.stderr, job.stderr[-2000:]
+WORKER_ENVS = declare("image-star-worker-envs", 2, [
+    "algo=dqn", IMAGE_ENV, "env.reward_threshold=null", "topology=star", "env.num_envs=3", "env.vector=async",
+    "run.max_env_steps=900", "run.eval_every=100000", "run.progress_every_s=0", "algo.learning_starts=100",
+    "algo.batch_size=16", "algo.hidden=[32]"])
 
 
-def test_star_with_worker_process_environments(tmp_path):
-    """env.vector=async: each simulator steps its 3 environments in worker processes; steps and
+def test_star_with_worker_process_environments(runs):
+    """env.vector=async: the simulator steps its 3 environments in worker processes; steps and
     bytes are counted per environment, and the job ends cleanly (the workers closed)."""
-    job = run_job(3, ["algo=dqn", IMAGE_ENV, "env.reward_threshold=null", "topology=star",
-                      "env.num_envs=3", "env.vector=async", "run.max_env_steps=900",
-                      "run.eval_every=100000", "run.progress_every_s=0", "algo.learning_starts=100",
-                      "algo.batch_size=16", "algo.hidden=[32]"], tmp_path / "run", timeout=240)
-    assert job.returncode == 0, job.stderr[-3000:]
-    summary = job.summary()
+    run = runs.get(WORKER_ENVS)
+    summary = run.summary()
     assert summary["num_envs"] == 3 and summary["env_steps"] >= 900
     sims = [r for r in summary["per_rank"] if r["rank"] != 0]
     assert sum(r["env_steps"] for r in sims) == summary["env_steps"]
@@ -292,6 +288,4 @@ def test_star_with_worker_process_environments(tmp_path):
         assert sim["env_steps"] % 3 == 0
         messages, nbytes = sim["sent"]["experience"]
         assert nbytes == sim["env_steps"] * summary["experience_row_bytes"]
-    with open(tmp_path / "run" / "metrics.csv") as f:
-        ranks = {r["rank"] for r in csv.DictReader(f) if r["kind"] == "episode"}
-    assert ranks == {"1", "2"}
+    assert {r["rank"] for r in run.rows("episode")} == {"1"}

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.envs import probe_spec
-from tests.mpirun import run_job
+from tests.shared_runs import declare
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
@@ -27,11 +27,12 @@ def test_acts_within_the_action_space_and_never_learns(env_id):
         algo.update()
 
 
-def test_ranks_step_independently_under_allgather(tmp_path):
-    job = run_job(2, ["algo=random", "topology=allgather", "run.max_env_steps=1000",
-                      "run.eval_every=1000000000", "run.progress_every_s=0", "run.stop_on_solve=false"],
-                  tmp_path / "run", timeout=120)
-    assert job.returncode == 0, job.stderr[-2000:]
-    summary = job.summary()
+RANDOM_ALLGATHER = declare("random-allgather", 2, [
+    "algo=random", "topology=allgather", "run.max_env_steps=1000", "run.eval_every=1000000000",
+    "run.progress_every_s=0", "run.stop_on_solve=false"])
+
+
+def test_ranks_step_independently_under_allgather(runs):
+    summary = runs.get(RANDOM_ALLGATHER).summary()
     assert summary["updates"] == 0 and summary["env_steps"] >= 1000 and summary["world_size"] == 2
     assert all(r["env_steps"] > 0 for r in summary["per_rank"])

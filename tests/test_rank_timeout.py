@@ -24,14 +24,15 @@ from drlmpi.run import validate
 from drlmpi.schema import SCHEMA
 from drlmpi.watchdog import BOARD_DIR, ProgressBoard, ProgressClock, Watchdog, grace_for
 from tests.conftest import CONF
-from tests.mpirun import run_job
+from tests.mpirun import start_job
+from tests.shared_runs import declare
 
 MPI = pytest.importorskip("mpi4py.MPI")
 from drlmpi.comm import TimedComm  # noqa: E402
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
 
-HANG_S = 4  # run.rank_timeout_s of the jobs that hang
+HANG_S = 2  # run.rank_timeout_s of the jobs that hang
 BLOCKING_ENV = "env.id=tests.blocking_env:BlockingCartPole-v0"
 
 
@@ -179,44 +180,58 @@ def _survivors(run_dir, wait_s: float = 10.0) -> str:
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize(("topology", "ranks", "stuck"), [
-    ("sequential", 1, 0), ("p2p", 2, 1), ("star", 3, 2), ("parameter_server", 3, 2),
-    ("async", 3, 2), ("allgather", 3, 2), ("groups", 4, 3),
-])
-def test_a_rank_that_stops_answering_ends_the_job(tmp_path, topology, ranks, stuck):
-    run_dir = tmp_path / "run"
-    job = run_job(ranks, [f"topology={topology}", BLOCKING_ENV, f"+env.kwargs.hang_rank={stuck}",
-                          "+env.kwargs.hang_after=600", f"run.rank_timeout_s={HANG_S}",
-                          "run.eval_every=100000", "run.progress_every_s=0"],
-                  run_dir, timeout=90)
-    ended = time.time()
+HANGS = {"sequential": (1, 0), "p2p": (2, 1), "star": (3, 2), "parameter_server": (3, 2), "async": (3, 2),
+         "allgather": (3, 2), "groups": (4, 3)}  # topology -> (ranks, the rank that stops answering)
+
+
+@pytest.fixture(scope="module")
+def hung_jobs(tmp_path_factory):
+    """One job per topology, all started at once: their ranks spend most of their time waiting
+    for the stuck one (asleep in MPI: yield_when_oversubscribed), so they overlap for free."""
+    root = tmp_path_factory.mktemp("hangs")
+    jobs = {}
+    for topology, (ranks, stuck) in HANGS.items():
+        overrides = [f"topology={topology}", BLOCKING_ENV, f"+env.kwargs.hang_rank={stuck}",
+                     "+env.kwargs.hang_after=200", f"run.rank_timeout_s={HANG_S}", "run.eval_every=100000",
+                     "run.progress_every_s=0"]
+        jobs[topology] = start_job(ranks, overrides, root / topology, timeout=120)
+    return jobs
+
+
+@pytest.mark.parametrize("topology", list(HANGS))
+def test_a_rank_that_stops_answering_ends_the_job(hung_jobs, topology):
+    running = hung_jobs[topology]
+    job = running.result()
+    stuck = HANGS[topology][1]
     assert job.returncode == HANG_EXIT, job.stderr[-3000:]
     hung_at = float(re.search(r"BlockingCartPole: rank \d+ stops answering at t=([\d.]+)", job.stderr)[1])
     # The stuck rank's watchdog fires after the timeout, then MPI_Abort ends every rank.
-    assert HANG_S <= ended - hung_at < HANG_S + 8, job.stderr[-3000:]
+    assert HANG_S <= running.ended - hung_at < HANG_S + 8, job.stderr[-3000:]
     lines = [line for line in job.stderr.splitlines() if "made no progress" in line]
     assert len(lines) == 1, job.stderr[-3000:]
     assert re.fullmatch(rf"drlmpi: error: rank {stuck} made no progress for \d+\.\d s \(in env\.step of "
                         rf"environment 0\); ending the job \(run\.rank_timeout_s={HANG_S}\)", lines[0])
-    assert _survivors(run_dir) == ""
+    assert _survivors(job.run_dir) == ""
 
 
-def test_ranks_waiting_for_a_busy_peer_are_not_a_hang(tmp_path):
+BUSY_LEARNER_TIMEOUT_S = 2
+BUSY_LEARNER = declare("star-busy-learner", 3, [
+    "topology=star", BLOCKING_ENV, "+env.kwargs.slow_rank=0", "+env.kwargs.slow_step_s=0.004",
+    "env.max_episode_steps=20", f"run.rank_timeout_s={BUSY_LEARNER_TIMEOUT_S}", "run.max_env_steps=1024",
+    "run.eval_every=1024", "run.eval_episodes=80", "run.stop_on_solve=false", "algo.learning_starts=256",
+    "algo.hidden=[32,32]", "run.progress_every_s=0"])
+
+
+def test_ranks_waiting_for_a_busy_peer_are_not_a_hang(runs):
     """Star with a 2 s timeout: while the learner evaluates (80 greedy episodes of at most 20
     steps on environments slowed to 4 ms a step: 3 to 7 s) the simulators sit in one collective
     for longer than the timeout and its grace period - legitimately, since the learner's rank
-    makes progress all along - and the run ends normally."""
-    timeout = 2
-    job = run_job(3, ["topology=star", BLOCKING_ENV, "+env.kwargs.slow_rank=0",
-                      "+env.kwargs.slow_step_s=0.004", "env.max_episode_steps=20",
-                      f"run.rank_timeout_s={timeout}", "run.max_env_steps=1024", "run.eval_every=1024",
-                      "run.eval_episodes=80", "run.stop_on_solve=false", "algo.learning_starts=256",
-                      "run.progress_every_s=0"],
-                  tmp_path / "run", timeout=90)
-    assert job.returncode == 0, job.stderr[-3000:]
-    assert "made no progress" not in job.stderr
-    summary = job.summary()
+    makes progress all along - and the run ends normally (in the MPI pool: a watchdog that
+    fired would end the pool and fail the test)."""
+    timeout = BUSY_LEARNER_TIMEOUT_S
+    run = runs.get(BUSY_LEARNER)
+    summary = run.summary()
     assert summary["evaluations"] == 1 and summary["updates"] > 0
     # The evaluation kept the simulators waiting for longer than they would wait on their own.
     assert summary["eval_seconds"] > timeout + grace_for(timeout)
-    assert not (tmp_path / "run" / BOARD_DIR).exists()  # the progress board is cleaned up
+    assert not (run.run_dir / BOARD_DIR).exists()  # the progress board is cleaned up

@@ -13,35 +13,34 @@ from pathlib import Path
 import pytest
 
 from tests.mpirun import REPO
+from tests.shared_runs import TINY_DQN
+
+#: the tiny cue task, quiet (tests/shared_runs.py); budgets set per sweep
+TINY_CUE = [o for o in TINY_DQN if not o.startswith("run.max_env_steps")]
+
+
+def _start_sweep(tmp_path, *overrides: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "drlmpi", "-m", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 600) -> subprocess.CompletedProcess:
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"sweep still running after {timeout} s: {stderr[-2000:]}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def _sweep(tmp_path, *overrides: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "drlmpi", "-m", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return _finish(_start_sweep(tmp_path, *overrides), timeout)
 
 
 def _jobs(tmp_path) -> list[dict]:
     return json.loads((tmp_path / "sweep" / "jobs.json").read_text())
-
-
-def test_sweep_runs_each_job_in_its_own_world_and_skips_impossible_ones(tmp_path):
-    proc = _sweep(tmp_path, "topology=sequential,star", "world_size=1,2", "run.max_env_steps=1500",
-                  "run.eval_every=500", "run.progress_every_s=0", "algo.learning_starts=200")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = {(j["overrides"][0], j["overrides"][1]): j for j in _jobs(tmp_path)}
-    assert len(jobs) == 4
-    assert jobs[("topology=sequential", "world_size=1")]["status"] == "ok"
-    assert jobs[("topology=star", "world_size=2")]["status"] == "ok"
-    assert jobs[("topology=star", "world_size=2")]["command"][:3] == ["mpiexec", "-n", "2"]
-    skipped = jobs[("topology=sequential", "world_size=2")]
-    assert skipped["status"] == "skipped" and "needs exactly 1 rank" in skipped["reason"]
-    assert "needs at least 2 ranks" in jobs[("topology=star", "world_size=1")]["reason"]
-    assert "skipped: topology=star needs at least 2 ranks" in proc.stdout + proc.stderr
-    for job in jobs.values():
-        if job["status"] == "ok":
-            summary = json.loads((Path(job["run_dir"]) / "summary.json").read_text())
-            assert summary["world_size"] == int(job["overrides"][1].split("=")[1])
 
 
 def test_failed_job_is_reported_and_the_sweep_goes_on_then_fails(tmp_path):
@@ -78,17 +77,30 @@ def test_a_job_whose_config_cannot_resolve_is_skipped_with_the_reason(tmp_path):
     assert p2p["status"] == "skipped" and "world_size_by_topology" in p2p["reason"]
 
 
-def test_jobs_share_the_cores_a_rerun_reuses_them_and_the_report_reads_them(tmp_path):
-    """cores=2: the two 1-rank jobs run side by side on their own CPU, each 2-rank job alone;
-    the same command again (same sweep dir) runs nothing and records the jobs as reused; then
+def test_a_sweep_runs_each_job_in_its_own_world_side_by_side_then_reuses_them(tmp_path):
+    """cores=2: impossible combinations are skipped with the reason; each 2-rank job runs under
+    mpiexec alone, the 1-rank jobs side by side on their own CPU; each run is its own MPI world of
+    its world size. The same command again (same sweep dir) runs nothing and records the jobs as
+    reused; another sweep that would overwrite a finished run fails instead; then
     python -m drlmpi.report on the sweep."""
-    args = ["hydra.launcher.cores=2", "topology=sequential,p2p", "seed=0,1", "run.max_env_steps=2000",
-            "run.eval_every=1000", "run.progress_every_s=0", "algo.learning_starts=200",
-            "run.stop_on_solve=false"]
+    args = ["hydra.launcher.cores=2", "topology=sequential,p2p", "world_size=1,2", "seed=0,1",
+            "run.max_env_steps=600", *TINY_CUE]
     proc = _sweep(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = {(j["overrides"][0], j["overrides"][1]): j for j in _jobs(tmp_path)}
+    records = _jobs(tmp_path)
+    assert len(records) == 8
+    skipped = [j for j in records if j["status"] == "skipped"]
+    assert sorted((j["overrides"][0], j["overrides"][1]) for j in skipped) == \
+        [("topology=p2p", "world_size=1")] * 2 + [("topology=sequential", "world_size=2")] * 2
+    for job in skipped:
+        needs = "exactly 1 rank" if job["overrides"][0] == "topology=sequential" else "exactly 2 ranks"
+        assert f"needs {needs}" in job["reason"]
+    assert "skipped: topology=p2p needs exactly 2 ranks" in proc.stdout + proc.stderr
+    jobs = {(j["overrides"][0], j["overrides"][2]): j for j in records if j["status"] != "skipped"}
     assert [j["status"] for j in jobs.values()] == ["ok"] * 4
+    for job in jobs.values():  # each run is its own world of its size
+        summary = json.loads((Path(job["run_dir"]) / "summary.json").read_text())
+        assert summary["world_size"] == int(job["overrides"][1].split("=")[1]) == job["ranks"]
     seq0, seq1 = jobs[("topology=sequential", "seed=0")], jobs[("topology=sequential", "seed=1")]
     assert seq0["started"] < seq1["ended"] and seq1["started"] < seq0["ended"], "not side by side"
     assert {seq0["cpus"], seq1["cpus"]} == {str(c) for c in sorted(os.sched_getaffinity(0))[:2]}
@@ -97,21 +109,23 @@ def test_jobs_share_the_cores_a_rerun_reuses_them_and_the_report_reads_them(tmp_
     for j in p2p:  # a 2-rank job takes both cores: nothing beside it
         assert not any(o is not j and o["started"] < j["ended"] and j["started"] < o["ended"]
                        for o in jobs.values())
+
     def stamps() -> list[int]:
         return [(Path(j["run_dir"]) / "summary.json").stat().st_mtime_ns for j in jobs.values()]
 
     before = stamps()
     again = _sweep(tmp_path, *args)
     assert again.returncode == 0, again.stderr[-3000:]
-    records = _jobs(tmp_path)
-    assert len(records) == 4 and {r["status"] for r in records} == {"reused"}
+    rerun = [r for r in _jobs(tmp_path) if r["status"] != "skipped"]
+    assert len(rerun) == 4 and {r["status"] for r in rerun} == {"reused"}
     assert stamps() == before
-    assert [(r["started"], r["returncode"]) for r in records] == [(j["started"], 0) for j in jobs.values()]
+    assert [(r["started"], r["returncode"]) for r in rerun] == [(j["started"], 0) for j in jobs.values()]
     # Another sweep in the same directory: a job whose run dir holds other overrides' results
     # fails instead of reusing or overwriting them.
-    other = _sweep(tmp_path, "topology=sequential", "seed=1,0", "hydra.launcher.dry_run=true")
+    other = _sweep(tmp_path, "topology=sequential", "world_size=1", "seed=1,0", "hydra.launcher.dry_run=true")
     assert other.returncode != 0
-    clash = next(r for r in _jobs(tmp_path) if r["overrides"] == ["topology=sequential", "seed=1"])
+    clash = next(r for r in _jobs(tmp_path)
+                 if r["overrides"] == ["topology=sequential", "world_size=1", "seed=1"])
     assert clash["status"] == "failed" and "holds a finished run of other overrides" in clash["reason"]
     _check_report(tmp_path, jobs)
 
@@ -144,24 +158,25 @@ def _check_report(tmp_path, jobs: dict) -> None:
 
 
 # Every preset: (overrides narrowing its sweep, jobs, jobs that run, {reason of a skipped job:
-# how many}, jobs of the whole sweep). The two largest are narrowed to one seed / one regime to
-# keep the test short (composing a job costs ~0.2 s); the whole sweep's size is checked on the
-# preset's own parameters.
+# how many}, jobs of the whole sweep). Composing a job costs ~0.2 s, twice (Hydra's sweeper, then
+# the launcher), so each dry run is narrowed to the kinds of job its preset holds; the whole
+# sweep's size and parameters are checked on the preset's own composed config.
 PRESETS = {
     "dqn_paper_cartpole": ([], 15, 6, {"topology=sequential needs exactly 1 rank": 4,
                                        "topology=p2p needs exactly 2 ranks": 4,
                                        "topology=star needs at least 2 ranks": 1}, 15),
-    "dqn_paper_lunarlander": ([], 15, 6, {"topology=sequential needs exactly 1 rank": 4,
-                                          "topology=p2p needs exactly 2 ranks": 4,
-                                          "needs at least 2 ranks": 1}, 15),
-    "td3_slides_pendulum": ([], 24, 16, {"topology=sequential needs exactly 1 rank": 6,
-                                         "needs at least 2 ranks": 2}, 24),
-    "ppo_tetris_grid": (["world_size=1,2"], 12, 12, {}, 30),
-    "learning_matrix": (["seed=0"], 36, 36, {}, 108),
+    "dqn_paper_lunarlander": (["world_size=1,2"], 6, 3, {"topology=sequential needs exactly 1 rank": 1,
+                                                        "topology=p2p needs exactly 2 ranks": 1,
+                                                        "needs at least 2 ranks": 1}, 15),
+    "td3_slides_pendulum": (["seed=0"], 12, 8, {"topology=sequential needs exactly 1 rank": 3,
+                                                "needs at least 2 ranks": 1}, 24),
+    "ppo_tetris_grid": (["world_size=2"], 6, 6, {}, 30),
+    "learning_matrix": (["seed=0", "+experiment/pair=dqn_cartpole,ppo_pendulum"], 12, 12, {}, 108),
     "ddp_cartpole": (["device=cpu"], 6, 6, {}, 6),  # on CPU: allgather's backend auto is mpi
-    "topology_throughput": (["env.sim_cost_ms=5"], 40, 28, {"topology=sequential needs exactly 1 rank": 8,
-                                                            "topology=star needs at least 2 ranks": 2,
-                                                            "topology=async needs at least 2 ranks": 2}, 120),
+    "topology_throughput": (["env.sim_cost_ms=5", "world_size=1,16"], 16, 10,
+                            {"topology=sequential needs exactly 1 rank": 2,
+                             "topology=star needs at least 2 ranks": 2,
+                             "topology=async needs at least 2 ranks": 2}, 120),
 }
 
 
@@ -169,7 +184,8 @@ def test_every_preset_is_covered():
     assert {p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml")} == set(PRESETS)
 
 
-def _sweep_size(preset: str) -> int:
+def _sweep_params(preset: str) -> dict[str, list[str]]:
+    """The preset's sweep: parameter -> its values, from its composed config."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -178,35 +194,49 @@ def _sweep_size(preset: str) -> int:
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
-    return math.prod(len(str(v).split(",")) for v in cfg.hydra.sweeper.params.values())
+    return {key: str(value).split(",") for key, value in cfg.hydra.sweeper.params.items()}
+
+
+@pytest.fixture(scope="module")
+def preset_dry_runs(tmp_path_factory):
+    """Every preset's (narrowed) dry run, all started at once: each is one sweeping process
+    composing configs on one core."""
+    runs = {}
+    for preset, (narrow, *_) in PRESETS.items():
+        folder = tmp_path_factory.mktemp(preset)
+        runs[preset] = (_start_sweep(folder, f"+experiment={preset}", *narrow, "hydra.launcher.dry_run=true"),
+                        folder)
+    return runs
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
-def test_presets_compose_into_their_studies(tmp_path, preset):
+def test_presets_compose_into_their_studies(preset_dry_runs, preset):
     narrow, total, runs, skipped, whole = PRESETS[preset]
-    assert _sweep_size(preset) == whole
-    proc = _sweep(tmp_path, f"+experiment={preset}", *narrow, "hydra.launcher.dry_run=true")
+    params = _sweep_params(preset)
+    assert math.prod(len(values) for values in params.values()) == whole
+    started, folder = preset_dry_runs[preset]
+    proc = _finish(started)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    jobs = _jobs(tmp_path)
+    jobs = _jobs(folder)
     assert len(jobs) == total and sum(j["status"] == "dry_run" for j in jobs) == runs
     reasons = [j["reason"] for j in jobs if j["status"] == "skipped"]
     assert len(reasons) == total - runs
     for text, count in skipped.items():
         assert sum(text in r for r in reasons) == count, (text, reasons)
-    if preset.startswith("dqn_paper"):  # Standard, 2 Processes, MP(2)..MP(5)
-        ran = sorted((j["overrides"][0], j["ranks"]) for j in jobs if j["status"] == "dry_run")
-        assert ran == [("topology=p2p", 2), ("topology=sequential", 1), ("topology=star", 2),
-                       ("topology=star", 3), ("topology=star", 4), ("topology=star", 5)]
+    ran = [j for j in jobs if j["status"] == "dry_run"]
+    if preset == "dqn_paper_cartpole":  # Standard, 2 Processes, MP(2)..MP(5)
+        assert sorted((j["overrides"][0], j["ranks"]) for j in ran) == [
+            ("topology=p2p", 2), ("topology=sequential", 1), ("topology=star", 2), ("topology=star", 3),
+            ("topology=star", 4), ("topology=star", 5)]
     if preset == "learning_matrix":  # 6 pairs x 6 topologies (x 3 seeds), each at its world size
+        assert len(params["+experiment/pair"]) == 6 and len(params["seed"]) == 3
         ranks = {o.split("=")[1]: j["ranks"] for j in jobs for o in j["overrides"]
                  if o.startswith("topology=")}
         assert ranks == {"sequential": 1, "p2p": 2, "star": 3, "parameter_server": 3, "async": 3,
                          "allgather": 3}
-        pairs = {o for j in jobs for o in j["overrides"] if o.startswith("+experiment/pair=")}
-        assert len(pairs) == 6
-    if preset == "topology_throughput":
-        ran = [j for j in jobs if j["status"] == "dry_run"]
-        assert sum("algo=random" in j["overrides"] for j in ran) == 14  # the raw-stepping ceiling
+    if preset == "topology_throughput":  # the raw-stepping ceiling: algo=random beside each cell
+        assert params["algo"] == ["dqn", "random"]
+        assert sum("algo=random" in j["overrides"] for j in ran) == 5
         assert max(j["ranks"] for j in ran) == 16
 
 
@@ -218,15 +248,6 @@ def test_sweeping_process_never_initialises_mpi():
             "import drlmpi.algos.random_policy, drlmpi.report\n"
             "assert 'mpi4py.MPI' not in sys.modules, 'MPI imported'\n")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
-
-
-def test_world_size_alone_relaunches_under_mpiexec(tmp_path):
-    cmd = [sys.executable, "-m", "drlmpi", "topology=p2p", "world_size=2", "run.max_env_steps=600",
-           "run.progress_every_s=0", f"hydra.run.dir={tmp_path / 'run'}"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "starting mpiexec -n 2" in proc.stderr
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["world_size"] == 2
 
 
 def test_a_one_value_sweep_is_not_relaunched():

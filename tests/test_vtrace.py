@@ -4,15 +4,13 @@ reference, and PPO's decoupled objective built from them."""
 
 from __future__ import annotations
 
-import csv
-
 import numpy as np
 import pytest
 import torch
 
 from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
 from drlmpi.algos.vtrace import compute_vtrace, vtrace_tensor
-from tests.mpirun import run_job
+from tests.conftest import RunResult, run_in_pool
 from tests.test_ppo import collect_rows, ppo_cfg
 
 GAMMA, LAM = 0.9, 0.5  # gamma * lambda = 0.45
@@ -152,19 +150,18 @@ def test_ppo_decoupled_objective_on_stale_rows(cartpole):
 
 
 
-def test_async_ppo_learns_cartpole_with_forced_lag(tmp_path):
+def test_async_ppo_learns_cartpole_with_forced_lag(pool, tmp_path):
     """PPO under async with weights published every 100 updates (5 rollouts of the tuned
     CartPole settings: rows up to about 6 rollouts old when learned from) and no lag bound set
     (the automatic one: a rollout's 20 updates + 100): the greedy return climbs far above an
     untrained policy's (about 20)."""
-    job = run_job(3, ["algo=ppo", "env=cartpole", "topology=async", "topology.publish_every=100",
-                      "seed=0", "run.max_env_steps=20000", "run.eval_every=2500",
-                      "run.progress_every_s=0", "run.tensorboard=false"], tmp_path / "run", timeout=240)
-    assert job.returncode == 0, job.stderr[-3000:]
-    summary = job.summary()
+    run_in_pool(pool, 3, ["algo=ppo", "env=cartpole", "topology=async", "topology.publish_every=100",
+                          "seed=0", "run.max_env_steps=20000", "run.eval_every=2500",
+                          "run.progress_every_s=0", "run.tensorboard=false"], tmp_path / "run").result()
+    run = RunResult(tmp_path / "run")
+    summary = run.summary()
     stats = summary["topology_stats"]
     assert stats["max_policy_lag"] == 20 + 100 and stats["max_policy_lag_auto"] is True
     assert summary["policy_lag_mean"] > 20  # most chunks were acted more than a rollout ago
-    with open(tmp_path / "run" / "metrics.csv") as f:
-        evals = [float(r["return"]) for r in csv.DictReader(f) if r["kind"] == "eval"]
+    evals = run.returns("eval")
     assert max(evals) >= 200, evals

@@ -1,0 +1,136 @@
+"""Every refusal: a bad command line, configuration or world size is refused before any rank
+starts working, in one line that says what to do instead.
+
+The refusals are checked in-process, through the same functions ``python -m drlmpi`` calls in
+the same order (the command line's checks, composition, then :func:`drlmpi.run.validate` at the
+job's world size). A few subprocess tests show the form a user sees: exit code 2, the line printed
+once (not once per rank), no traceback, and no rank left waiting - for each place a refusal can
+come from (the command line on every rank, rank 0's directory check, validation after Hydra).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from drlmpi.__main__ import check_command_line, check_output_directories, resume_arguments
+from drlmpi.algos.base import ConfigError
+from drlmpi.run import validate
+from tests.conftest import REPO
+from tests.mpirun import run_job
+from tests.pool_worker import compose
+from tests.shared_runs import declare
+
+IMAGE_ENV = "env.id=tests.image_env:ImageSide-v0"
+
+
+def refusal(*argv: str, world_size: int = 1) -> str:
+    """The message with which ``python -m drlmpi ARGV`` on ``world_size`` ranks is refused
+    (fails the test if it is accepted or spans several lines)."""
+    args = list(argv)
+    with pytest.raises(ConfigError) as info:
+        if any(a.startswith("resume=") for a in args):
+            args, _ = resume_arguments(args)
+        check_command_line(args)
+        check_output_directories(args)
+        validate(compose([a for a in args if not a.startswith(("hydra.", "-"))]), world_size)
+    message = str(info.value)
+    assert "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize(("argv", "ranks", "expected"), [
+    # world sizes the topology cannot use
+    (["topology=p2p"], 3, "topology=p2p needs exactly 2 ranks, but the job has 3"),
+    (["topology=star"], 1, "topology=star needs at least 2 ranks, but the job has 1"),
+    (["topology=sequential"], 2, "topology=sequential needs exactly 1 rank, but the job has 2"),
+    (["topology=async"], 1, "topology=async needs at least 2 ranks, but the job has 1"),
+    (["topology=groups", "topology.learners=2"], 5,
+     "topology.learners=2 needs a world size that is a multiple of 2"),
+    # options a topology cannot take
+    (["topology=async", "topology.sync_unit=episodes"], 2, "use topology.sync_unit=steps"),
+    (["algo=ppo", "topology=async", "topology.utd_mode=free", "topology.max_policy_lag=8"], 2,
+     "utd_mode=free is for off-policy algorithms"),
+    (["topology=allgather", "topology.backend=nccl"], 1,
+     "topology.backend=nccl averages gradients on GPUs: it needs device=cuda"),
+    (["topology=allgather", "topology.backend=gloo", "topology.reduce=allgather"], 1,
+     "topology.reduce=allgather is an MPI reduction"),
+    (["topology=allgather", "topology.backend=ucc"], 1, "topology.backend must be one of"),
+    # an algorithm that cannot act in the environment, naming one that can
+    (["algo=td3", "env=cartpole"], 1, "algo=td3 needs a continuous (Box) action space"),
+    (["algo=dqn", "env=pendulum"], 1, "algo=dqn needs a discrete action space"),
+    (["env=pendulum"], 1, "algo=td3"),
+    (["algo=td3", IMAGE_ENV, "env.reward_threshold=null"], 1, "algo=td3"),
+    (["env.id=NoSuchEnv-v9"], 1, "env.id='NoSuchEnv-v9' cannot be made"),
+    # Atari
+    (["env=tetris", "env.atari.frame_skip=0"], 1, "env.atari.frame_skip must be"),
+    (["env.atari={frame_skip: 4}"], 1, "env.atari is for ALE/ ids"),
+    (["env=tetris", "algo=td3"], 1, "algo=td3 needs a continuous"),
+    (["env=breakout", "algo=ppo", "env.atari.screen_size=16", "algo.encoder=cnn"], 1,
+     "algo.encoder=cnn needs images of at least 36x36"),
+    # values the schema refuses: on the command line, in a sweep, after composition
+    (["algo.gamma=1.5"], 1, "algo.gamma must be in [0, 1], got 1.5"),
+    (["-m", "topology=sequential", "algo.lr=1e-3,abc"], 1, "algo.lr must be a number, got 'abc'"),
+    (["+experiment/pair=ppo_cartpole", "algo.clip_range=-1", "run.max_env_steps=100"], 1,
+     "algo.clip_range must be > 0, got -1"),
+    (["hydra.run.dir=/dev/null/run"], 1,
+     "hydra.run.dir is not a writable directory (Not a directory), got /dev/null/run"),
+])
+def test_refused_in_one_line(argv, ranks, expected):
+    assert expected in refusal(*argv, world_size=ranks)
+
+
+def test_groups_refusal_names_the_sizes_that_work():
+    message = refusal("topology=groups", "topology.learners=2", world_size=5)
+    assert "mpiexec -n 6" in message and "use topology.learners=1" in message
+
+
+CHECKPOINTED = declare("checkpointed-sequential", 1, [
+    "run.max_env_steps=600", "run.checkpoint_every_s=0.01", "run.progress_every_s=0", "algo.hidden=[16]",
+    "algo.learning_starts=100", "run.eval_every=100000"])
+
+
+def test_resume_refusals(tmp_path, runs):
+    checkpointed_run = runs.get(CHECKPOINTED).run_dir  # a run with a checkpoint, as a killed one has
+    assert json.loads((checkpointed_run / "checkpoint" / "meta.json").read_text())["world_size"] == 1
+    assert refusal(f"resume={tmp_path}").startswith("resume: ")
+    assert "only run.max_env_steps" in refusal(f"resume={checkpointed_run}", "topology=star")
+    assert refusal(f"resume={checkpointed_run}", "run.max_env_steps=0") == \
+        "run.max_env_steps must be >= 1, got 0"
+    # Another world size than the checkpoint's: refused by every rank before any message.
+    assert "resume: the checkpoint was written by 1 rank(s) and this job has 2" in \
+        refusal(f"resume={checkpointed_run}", world_size=2)
+
+
+# -- what a user sees ---------------------------------------------------------------------------
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "drlmpi", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (("algo.gamma=1.5",), "drlmpi: error: algo.gamma must be in [0, 1], got 1.5"),  # the command line
+    (("topology=p2p",), "drlmpi: error: topology=p2p needs exactly 2 ranks, but the job has 1"),  # validate
+])
+def test_a_refusal_is_one_line_exit_2_no_traceback(tmp_path, args, line):
+    proc = _cli(*args, f"hydra.run.dir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(line)
+    assert proc.stderr.count("drlmpi: error") == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("override", "ranks", "message"), [
+    ("algo.gamma=1.5", 2, "drlmpi: error: algo.gamma must be in [0, 1], got 1.5"),  # every rank, no MPI
+    ("hydra.run.dir=/proc/drlmpi/x", 2, "drlmpi: error: hydra.run.dir is not a writable directory"),  # rank 0
+    ("topology=p2p", 3, "drlmpi: error: topology=p2p needs exactly 2 ranks, but the job has 3"),  # after MPI
+])
+def test_a_refusal_under_mpiexec_ends_every_rank(tmp_path, override, ranks, message):
+    job = run_job(ranks, [override], tmp_path / "run", timeout=90)  # run_job fails the test on a hang
+    assert job.returncode == 2
+    assert job.stderr.count(message) == 1, job.stderr
+    assert job.stderr.count("drlmpi: error") == 1 and "Traceback" not in job.stderr
+
