@@ -135,9 +135,9 @@ class Pool:
         return "\n".join(texts)
 
     def wait(self, job: PoolJob) -> Any:
-        if job.outcome is None:
-            while job.outcome is None:  # earlier jobs first: they hold the pool
-                self._finish(self.queue[0])
+        """``job``'s return value (earlier jobs finish first: they hold the pool)."""
+        while job.outcome is None:
+            self._finish(self.queue[0])
         if "error" in job.outcome:
             raise PoolError(job.outcome["error"])
         return job.outcome["value"]

@@ -8,7 +8,6 @@ multi-rank runs go to the MPI pool (tests/mpi_pool.py).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,23 +16,19 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from tests.conftest import RunResult
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass
-class JobResult:
+class JobResult(RunResult):
     """Exit code, output and run directory of one finished job."""
 
-    returncode: int
-    stdout: str
-    stderr: str
-    run_dir: Path
-
-    def summary(self) -> dict[str, Any]:
-        """The job's ``summary.json``."""
-        return json.loads((self.run_dir / "summary.json").read_text())
+    returncode: int = 0
+    stdout: str = ""
+    stderr: str = ""
 
 
 def mpiexec_command(ranks: int) -> list[str]:
@@ -87,7 +82,7 @@ class RunningJob:
                 f"job hung: {' '.join(self.cmd)} still running after {self.timeout} s\n"
                 f"--- stdout ---\n{stdout[-3000:]}\n--- stderr ---\n{stderr[-3000:]}")
         _assert_no_rank_left(self.proc.pid, self.cmd)
-        return JobResult(self.proc.returncode, stdout, stderr, self.run_dir)
+        return JobResult(self.run_dir, self.proc.returncode, stdout, stderr)
 
 
 def start_job(ranks: int, overrides: list[str], run_dir: Path, timeout: float = 180,
