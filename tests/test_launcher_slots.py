@@ -138,3 +138,15 @@ def test_a_job_that_cannot_start_fails_and_the_others_run(tmp_path):
     _scheduler(tmp_path, CorePool(1, [0])).run([broken, fine])
     assert broken.record["status"] == "failed" and "cannot start" in broken.record["reason"]
     assert fine.record["status"] == "ok"
+
+
+def test_a_job_without_world_size_gets_the_smallest_world_its_topology_runs():
+    """``python -m drlmpi -m topology=groups`` (no world_size): 2 learners need 2 x (1 + 1) ranks;
+    the minimum of any topology (2) would have skipped every job."""
+    from hydra_plugins.drlmpi_launcher.mpi_launcher import job_ranks
+    from tests.pool_worker import compose
+
+    assert job_ranks(compose(["topology=groups"])) == 4
+    assert job_ranks(compose(["topology=groups", "topology.learners=3"])) == 6
+    assert job_ranks(compose(["topology=star"])) == 2
+    assert job_ranks(compose(["topology=star", "world_size=5"])) == 5

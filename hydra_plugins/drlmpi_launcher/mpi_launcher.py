@@ -96,12 +96,13 @@ class JobFailedError(RuntimeError):
 
 
 def job_ranks(cfg: DictConfig) -> int:
-    """The world size a job asks for: ``world_size``, else its topology's smallest size."""
+    """The world size a job asks for: ``world_size``, else the smallest its topology runs with
+    this config (groups: a learner and a simulator per group)."""
     if cfg.get("world_size") is not None:
         return int(cfg.world_size)
     from drlmpi.run import resolve_classes
 
-    return int(resolve_classes(cfg)[1].min_ranks)
+    return int(resolve_classes(cfg)[1].smallest_world(cfg.topology))
 
 
 def job_cost(cfg: DictConfig, ranks: int) -> float:
