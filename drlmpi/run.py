@@ -56,6 +56,7 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
             f"world_size={cfg.world_size} was asked for but this job has {world_size} rank(s)"
         )
     check_env_options(cfg.env)
+    check_sim_costs(cfg.env, world_size)
     try:
         spec = probe_spec(cfg.env.id, **env_make_kwargs(cfg.env))
     except ConfigError:
@@ -103,6 +104,20 @@ def check_env_options(env: Any) -> None:
         check_atari_options(atari)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+def check_sim_costs(env: Any, world_size: int) -> None:
+    """Refuse, in one line, an ``env.sim_cost_ms_by_rank`` entry for a rank this job does not
+    have, or a cost that is not a number >= 0 (it would be ignored, or fail mid-run)."""
+    by_rank = env.get("sim_cost_ms_by_rank") or {}
+    shown = f"env.sim_cost_ms_by_rank={dict(by_rank)}"
+    for rank, cost in by_rank.items():
+        if not str(rank).isdigit() or int(rank) >= world_size:
+            raise ConfigError(f"env.sim_cost_ms_by_rank names rank {rank!r}, but the job has {world_size} "
+                              f"rank(s), 0 to {world_size - 1}: use ranks of this job, got {shown}")
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
+            raise ConfigError(f"env.sim_cost_ms_by_rank: the cost of rank {rank} must be a number of "
+                              f"milliseconds >= 0, got {shown}")
 
 
 def check_resume(cfg: Any, world_size: int) -> None:

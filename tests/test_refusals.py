@@ -66,6 +66,9 @@ def refusal(*argv: str, world_size: int = 1) -> str:
     (["env=pendulum"], 1, "algo=td3"),
     (["algo=td3", IMAGE_ENV, "env.reward_threshold=null"], 1, "algo=td3"),
     (["env.id=NoSuchEnv-v9"], 1, "env.id='NoSuchEnv-v9' cannot be made"),
+    (["topology=star", "env.sim_cost_ms_by_rank={7: 5}"], 3,
+     "env.sim_cost_ms_by_rank names rank 7, but the job has 3 rank(s), 0 to 2"),
+    (["topology=star", "env.sim_cost_ms_by_rank={1: -2}"], 3, "the cost of rank 1 must be a number"),
     # Atari
     (["env=tetris", "env.atari.frame_skip=0"], 1, "env.atari.frame_skip must be"),
     (["env.atari={frame_skip: 4}"], 1, "env.atari is for ALE/ ids"),
