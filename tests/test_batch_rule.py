@@ -204,8 +204,8 @@ RULE_JOBS = [
     ("allgather", 2, "global", SEQUENTIAL_UPDATES, 32),
     # each rank waits for 1000 of its own transitions (local step 1024), then 0.5 per local step
     ("allgather", 2, "per_rank", (1536 - 896) // 2, 64),
-    # the server stops before the last round's updates (it decides to stop as the round ends)
-    ("parameter_server", 3, "global", SEQUENTIAL_UPDATES - 128, 32),
+    # the server runs the last round's updates at the budget stop, as sequential does
+    ("parameter_server", 3, "global", SEQUENTIAL_UPDATES, 32),
 ]
 for _topology, _ranks, _rule, _, _ in RULE_JOBS:  # global: the default
     declare(f"batch-rule-{_topology}-{_rule}", _ranks,

@@ -73,13 +73,17 @@ class ParameterServer(DataParallelTopology):
             table = data_parallel_round(comm, learner, None, every, unit, SERVER)
             rounds += 1
             learner.maybe_evaluate()
-            stop = learner.stop_reason() is not None
-            n_updates = 0 if stop else int(table[1:, RoundCounts.UPDATES_DUE].min())
+            reason = learner.stop_reason()
+            stop = reason is not None
+            # The last round's updates run at a budget stop too (as Learner.finish does for one
+            # learner), so the job does sequential's updates on the same data; after a solve
+            # they would be wasted.
+            n_updates = 0 if reason == "solved" else int(table[1:, RoundCounts.UPDATES_DUE].min())
             checkpoint = not stop and ctx.checkpoint_due()
             comm.Bcast(control_message(stop, learner, n_updates, checkpoint), root=SERVER, kind="control")
+            learner.apply_remote_updates(n_updates, sync)
             if stop:
                 break
-            learner.apply_remote_updates(n_updates, sync)
             if checkpoint:  # the server and every worker save at the end of this round
                 ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
             ctx.progress()
@@ -103,9 +107,9 @@ class ParameterServer(DataParallelTopology):
             actor.set_global_steps(int(control[Control.ENV_STEPS]), workers)
             data_parallel_round(comm, learner, actor, every, unit, SERVER)
             comm.Bcast(control, root=SERVER, kind="control")
+            learner.train(sync, max_updates=int(control[Control.N_UPDATES]))
             if control[Control.STOP]:
                 break
-            learner.train(sync, max_updates=int(control[Control.N_UPDATES]))
             if control[Control.CHECKPOINT]:
                 ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
             actor.load_weights(learner.policy_weights())
