@@ -17,9 +17,10 @@ import torch
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from drlmpi.envs import env_make_kwargs, env_spec, make_env
-from drlmpi.roles import evaluate
-from drlmpi.run import POLICY_FILE
+from drlmpi.envs.make import env_make_kwargs, make_env
+from drlmpi.envs.spec import env_spec
+from drlmpi.roles.evaluate import evaluate
+from drlmpi.run.experiment import POLICY_FILE
 
 
 def load_policy(run_dir: Path):

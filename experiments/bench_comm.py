@@ -3,8 +3,8 @@
     mpiexec -n 2 python experiments/bench_comm.py                 # 30 repeats
     mpiexec -n 4 python experiments/bench_comm.py --sizes dqn 1m 4000000 --rows 256 --json out.json
 
-The buffers are drlmpi's own: a network's parameters in one :class:`drlmpi.comm.FlatParams`
-buffer, experience as :class:`drlmpi.comm.ExperienceLayout` rows (CartPole: 15 float32 columns).
+The buffers are drlmpi's own: a network's parameters in one :class:`drlmpi.algos.params.FlatParams`
+buffer, experience as :class:`drlmpi.data.layout.ExperienceLayout` rows (CartPole: 15 float32 columns).
 Cases (experiments/README.md describes each): ``weights`` (broadcast from rank 0: ``Bcast`` of
 the flat buffer vs ``bcast`` of a state_dict vs ``bcast`` of a list of arrays), ``experience``
 (every other rank to rank 0: ``Gather``+``Gatherv`` of rows vs ``gather`` of per-step tuples /
@@ -36,7 +36,8 @@ import torch
 from mpi4py import MPI
 from torch import nn
 
-from drlmpi.comm import ExperienceLayout, FlatParams
+from drlmpi.algos.params import FlatParams
+from drlmpi.data.layout import ExperienceLayout
 
 TAG = 77
 LAYOUT = ExperienceLayout(obs_dim=4, action_dim=1)  # CartPole rows: 15 float32 columns

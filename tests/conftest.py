@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
-from drlmpi.envs import probe_spec  # noqa: E402
+from drlmpi.envs.make import probe_spec  # noqa: E402
 from tests.mpi_pool import Pool, PoolJob  # noqa: E402
 from tests.shared_runs import CATALOGUE  # noqa: E402
 

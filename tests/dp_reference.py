@@ -22,8 +22,8 @@ import torch
 
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.td3 import TD3
-from drlmpi.envs import probe_spec
-from drlmpi.schema import group_config
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import probe_spec
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 BATCH = 16
@@ -71,9 +71,9 @@ def main(mode: str, out_dir: str, updates: int, names: list[str], world=None) ->
     """The updates of ``mode`` on ``world`` (COMM_WORLD by default), each rank saving its state."""
     from mpi4py import MPI
 
-    from drlmpi.comm import TimedComm
-    from drlmpi.topologies.backend import DistGroup, DistSync, place
-    from drlmpi.topologies.gradients import (
+    from drlmpi.mpi.timed import TimedComm
+    from drlmpi.topologies.data_parallel.backend import DistGroup, DistSync, place
+    from drlmpi.topologies.data_parallel.syncs import (
         AllgatherSync,
         AllreduceSync,
         ParameterServerSync,

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import register
 
-from drlmpi.envs import RAW_EPISODE_KEY
+from drlmpi.envs.spec import RAW_EPISODE_KEY
 
 
 class ImageSide(gym.Env):

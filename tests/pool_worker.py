@@ -69,7 +69,7 @@ def _resolve(name: str):
 
 def serve(control: Path, owner: int) -> None:
     """The pool's loop on this rank (see the module docstring)."""
-    from drlmpi.__main__ import yield_when_oversubscribed
+    from drlmpi.mpi.process import yield_when_oversubscribed
 
     yield_when_oversubscribed()  # more ranks than cores: waiting ranks must yield their core
     from mpi4py import MPI
@@ -108,7 +108,8 @@ def compose(overrides: list[str]):
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
-    from drlmpi.__main__ import _launch_time_resolver, check_command_line
+    from drlmpi.run.arguments import check_command_line
+    from drlmpi.run.command_line import _launch_time_resolver
 
     check_command_line(overrides)
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -129,7 +130,7 @@ def _write_hydra_files(cfg: Any, overrides: list[str], run_dir: Path) -> None:
 
 def experiment(comm: Any, overrides: list[str], run_dir: str) -> str:
     """One run of ``overrides`` on ``comm`` writing ``run_dir`` (as ``hydra.run.dir``)."""
-    from drlmpi.run import run_experiment
+    from drlmpi.run.experiment import run_experiment
 
     path = Path(run_dir)
     cfg = compose(overrides)
@@ -142,8 +143,8 @@ def experiment(comm: Any, overrides: list[str], run_dir: str) -> str:
 def resume(comm: Any, run_dir: str, extra: list[str] | None = None) -> str:
     """``python -m drlmpi resume=RUN_DIR [extra]`` on ``comm`` (which must have the checkpoint's
     world size)."""
-    from drlmpi.__main__ import resume_arguments
-    from drlmpi.run import run_experiment
+    from drlmpi.run.arguments import resume_arguments
+    from drlmpi.run.experiment import run_experiment
 
     argv, ranks = resume_arguments([f"resume={run_dir}", *(extra or [])])
     if ranks != comm.Get_size():

@@ -1,12 +1,12 @@
 """DQNs that record how many updates each call of ``run_updates`` asked for: used to check that
-the async learner runs a device learner's owed updates in bursts (``_AsyncLearner._burst``) and a
+the async learner runs a device learner's owed updates in bursts (``AsyncLearner._burst``) and a
 CPU learner's one at a time. ``QueuingDQN`` says it queues its updates on an accelerator (as a
 CUDA learner does) while computing on the CPU."""
 
 from __future__ import annotations
 
-from drlmpi.algos.base import local_sync
 from drlmpi.algos.dqn import DQN
+from drlmpi.algos.sync import local_sync
 
 #: the sizes of the learner's ``run_updates`` calls in this process's latest run
 CALLS: list[int] = []

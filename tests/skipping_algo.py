@@ -3,8 +3,8 @@ to check that data-parallel topologies stop with a clear error instead of hangin
 
 from __future__ import annotations
 
-from drlmpi.algos.base import local_sync
 from drlmpi.algos.dqn import DQN
+from drlmpi.algos.sync import local_sync
 
 SKIPPED_UPDATE = 3
 

@@ -7,20 +7,16 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from drlmpi.atari import (
+from drlmpi.envs.atari import (
     ATARI_DEFAULTS,
     EpisodicLife,
     FireReset,
-    FrameStack,
-    MaxAndSkip,
-    NoopReset,
-    ResizeFrame,
-    area_weights,
     check_atari_options,
     make_atari,
     preprocess,
 )
-from drlmpi.envs import RAW_EPISODE_KEY
+from drlmpi.envs.frames import FrameStack, MaxAndSkip, NoopReset, ResizeFrame, area_weights
+from drlmpi.envs.spec import RAW_EPISODE_KEY
 
 
 class FakeAle(gym.Env):

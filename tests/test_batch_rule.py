@@ -16,14 +16,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from drlmpi.__main__ import _launch_time_resolver
-from drlmpi.algos.base import ConfigError
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.ppo import PPO
-from drlmpi.run import validate
-from drlmpi.schema import group_config
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import group_config
+from drlmpi.run.command_line import _launch_time_resolver
+from drlmpi.run.experiment import validate
 from drlmpi.topologies.allgather import Allgather
-from drlmpi.topologies.batch_rule import per_rank_algo_config
+from drlmpi.topologies.data_parallel.batch_rule import per_rank_algo_config
 from drlmpi.topologies.param_server import ParameterServer
 from tests.conftest import CONF
 from tests.shared_runs import declare

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import torch
 
+from drlmpi.algos.advantages import compute_gae, gae_tensor
 from drlmpi.algos.dqn import DQN
-from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
+from drlmpi.algos.ppo import PPO
 from drlmpi.algos.td3 import TD3
-from drlmpi.envs import probe_spec
-from drlmpi.schema import group_config
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import probe_spec
 from tests.test_device_learner import HostSync, random_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -194,7 +195,7 @@ def test_segmented_capture_learns_what_eager_learns(name, steps_locally):
 def test_capture_failing_after_a_cut_exchanges_once():
     """A body whose second segment cannot be captured (a host read): the fallback's eager
     update performs the exchange, which the failed capture must not have done already."""
-    from drlmpi.device import CapturedUpdate
+    from drlmpi.device.capture import CapturedUpdate
 
     x = torch.zeros(4, device="cuda")
     exchanged: list[str] = []

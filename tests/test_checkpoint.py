@@ -72,7 +72,7 @@ def test_optimizer_state_is_part_of_it(cartpole, tmp_path):
 
 
 def test_publishing_a_generation_removes_every_older_one(tmp_path):
-    from drlmpi.checkpoint import checkpoint_dir, file_generation, remove_older_generations
+    from drlmpi.outputs.checkpoint import checkpoint_dir, file_generation, remove_older_generations
 
     directory = checkpoint_dir(tmp_path)
     directory.mkdir(parents=True)

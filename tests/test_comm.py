@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from drlmpi.comm import ExperienceLayout, FlatParams
+from drlmpi.algos.params import FlatParams
+from drlmpi.data.layout import ExperienceLayout
 
 
 def _net() -> nn.Module:

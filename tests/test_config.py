@@ -6,10 +6,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from drlmpi.__main__ import _launch_time_resolver
-from drlmpi.algos.base import ConfigError
-from drlmpi.run import validate
-from drlmpi.schema import defaults, group_config
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import defaults, group_config
+from drlmpi.run.command_line import _launch_time_resolver
+from drlmpi.run.experiment import validate
 from tests.conftest import CONF
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -70,7 +70,7 @@ def test_every_option_file_composes_and_validates(group):
 
 
 def cfg_ranks(cfg) -> int:
-    from drlmpi.run import resolve_classes
+    from drlmpi.run.experiment import resolve_classes
 
     _, topology_cls = resolve_classes(cfg)
     return topology_cls.fixed_world_size() or topology_cls.smallest_world(cfg.topology)

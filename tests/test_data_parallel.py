@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from drlmpi.algos.base import local_sync
+from drlmpi.algos.sync import local_sync
 from tests.dp_reference import concatenated, make_algo
 
 UPDATES = 6

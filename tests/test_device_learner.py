@@ -13,13 +13,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from drlmpi.algos.base import ConfigError, local_sync
+from drlmpi.algos.advantages import compute_gae, gae_tensor
 from drlmpi.algos.dqn import DQN
-from drlmpi.algos.ppo import PPO, compute_gae, gae_tensor
+from drlmpi.algos.ppo import PPO
+from drlmpi.algos.sync import local_sync
 from drlmpi.algos.td3 import TD3
 from drlmpi.bench.learner import random_rows as bench_rows
-from drlmpi.device import CapturedUpdate, Metrics, Staging, resolve_capture
-from drlmpi.schema import group_config
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import group_config
+from drlmpi.device.capture import CapturedUpdate, resolve_capture
+from drlmpi.device.metrics import Metrics
+from drlmpi.device.staging import Staging
 
 
 def cfg_for(name: str, **overrides):
@@ -195,7 +199,7 @@ def test_ppo_rollout_lives_on_the_learner_device(cartpole):
     rows = random_rows(algo, 40)
     rows[:, algo.layout.slices["log_prob"]] = np.log(0.5)
     algo.observe(rows)
-    assert isinstance(algo._pending[0], torch.Tensor) and algo._staging.pinned is None
+    assert isinstance(algo.store.pending[0], torch.Tensor) and algo.store.staging.pinned is None
     algo.observe(rows)  # 80 rows >= 64: one rollout of 80 rows, 2 epochs of 5 minibatches
     assert algo.updates_due(80) == 10
     metrics = [algo.update() for _ in range(10)]

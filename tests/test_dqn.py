@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from drlmpi.algos.base import ConfigError
 from drlmpi.algos.dqn import DQN
-from drlmpi.envs import probe_spec
-from drlmpi.schema import group_config
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import probe_spec
 
 
 @pytest.fixture

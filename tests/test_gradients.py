@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from drlmpi.algos.dqn import DQN
-from drlmpi.envs import probe_spec
-from drlmpi.schema import group_config
-from drlmpi.topologies.gradients import AllgatherSync, check_identical_params
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import probe_spec
+from drlmpi.topologies.data_parallel.syncs import AllgatherSync, check_identical_params
 
 
 class FakeComm:

@@ -13,17 +13,18 @@ import pytest
 import torch
 
 import tests.image_env  # noqa: F401  (registers ImageSide-v0)
-from drlmpi.algos.base import ConfigError
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.encoders import conv_features, image_chw, resolve_encoder
 from drlmpi.algos.ppo import PPO
 from drlmpi.algos.random_policy import RandomPolicy
-from drlmpi.comm import ChunkHeader
-from drlmpi.envs import env_spec, make_env
-from drlmpi.replay import ReplayBuffer
-from drlmpi.roles import Actor
-from drlmpi.schema import group_config
-from drlmpi.vector import SerialEnvs, WorkerEnvs
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import group_config
+from drlmpi.data.replay import ReplayBuffer
+from drlmpi.envs.make import make_env
+from drlmpi.envs.spec import env_spec
+from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
+from drlmpi.mpi.wire import ChunkHeader
+from drlmpi.roles.actor import Actor
 from tests.image_env import ImageSide
 from tests.shared_runs import declare
 
@@ -134,7 +135,7 @@ def test_encoder_choice_and_refusals():
 
 def test_td3_refuses_image_observations():
     from drlmpi.algos.td3 import TD3
-    from drlmpi.envs import EnvSpec
+    from drlmpi.envs.spec import EnvSpec
 
     spec = EnvSpec("Img-v0", 36 * 36, False, 0, 1, (-1.0,), (1.0,), obs_shape=(36, 36), obs_dtype="uint8")
     with pytest.raises(ConfigError, match="algo=td3 takes flat vector observations.*image 36x36 uint8"):
@@ -244,7 +245,7 @@ def test_tetris_trains_its_cnn_end_to_end(pool, tmp_path):
     replay), its first update moved 300 steps in: the CNN trains, and the run ends cleanly - or,
     on a host without the memory for that replay, is refused at start-up in one line with the
     figure."""
-    from drlmpi.algos.base import host_available_bytes
+    from drlmpi.device.memory import host_available_bytes
     from tests.conftest import RunResult, run_in_pool
     from tests.mpi_pool import PoolError
     from tests.pool_worker import compose

@@ -10,15 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hydra_plugins.drlmpi_launcher.mpi_launcher import (
-    NO_BIND_ARGS,
-    CorePool,
-    MPILauncher,
-    Scheduler,
-    SweepJob,
-    cpu_list,
-    parse_cores,
-)
+from drlmpi.sweep.scheduler import NO_BIND_ARGS, CorePool, Scheduler, SweepJob, cpu_list, parse_cores
+from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher
 
 SHOW_AFFINITY = "import os, sys, time; print(sorted(os.sched_getaffinity(0))); time.sleep(float(sys.argv[1]))"
 
@@ -66,9 +59,9 @@ def test_cores_option():
 
 
 def test_binding_flags_only_when_packing(monkeypatch):
-    import hydra_plugins.drlmpi_launcher.mpi_launcher as launcher
+    import drlmpi.sweep.scheduler as scheduler
 
-    monkeypatch.setitem(launcher._FLAVOURS, "mpirun", "openmpi")
+    monkeypatch.setitem(scheduler._FLAVOURS, "mpirun", "openmpi")
     packed = MPILauncher(mpiexec=["mpirun"], cores=4).command(["seed=0"], 2, Path("/r"))
     assert packed[:5] == ["mpirun", "-n", "2", *NO_BIND_ARGS["openmpi"]]
     alone = MPILauncher(mpiexec=["mpirun"]).command(["seed=0"], 2, Path("/r"))
@@ -97,7 +90,7 @@ def test_jobs_run_side_by_side_on_disjoint_cpus(tmp_path):
 
 
 def test_one_at_a_time_by_default_and_unpinned(tmp_path):
-    from hydra_plugins.drlmpi_launcher.mpi_launcher import _OneAtATime
+    from drlmpi.sweep.scheduler import _OneAtATime
 
     jobs = [_job(tmp_path, 0, 1, 0.6), _job(tmp_path, 1, 3, 0.6)]
     _scheduler(tmp_path, _OneAtATime(), pin=False).run(jobs)

@@ -8,10 +8,13 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from drlmpi.algos.ppo import PPO, clipped_surrogate_loss, compute_gae
-from drlmpi.envs import make_env, probe_spec
-from drlmpi.roles import Actor, Learner, evaluate
-from drlmpi.schema import group_config
+from drlmpi.algos.advantages import compute_gae
+from drlmpi.algos.ppo import PPO, clipped_surrogate_loss
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import make_env, probe_spec
+from drlmpi.roles.actor import Actor
+from drlmpi.roles.evaluate import evaluate
+from drlmpi.roles.learner import Learner
 from tests.conftest import CONF
 
 
@@ -120,7 +123,7 @@ def test_rollout_accounting(cartpole):
         calls.append(name)
         group.apply_gradients()
 
-    rollout = algo._rollouts[0]
+    rollout = algo.store.current
     for _ in range(due):
         metrics = algo.update(sync)
         assert set(metrics) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"}
@@ -128,7 +131,7 @@ def test_rollout_accounting(cartpole):
     seen = np.bincount(np.concatenate(rollout.schedule), minlength=120)
     assert (seen == 3).all()  # every row once per epoch
     assert calls == ["policy"] * due and algo.updates == due
-    assert not algo._rollouts and not algo.ready_to_update()  # cleared after the last minibatch
+    assert algo.store.current is None and not algo.ready_to_update()  # cleared after the last minibatch
     with pytest.raises(RuntimeError):
         algo.update()
 

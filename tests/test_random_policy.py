@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from drlmpi.algos.random_policy import RandomPolicy
-from drlmpi.envs import probe_spec
+from drlmpi.envs.make import probe_spec
 from tests.shared_runs import declare
 
 

@@ -2,7 +2,7 @@
 
 In-process: the watchdog's rule (a computing rank gives up after the timeout; a rank waiting in
 MPI only after a grace period and only when no other rank progresses), and what counts as
-progress in :class:`~drlmpi.comm.TimedComm` (a poll that completes nothing does not). As MPI
+progress in :class:`~drlmpi.mpi.timed.TimedComm` (a poll that completes nothing does not). As MPI
 jobs: an environment that blocks forever on one rank ends the job under every topology, and a
 run whose ranks legitimately wait longer than the timeout for a busy peer is not ended.
 """
@@ -18,17 +18,18 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from drlmpi.__main__ import HANG_EXIT, _launch_time_resolver
-from drlmpi.algos.base import ConfigError
-from drlmpi.run import validate
-from drlmpi.schema import SCHEMA
-from drlmpi.watchdog import BOARD_DIR, ProgressBoard, ProgressClock, Watchdog, grace_for
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import SCHEMA
+from drlmpi.mpi.abort import HANG_EXIT
+from drlmpi.mpi.watchdog import BOARD_DIR, ProgressBoard, ProgressClock, Watchdog, grace_for
+from drlmpi.run.command_line import _launch_time_resolver
+from drlmpi.run.experiment import validate
 from tests.conftest import CONF
 from tests.mpirun import start_job
 from tests.shared_runs import declare
 
 MPI = pytest.importorskip("mpi4py.MPI")
-from drlmpi.comm import TimedComm  # noqa: E402
+from drlmpi.mpi.timed import TimedComm  # noqa: E402
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
 

@@ -2,7 +2,7 @@
 starts working, in one line that says what to do instead.
 
 The refusals are checked in-process, through the same functions ``python -m drlmpi`` calls in
-the same order (the command line's checks, composition, then :func:`drlmpi.run.validate` at the
+the same order (the command line's checks, composition, then :func:`drlmpi.run.experiment.validate` at the
 job's world size). A few subprocess tests show the form a user sees: exit code 2, the line printed
 once (not once per rank), no traceback, and no rank left waiting - for each place a refusal can
 come from (the command line on every rank, rank 0's directory check, validation after Hydra).
@@ -17,9 +17,9 @@ import sys
 
 import pytest
 
-from drlmpi.__main__ import check_command_line, check_output_directories, resume_arguments
-from drlmpi.algos.base import ConfigError
-from drlmpi.run import validate
+from drlmpi.config.errors import ConfigError
+from drlmpi.run.arguments import check_command_line, check_output_directories, resume_arguments
+from drlmpi.run.experiment import validate
 from tests.conftest import REPO
 from tests.mpirun import run_job
 from tests.pool_worker import compose

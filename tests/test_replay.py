@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from drlmpi.comm import ExperienceLayout
-from drlmpi.replay import ReplayBuffer, replay_bytes
+from drlmpi.data.layout import ExperienceLayout
+from drlmpi.data.replay import ReplayBuffer, replay_bytes
 
 
 def _rows(layout: ExperienceLayout, start: int, n: int) -> np.ndarray:

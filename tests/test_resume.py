@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from drlmpi.checkpoint import file_generation, rank_file, read_meta
+from drlmpi.outputs.checkpoint import file_generation, rank_file, read_meta
 from tests.mpirun import REPO, mpiexec_command
 
 FAST = ["algo.hidden=[32,32]", "algo.batch_size=32", "algo.learning_starts=200", "algo.updates_per_step=0.1",

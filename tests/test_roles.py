@@ -8,9 +8,11 @@ import gymnasium as gym
 import numpy as np
 
 from drlmpi.algos.dqn import DQN
-from drlmpi.envs import env_spec, make_env
-from drlmpi.roles import Actor, Learner
-from drlmpi.schema import group_config
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import make_env
+from drlmpi.envs.spec import env_spec
+from drlmpi.roles.actor import Actor
+from drlmpi.roles.learner import Learner
 
 
 def _algo(learner: bool = True) -> DQN:

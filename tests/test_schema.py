@@ -10,20 +10,14 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from drlmpi.__main__ import _launch_time_resolver, check_writable, main
-from drlmpi.algos.base import ConfigError
-from drlmpi.run import validate
-from drlmpi.schema import (
-    REQUIRED,
-    SCHEMA,
-    check_config,
-    check_override,
-    defaults,
-    group_config,
-    parse_value,
-    reference_table,
-    shown_default,
-)
+from drlmpi.config.checks import check_config, check_override, parse_value
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.options import REQUIRED
+from drlmpi.config.reference import reference_table, shown_default
+from drlmpi.config.schema import SCHEMA, defaults, group_config
+from drlmpi.run.arguments import check_writable
+from drlmpi.run.command_line import _launch_time_resolver, main
+from drlmpi.run.experiment import validate
 from tests.conftest import CONF, REPO
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -74,7 +68,7 @@ def test_a_schema_default_is_what_a_run_gets(monkeypatch):
     """The schema is the source: changing a default there changes the composed config."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from drlmpi import schema
+    from drlmpi.config import schema
 
     changed = dict(SCHEMA["algo/dqn"], lr=dataclasses.replace(SCHEMA["algo/dqn"]["lr"], default=0.125))
     monkeypatch.setitem(SCHEMA, "algo/dqn", changed)
@@ -173,7 +167,7 @@ def test_help_names_the_app_and_every_option(capsys):
 def test_the_documented_reference_is_the_schema():
     text = (REPO / "docs" / "configuration.md").read_text()
     block = text.split("<!-- schema:begin -->\n", 1)[1].split("\n<!-- schema:end -->", 1)[0]
-    assert block == reference_table(), "regenerate: python -m drlmpi.schema"
+    assert block == reference_table(), "regenerate: python -m drlmpi.config.reference"
 
 
 def test_numbers_at_the_bounds():

@@ -189,7 +189,7 @@ def _sweep_params(preset: str) -> dict[str, list[str]]:
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from drlmpi.__main__ import _launch_time_resolver
+    from drlmpi.run.command_line import _launch_time_resolver
 
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
@@ -243,7 +243,7 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
 def test_sweeping_process_never_initialises_mpi():
     code = ("import sys\n"
             "from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher, job_ranks\n"
-            "from drlmpi.run import validate\n"
+            "from drlmpi.run.experiment import validate\n"
             "import drlmpi.topologies.star, drlmpi.topologies.asynchronous, drlmpi.topologies.allgather\n"
             "import drlmpi.algos.random_policy, drlmpi.report\n"
             "assert 'mpi4py.MPI' not in sys.modules, 'MPI imported'\n")
@@ -253,7 +253,7 @@ def test_sweeping_process_never_initialises_mpi():
 def test_a_one_value_sweep_is_not_relaunched():
     """``world_size=16`` in a sweep preset (hydra.mode: MULTIRUN) is one sweep value: re-launching
     the sweeping process itself under ``mpiexec -n 16`` ran 16 sweepers (each calling mpiexec)."""
-    from drlmpi.__main__ import _is_multirun
+    from drlmpi.run.command_line import _is_multirun
 
     assert _is_multirun(["+experiment=topology_throughput", "world_size=16"])
     assert _is_multirun(["experiment=learning_matrix", "world_size=3"])

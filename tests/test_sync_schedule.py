@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from drlmpi.algos.base import SyncScheduleError, local_sync
-from drlmpi.envs import probe_spec
-from drlmpi.schema import group_config
+from drlmpi.algos.sync import SyncScheduleError, local_sync
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import probe_spec
 from tests.mpirun import run_job
 from tests.skipping_algo import SKIPPED_UPDATE, SkippingDQN
 

@@ -8,11 +8,13 @@ import pytest
 import torch
 from torch import nn
 
-from drlmpi.algos.base import ConfigError
 from drlmpi.algos.td3 import TD3
-from drlmpi.envs import make_env, probe_spec
-from drlmpi.roles import Actor, Learner, evaluate
-from drlmpi.schema import group_config
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import make_env, probe_spec
+from drlmpi.roles.actor import Actor
+from drlmpi.roles.evaluate import evaluate
+from drlmpi.roles.learner import Learner
 
 
 def td3_cfg(**overrides):

@@ -11,18 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from drlmpi.algos.base import ConfigError
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.ppo import PPO
 from drlmpi.algos.td3 import TD3
-from drlmpi.envs import make_env
-from drlmpi.metrics import RunLog
-from drlmpi.report import build_report
-from drlmpi.report.plots import TRAINING_METRICS
-from drlmpi.roles import Actor, Learner
-from drlmpi.run import validate
-from drlmpi.schema import group_config
-from drlmpi.tensorboard import (
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import make_env
+from drlmpi.outputs.event_file import (
     FILE_PREFIX,
     FILE_VERSION,
     EventFileError,
@@ -35,6 +30,12 @@ from drlmpi.tensorboard import (
     masked_crc32c,
     read_scalars,
 )
+from drlmpi.outputs.run_log import RunLog
+from drlmpi.report import build_report
+from drlmpi.report.plots import TRAINING_METRICS
+from drlmpi.roles.actor import Actor
+from drlmpi.roles.learner import Learner
+from drlmpi.run.experiment import validate
 from drlmpi.topologies.base import RunContext
 from tests.test_config import _compose
 from tests.test_report import PNG_SIGNATURE, make_run

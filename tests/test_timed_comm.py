@@ -11,7 +11,8 @@ import pytest
 
 MPI = pytest.importorskip("mpi4py.MPI")
 
-from drlmpi.comm import Control, TimedComm, int64_message  # noqa: E402
+from drlmpi.mpi.timed import TimedComm  # noqa: E402
+from drlmpi.mpi.wire import Control, int64_message  # noqa: E402
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import statistics
 
 import pytest
 
-from drlmpi.comm import ChunkHeader, WeightsHeader
+from drlmpi.mpi.wire import ChunkHeader, WeightsHeader
 from tests.shared_runs import (
     BUDGET_STEPS,
     CONTRACT,

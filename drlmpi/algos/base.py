@@ -21,102 +21,26 @@ sampling, forward, loss, backward, clipping, optimizer step and the target updat
 synchronisation. An update whose ``sync`` reduces gradients across ranks through a host exchange
 is replayed as graph segments with the exchange between them (a collective cannot be inside a
 graph); any other sync runs eagerly. All paths share the same tensors and optimizer state.
-Metrics come back as :class:`~drlmpi.device.Metrics`: one device tensor, floats when read.
+Metrics come back as :class:`~drlmpi.device.metrics.Metrics`: one device tensor, floats when read.
 """
 
 from __future__ import annotations
 
-import copy
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from torch import nn
 
-from drlmpi.comm import ExperienceLayout, FlatParams
-from drlmpi.device import CAPTURE_MODES, CapturedUpdate, Metrics, exchange_of, resolve_capture, synchronize
-from drlmpi.envs import EnvSpec
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run (reported in one line before any rank starts work)."""
-
-
-def host_available_bytes() -> int | None:
-    """The host memory available to new allocations (``MemAvailable`` of /proc/meminfo;
-    ``None`` where that file does not exist)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-class SyncScheduleError(RuntimeError):
-    """An update synced other networks than its ``sync_schedule`` promised (see
-    :meth:`Algorithm.checked_update`)."""
-
-
-class ParamGroup:
-    """One network with its optimizer; parameters and gradients live in flat buffers.
-
-    Args:
-        module: the network (its parameters are re-seated into :attr:`flat`).
-        lr: Adam learning rate.
-        max_grad_norm: clip the global gradient norm to this before stepping (``None``: no clip).
-        adam_eps: Adam's epsilon.
-        with_optimizer: ``False`` on ranks that only act (no optimizer state is allocated).
-
-    On CUDA the optimizer is built with ``capturable=True`` (its step counter lives on the
-    device), so the same optimizer state serves eager updates and captured ones.
-    """
-
-    def __init__(self, module: nn.Module, lr: float, max_grad_norm: float | None = None,
-                 adam_eps: float = 1e-8, with_optimizer: bool = True) -> None:
-        self.module = module
-        self.flat = FlatParams(module)
-        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
-        self.optimizer = None
-        #: the gradient norm before clipping of the latest step, a device scalar written in
-        #: place by :meth:`apply_gradients` (so a captured update writes it too); ``None`` when
-        #: the group does not clip (the norm is then never computed).
-        self.grad_norm: torch.Tensor | None = None
-        if with_optimizer:
-            # The optimizer sees ONE tensor, the flat buffer (whose .grad is the flat gradient
-            # buffer): Adam's update is then a handful of vector operations over the whole
-            # network instead of a loop over its parameter tensors.
-            self.flat.params.grad = self.flat.grads
-            extra = {"capturable": True, "fused": True} if self.flat.params.is_cuda else {}
-            self.optimizer = torch.optim.Adam([self.flat.params], lr=float(lr), eps=float(adam_eps), **extra)
-            # Eager steps of a capturable optimizer are intended here (warm-up before a capture,
-            # updates with gradient collectives): silence torch's one-time advice against them.
-            self.optimizer._warned_capturable_if_run_uncaptured = True
-            if self.max_grad_norm is not None:
-                self.grad_norm = torch.full((), float("nan"), device=self.flat.params.device)
-
-    def backward(self, loss: torch.Tensor) -> None:
-        """Zero the flat gradients and backpropagate ``loss`` into them."""
-        self.flat.zero_grad()
-        loss.backward()
-
-    def apply_gradients(self) -> None:
-        """Clip (if configured) and take one optimizer step with the current gradients.
-
-        Clipping is branch-free, ``grads *= min(1, max_norm / (norm + 1e-6))``: no host
-        synchronisation on a device (and exactly the old ``if scale < 1`` result). The norm is
-        computed into :attr:`grad_norm` (``out=``: no extra kernel, and captured with the step)."""
-        if self.optimizer is None:
-            raise RuntimeError("this ParamGroup was built without an optimizer (acting only)")
-        if self.max_grad_norm is not None:
-            grads = self.flat.grads
-            norm = torch.linalg.vector_norm(grads, out=self.grad_norm)
-            grads.mul_((self.max_grad_norm / (norm + 1e-6)).clamp_(max=1.0))
-        self.optimizer.step()
+from drlmpi.algos.params import ParamGroup
+from drlmpi.algos.sync import CheckedSync, GradSync, local_sync
+from drlmpi.config.errors import ConfigError
+from drlmpi.data.layout import ExperienceLayout
+from drlmpi.device.capture import CAPTURE_MODES, resolve_capture
+from drlmpi.device.memory import host_available_bytes
+from drlmpi.device.staging import synchronize
+from drlmpi.envs.spec import EnvSpec
 
 
 def _cpu(obj: Any) -> Any:
@@ -128,78 +52,9 @@ def _cpu(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return type(obj)(_cpu(v) for v in obj)
     return obj
-
-
-def flat_target(module: nn.Module) -> tuple[nn.Module, torch.Tensor]:
-    """A frozen copy of ``module`` (a target network) whose parameters are views into one flat
-    buffer, returned with it: a hard copy is then ``flat.copy_(online)`` and a Polyak step
-    ``flat.lerp_(online, tau)``, one kernel each, in the online :class:`FlatParams` order."""
-    target = copy.deepcopy(module)
-    params = [p for p in target.parameters() if p.requires_grad]
-    flat = torch.cat([p.detach().reshape(-1) for p in params]) if params else torch.zeros(0)
-    offset = 0
-    for p in params:
-        n = p.numel()
-        p.data = flat[offset : offset + n].view_as(p)
-        offset += n
-    target.requires_grad_(False)
-    return target, flat
-
-
-GradSync = Callable[[str, ParamGroup], None]
 """Called as ``sync(name, group)`` after ``backward``; it must leave ``group``'s parameters
 updated. The local version just calls ``group.apply_gradients()``; distributed versions reduce
 ``group.flat.grads`` across ranks first (or apply on a server and broadcast parameters)."""
-
-
-def local_sync(name: str, group: ParamGroup) -> None:
-    """The single-process :data:`GradSync`: step with this rank's own gradients."""
-    group.apply_gradients()
-
-
-class CheckedSync:
-    """A :data:`GradSync` wrapper that verifies the networks synced against a schedule (see
-    :meth:`Algorithm.checked_update`). It keeps the wrapped sync's host part
-    (``exchange``/``steps_locally``, :func:`~drlmpi.device.exchange_of`), so an update whose
-    collectives sit between captured segments is checked at each exchange, before it runs."""
-
-    def __init__(self, sync: GradSync, index: int, expected: tuple[str, ...],
-                 mismatch: Callable[[int, tuple[str, ...], tuple[str, ...]], str]) -> None:
-        self.sync, self.index, self.expected, self.mismatch = sync, index, expected, mismatch
-        self.seen: list[str] = []
-        self.steps_locally = getattr(sync, "steps_locally", None)
-
-    def _check(self, name: str) -> None:
-        if len(self.seen) >= len(self.expected) or self.expected[len(self.seen)] != name:
-            raise SyncScheduleError(self.mismatch(self.index, self.expected, (*self.seen, name)))
-        self.seen.append(name)
-
-    def __call__(self, name: str, group: ParamGroup) -> None:
-        self._check(name)
-        self.sync(name, group)
-
-    def exchange(self, name: str, group: ParamGroup) -> None:
-        self._check(name)
-        self.sync.exchange(name, group)
-
-    def finish(self) -> None:
-        """Raise if the update returned with a scheduled sync missing."""
-        if len(self.seen) != len(self.expected):
-            raise SyncScheduleError(self.mismatch(self.index, self.expected, tuple(self.seen)))
-
-
-def mlp(in_dim: int, out_dim: int, hidden: tuple[int, ...], activation: type[nn.Module] = nn.ReLU,
-        out_activation: type[nn.Module] | None = None) -> nn.Sequential:
-    """A plain multilayer perceptron ``in_dim -> hidden... -> out_dim``."""
-    layers: list[nn.Module] = []
-    last = in_dim
-    for width in hidden:
-        layers += [nn.Linear(last, width), activation()]
-        last = width
-    layers.append(nn.Linear(last, out_dim))
-    if out_activation is not None:
-        layers.append(out_activation())
-    return nn.Sequential(*layers)
 
 
 class Algorithm(ABC):
@@ -497,165 +352,3 @@ class Algorithm(ABC):
             with torch.no_grad():
                 for key, tensor in group.module.state_dict().items():
                     tensor.copy_(sub[key])
-
-
-class OffPolicyAlgorithm(Algorithm):
-    """An algorithm that learns from a replay buffer with an update-to-data ratio (DQN, TD3).
-
-    Reads ``batch_size``, ``buffer_size``, ``learning_starts``, ``updates_per_step`` and
-    ``updates_per_graph`` from the config; the replay is allocated on learner instances only,
-    on the learner's device.
-
-    Subclasses implement :meth:`learn` (losses, backward and ``sync`` of the groups a schedule
-    names, on a given minibatch) and :meth:`after_update_device` (target networks: device work
-    only, deciding by the device counter :attr:`update_number` rather than by a host branch, so
-    that it can be captured). :meth:`update` then either runs them eagerly or replays a
-    captured graph (one per distinct run of :meth:`sync_schedule` entries: TD3 has a
-    critic-only graph and a critic+actor+targets graph). With ``updates_per_graph=K`` the
-    learner's batches of due updates replay graphs of K updates each (the remainder one by one).
-    """
-
-    kind = "off_policy"
-    #: names of the values :meth:`learn` returns, in order (an instance appends the names of
-    #: :meth:`~Algorithm.grad_norms` when its groups clip).
-    metric_names: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
-                 seed: int, learner: bool) -> None:
-        super().__init__(spec, cfg, device, seed, learner)
-        from drlmpi.replay import ReplayBuffer
-
-        self.batch_size = int(cfg["batch_size"])
-        self.learning_starts = int(cfg["learning_starts"])
-        self.updates_per_step = float(cfg["updates_per_step"])
-        self.updates_per_graph = int(cfg.get("updates_per_graph", 1))
-        if self.updates_per_graph < 1:
-            raise ConfigError(f"algo.updates_per_graph must be >= 1, got {self.updates_per_graph}")
-        self._update_credit = 0.0
-        self.replay = (ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device, seed)
-                       if learner else None)
-        #: the number of updates done, as a device integer: :meth:`after_update_device` reads
-        #: it (a captured graph of several updates advances it itself; the host sets it from
-        #: :attr:`updates` before each update or replay).
-        self.update_number = torch.zeros((), dtype=torch.int64, device=self.device)
-        self._sampler_seeded = False
-        self._captures: dict[tuple, CapturedUpdate] = {}
-
-    @classmethod
-    def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
-        from drlmpi.replay import replay_bytes
-
-        return replay_bytes(cls.experience_layout(spec), int(cfg["buffer_size"]))
-
-    def observe(self, rows: np.ndarray) -> None:
-        self.replay.add(rows)
-
-    def storage_state(self) -> dict[str, Any]:
-        return {"replay": self.replay.state(), "update_credit": self._update_credit,
-                "sampler_seeded": self._sampler_seeded}
-
-    def load_storage_state(self, state: Mapping[str, Any]) -> None:
-        self.replay.load_state(state["replay"])
-        self._update_credit = float(state["update_credit"])
-        self._sampler_seeded = bool(state["sampler_seeded"])
-
-    def updates_due(self, new_steps: int) -> int:
-        """``updates_per_step`` per new step, fractions carried; none before the replay holds
-        ``max(learning_starts, batch_size)`` transitions."""
-        if not self.ready_to_update():
-            return 0
-        self._update_credit += new_steps * self.updates_per_step
-        due = int(self._update_credit)
-        self._update_credit -= due
-        return due
-
-    def ready_to_update(self) -> bool:
-        return self.replay is not None and len(self.replay) >= max(self.learning_starts, self.batch_size)
-
-    # -- updates ---------------------------------------------------------------------------
-    def sample(self) -> dict[str, torch.Tensor]:
-        """A minibatch from the replay, sampled on the learner's device (the same preallocated
-        tensors every call). The sampler is seeded from :attr:`rng` at the first call, so a
-        topology that reseeds ``rng`` per rank gets per-rank minibatches."""
-        self._seed_sampler()
-        return self.replay.sample(self.batch_size)
-
-    def _seed_sampler(self) -> None:
-        if not self._sampler_seeded:
-            self.replay.generator.manual_seed(int(self.rng.integers(2**62)))
-            self._sampler_seeded = True
-
-    def _capturable(self, sync: GradSync) -> bool:
-        return self.capture != "off" and (sync is local_sync or exchange_of(sync) is not None)
-
-    def update(self, sync: GradSync = local_sync) -> Mapping[str, float]:
-        """One update on a sampled minibatch: replayed from a capture when :attr:`capture` is
-        on and ``sync`` is local or has a host exchange (then the capture is cut into segments
-        around it: :class:`~drlmpi.device.CapturedUpdate`), eager otherwise."""
-        if self._capturable(sync):
-            return self._captured_updates(1, sync)
-        return self.update_on(self.sample(), sync)
-
-    def run_updates(self, n: int, sync: GradSync = local_sync) -> Mapping[str, float]:
-        """``n`` updates; with ``updates_per_graph=K > 1`` and local gradients, ``n // K``
-        replays of a K-update graph, then the remainder one update per replay."""
-        k = self.updates_per_graph
-        if k <= 1 or sync is not local_sync or self.capture == "off":
-            return super().run_updates(n, sync)
-        metrics: Mapping[str, float] = {}
-        while n > 0:
-            block = k if n >= k else 1
-            metrics = self._captured_updates(block, sync)
-            n -= block
-        return metrics
-
-    def update_on(self, batch: Mapping[str, torch.Tensor],
-                  sync: GradSync = local_sync) -> Mapping[str, float]:
-        """One eager update on a given minibatch (``obs``, ``action``, ``reward``, ``next_obs``,
-        ``terminated``): :meth:`learn`, then the after-update hooks."""
-        synced = tuple(self.sync_schedule(self.updates))
-        self.update_number.fill_(self.updates)
-        values = self._learn_and_follow(batch, sync, synced)
-        self.updates += 1
-        return Metrics(self.metric_names, values)
-
-    def _learn_and_follow(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
-                          synced: tuple[str, ...]) -> torch.Tensor:
-        values = self.learn(batch, sync, synced)
-        self.update_number.add_(1)
-        self.after_update_device(synced)
-        return values
-
-    def _captured_updates(self, k: int, sync: GradSync) -> Mapping[str, float]:
-        schedules = tuple(tuple(self.sync_schedule(self.updates + j)) for j in range(k))
-        key = (schedules, getattr(sync, "steps_locally", None))
-        runner = self._captures.get(key)
-        if runner is None:
-            def body(sync: GradSync, schedules: tuple[tuple[str, ...], ...] = schedules) -> torch.Tensor:
-                for synced in schedules:
-                    values = self._learn_and_follow(self.sample(), sync, synced)
-                return values
-
-            label = f"{self.config_name(self.cfg)} {' '.join('+'.join(s) for s in schedules)}"
-            self._seed_sampler()  # before any capture: seeding is a host operation
-            runner = self._captures[key] = CapturedUpdate(
-                body, self.capture, self.device, label, generators=(self.replay.generator,))
-        self.update_number.fill_(self.updates)
-        values = runner(sync)
-        self.updates += k
-        return Metrics(self.metric_names, values)
-
-    def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
-              synced: tuple[str, ...]) -> torch.Tensor:
-        """Losses on ``batch``, backward and ``sync(name, group)`` for each name in ``synced``
-        (in order); returns the metrics as one 1-D tensor (:attr:`metric_names`). It must
-        not touch Python counters or read device values on the host: it may be captured."""
-        raise NotImplementedError
-
-    def after_update_device(self, synced: tuple[str, ...]) -> None:
-        """Target-network work after an update with this schedule (a Polyak step, or a hard
-        copy when :attr:`update_number` says so): device work only, captured with the update."""
-
-    def after_update(self, synced: tuple[str, ...]) -> None:
-        self.update_number.fill_(self.updates)
-        self.after_update_device(synced)

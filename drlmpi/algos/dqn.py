@@ -21,9 +21,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, flat_target
 from drlmpi.algos.encoders import network, resolve_encoder
-from drlmpi.envs import EnvSpec
+from drlmpi.algos.off_policy import OffPolicyAlgorithm
+from drlmpi.algos.params import ParamGroup, flat_target
+from drlmpi.algos.sync import GradSync
+from drlmpi.config.errors import ConfigError
+from drlmpi.envs.spec import EnvSpec
 
 
 class DQN(OffPolicyAlgorithm):

@@ -11,7 +11,7 @@
 * ``auto`` (default) - ``cnn`` for images of at least 36x36, ``mlp`` otherwise.
 
 Images reach the networks as uint8 (acting: the simulator's observations; learning: the packed
-byte columns of :class:`~drlmpi.comm.ExperienceLayout`, unpacked by :class:`ImageInput`), and
+byte columns of :class:`~drlmpi.data.layout.ExperienceLayout`, unpacked by :class:`ImageInput`), and
 are converted to float on the network's device, inside the forward pass (so inside a captured
 update too). Flat vector observations pass through unchanged: their networks are exactly the
 plain MLPs (same parameters and state-dict keys as before encoders existed).
@@ -25,9 +25,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from drlmpi.algos.base import ConfigError, mlp
-from drlmpi.comm import ExperienceLayout, unpack_obs
-from drlmpi.envs import EnvSpec
+from drlmpi.algos.params import mlp
+from drlmpi.config.errors import ConfigError
+from drlmpi.data.layout import ExperienceLayout, unpack_obs
+from drlmpi.envs.spec import EnvSpec
 
 ENCODERS = ("auto", "mlp", "cnn")
 CNN_MIN_SIZE = 36  # the smallest square image the Nature stack's three convolutions take

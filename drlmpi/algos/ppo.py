@@ -33,10 +33,10 @@ ratios ``rho_t = min(rho_clip, pi_prox/mu)``, ``c_t = lambda * min(c_clip, pi_pr
 
 Value targets are V-trace's ``v_t`` (the value of ``pi_prox``, for ``rho_clip = 1``), and the
 policy advantage is IMPALA's ``r_t + gamma v_{t+1} - V(s_t)`` with the next target mixed by
-lambda (:mod:`drlmpi.algos.vtrace` derives both). Rows acted by ``pi_prox`` itself (ratio 1)
+lambda (:mod:`drlmpi.algos.advantages` derives both). Rows acted by ``pi_prox`` itself (ratio 1)
 give ``rho = 1``, ``c = lambda``: exactly GAE's advantages and targets. The recursions run on
-the device as a parallel scan (:func:`gae_tensor`, :func:`~drlmpi.algos.vtrace.vtrace_tensor`;
-:func:`compute_gae`, :func:`~drlmpi.algos.vtrace.compute_vtrace` are the plain references),
+the device as a parallel scan (:func:`gae_tensor`, :func:`~drlmpi.algos.advantages.vtrace_tensor`;
+:func:`compute_gae`, :func:`~drlmpi.algos.advantages.compute_vtrace` are the plain references),
 so no transfer happens per rollout. Updates are never captured (``algo.capture`` has no
 effect): minibatch shapes follow each rollout's size.
 
@@ -59,81 +59,30 @@ the last minibatch of the last epoch. Observations and rewards are not normalise
 
 from __future__ import annotations
 
-import math
 import warnings
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
-from torch.distributions import Categorical, Normal
 
-from drlmpi.algos.base import Algorithm, ConfigError, GradSync, ParamGroup, local_sync, mlp
-from drlmpi.algos.encoders import encoder, resolve_encoder
-from drlmpi.algos.vtrace import (
-    reverse_scan,
-    stream_order,
-    stream_order_tensor,
-    td_errors,
-    td_errors_tensor,
+from drlmpi.algos.actor_critic import ACTIVATIONS, ActorCritic
+from drlmpi.algos.advantages import (
+    gae_tensor,
     vtrace_tensor,
 )
-from drlmpi.comm import ExperienceLayout
-from drlmpi.device import Metrics, Staging
-from drlmpi.envs import EnvSpec
+from drlmpi.algos.base import Algorithm
+from drlmpi.algos.encoders import resolve_encoder
+from drlmpi.algos.params import ParamGroup
+from drlmpi.algos.rollouts import Rollout, RolloutStore
+from drlmpi.algos.sync import GradSync, local_sync
+from drlmpi.config.errors import ConfigError
+from drlmpi.device.metrics import Metrics
+from drlmpi.envs.spec import EnvSpec
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 #: rows per forward pass when a rollout's values are computed (images: bounded activations)
 EVAL_CHUNK_ROWS = 4096
-
-
-def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
-                terminated: np.ndarray, truncated: np.ndarray, streams: np.ndarray,
-                gamma: float, lam: float) -> np.ndarray:
-    """GAE(lambda) advantages of rows that are in time order within each stream.
-
-    Streams may be interleaved in any way; the recursion is cut at an episode end
-    (``terminated`` or ``truncated``) and at the last row of each stream. All arguments are
-    1-D arrays of the same length; returns float32 advantages in the rows' order.
-    """
-    n = len(rewards)
-    delta, done = td_errors(rewards, values, next_values, terminated, truncated, gamma)
-    # Sorting by stream (stably, so time order is kept) makes each stream contiguous; a zero
-    # continuation factor at each stream's last row then lets one backward pass do them all.
-    order, last_of_stream = stream_order(streams)
-    cont = (gamma * lam * (1.0 - done[order]) * ~last_of_stream).tolist()
-    delta_sorted = delta[order].tolist()
-    adv_sorted = [0.0] * n
-    running = 0.0
-    for i in range(n - 1, -1, -1):
-        running = delta_sorted[i] + cont[i] * running
-        adv_sorted[i] = running
-    advantages = np.empty(n, dtype=np.float32)
-    advantages[order] = adv_sorted
-    return advantages
-
-
-def gae_tensor(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
-               terminated: torch.Tensor, truncated: torch.Tensor, streams: torch.Tensor,
-               gamma: float, lam: float) -> torch.Tensor:
-    """:func:`compute_gae` on tensors, on their device (float64 inside, float32 out).
-
-    After the same stable sort by stream, the backward recursion ``A_i = delta_i + c_i A_{i+1}``
-    is a linear recurrence, solved by a parallel (doubling) scan
-    (:func:`~drlmpi.algos.vtrace.reverse_scan`): ``log2(n)`` rounds of a few vector operations
-    instead of ``n`` sequential steps, no host loop over rows, no transfer.
-    """
-    n = rewards.shape[0]
-    delta, done = td_errors_tensor(rewards, values, next_values, terminated, truncated, gamma)
-    order, last_of_stream = stream_order_tensor(streams)
-    factor = (gamma * lam) * (1.0 - done[order]) * (~last_of_stream).to(torch.float64)
-    acc = reverse_scan(delta[order], factor)
-    advantages = torch.empty(n, dtype=torch.float32, device=rewards.device)
-    advantages[order] = acc.to(torch.float32)
-    return advantages
 
 
 def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float,
@@ -146,93 +95,6 @@ def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: 
     if weights is not None:
         surrogate = weights * surrogate
     return -surrogate.mean()
-
-
-class ActorCritic(nn.Module):
-    """Policy and value. Flat observations: separate MLP trunks (``pi``, ``v``). Images: one
-    shared trunk - the encoder (:mod:`drlmpi.algos.encoders`) and the ``hidden`` layers - with
-    a policy head and a value head (``pi``, ``v``), as in the Atari PPO setups. ``log_std``
-    for Box actions."""
-
-    def __init__(self, spec: EnvSpec, hidden: tuple[int, ...], activation: type[nn.Module],
-                 log_std_init: float, ortho_init: bool, layout: ExperienceLayout | None = None,
-                 encoder_kind: str = "mlp") -> None:
-        super().__init__()
-        self.discrete = spec.discrete
-        out = spec.n_actions if spec.discrete else spec.action_dim
-        self.shared = spec.image
-        if self.shared:
-            enc, last = encoder(spec, layout, encoder_kind)
-            layers: list[nn.Module] = [enc]
-            for width in hidden:
-                layers += [nn.Linear(last, width), activation()]
-                last = width
-            self.trunk = nn.Sequential(*layers)
-            self.pi = nn.Linear(last, out)
-            self.v = nn.Linear(last, 1)
-        else:
-            self.pi = mlp(spec.obs_dim, out, hidden, activation)
-            self.v = mlp(spec.obs_dim, 1, hidden, activation)
-        if not spec.discrete:
-            self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(log_std_init)))
-        if ortho_init:  # as in OpenAI baselines / Stable-Baselines3
-            nets = [(self.pi, 0.01), (self.v, 1.0)]
-            if self.shared:  # the trunk's layers: sqrt(2); each head is then a single layer
-                nets.insert(0, (self.trunk, math.sqrt(2)))
-            for net, out_gain in nets:
-                layers = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-                for i, layer in enumerate(layers):
-                    nn.init.orthogonal_(layer.weight, out_gain if i == len(layers) - 1 else math.sqrt(2))
-                    nn.init.zeros_(layer.bias)
-
-    def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The policy head's output (logits, or the Gaussian's mean) and the value ``(B,)``,
-        the shared trunk run once."""
-        if self.shared:
-            features = self.trunk(obs)
-            return self.pi(features), self.v(features).squeeze(-1)
-        return self.pi(obs), self.v(obs).squeeze(-1)
-
-    def _dist(self, out: torch.Tensor) -> Categorical | Normal:
-        # No argument validation: it reads device values on the host (a sync per call on a GPU).
-        if self.discrete:
-            return Categorical(logits=out, validate_args=False)
-        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
-
-    def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
-        out = self.pi(self.trunk(obs)) if self.shared else self.pi(obs)
-        return self._dist(out)
-
-    def distribution_value(self, obs: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
-        """The action distribution and the value of ``obs`` in one pass."""
-        out, value = self.heads(obs)
-        return self._dist(out), value
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.shared:
-            return self.v(self.trunk(obs)).squeeze(-1)
-        return self.v(obs).squeeze(-1)
-
-    def log_prob_entropy(self, dist: Categorical | Normal,
-                         actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probabilities ``(B,)`` of ``actions`` ``(B, action_dim)`` and entropies ``(B,)``."""
-        if self.discrete:
-            return dist.log_prob(actions[:, 0].long()), dist.entropy()
-        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
-
-
-class _Rollout:
-    """A frozen rollout: its rows (on the learner's device), and once started the minibatch
-    table (``obs | action | log_prob | advantage | return | value`` columns, ``| weight`` with
-    the V-trace correction) and schedule."""
-
-    def __init__(self, rows: torch.Tensor, n_updates: int) -> None:
-        self.rows: torch.Tensor | None = rows
-        self.n_updates = n_updates
-        self.table: torch.Tensor | None = None
-        self.views: dict[str, slice] = {}
-        self.schedule: list[torch.Tensor] = []
-        self.position = 0
 
 
 class PPO(Algorithm):
@@ -302,10 +164,8 @@ class PPO(Algorithm):
         if not spec.discrete:
             self._low = np.asarray(spec.action_low, dtype=np.float32)
             self._high = np.asarray(spec.action_high, dtype=np.float32)
-        # Learner-side rollout storage: rows not yet in a rollout, and frozen rollouts in order.
-        self._pending: list[torch.Tensor] = []  # chunks, already on the learner's device
-        self._pending_rows = 0
-        self._staging = Staging(self.layout.width, self.device)
+        self.store = RolloutStore(self.layout.width, self.device, self.rollout_steps,
+                                  self.updates_per_rollout)
         self._generator = torch.Generator(device=self.device)  # minibatch permutations
         self._generator_seeded = False
         asked = str(cfg.get("capture", "auto"))
@@ -314,8 +174,6 @@ class PPO(Algorithm):
                           f"minibatch shapes follow each rollout's size; running eager device updates",
                           stacklevel=2)
         self.capture = "off"
-        self._rollouts: deque[_Rollout] = deque()
-        self._ungranted = 0  # updates of frozen rollouts not yet reported by updates_due
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
 
@@ -367,66 +225,32 @@ class PPO(Algorithm):
         return self.updates_per_rollout(self.rollout_steps)
 
     def observe(self, rows: np.ndarray) -> None:
-        if rows.shape[0] == 0:
-            return
-        self._pending.append(self._staging.to_device(rows))  # one copy per chunk
-        self._pending_rows += rows.shape[0]
-        if self._pending_rows >= self.rollout_steps:
-            frozen = torch.cat(self._pending) if len(self._pending) > 1 else self._pending[0]
-            self._pending, self._pending_rows = [], 0
-            n_updates = self.updates_per_rollout(frozen.shape[0])
-            self._rollouts.append(_Rollout(frozen, n_updates))
-            self._ungranted += n_updates
+        self.store.add(rows)
 
     def updates_due(self, new_steps: int) -> int:
-        due, self._ungranted = self._ungranted, 0
-        return due
+        return self.store.take_granted()
 
     def storage_state(self) -> dict[str, Any]:
-        """Pending rows, and each frozen rollout: its rows, or once started its minibatch table,
-        column views, schedule and position (so a rollout in training continues exactly)."""
-        rollouts = []
-        for r in self._rollouts:
-            rollouts.append({
-                "n_updates": r.n_updates, "position": r.position,
-                "rows": None if r.rows is None else r.rows.detach().cpu(),
-                "table": None if r.table is None else r.table.detach().cpu(),
-                "views": {name: [cols.start, cols.stop] for name, cols in r.views.items()},
-                "schedule": [part.detach().cpu() for part in r.schedule],
-            })
-        pending = torch.cat(self._pending).detach().cpu() if self._pending else None
-        return {"pending": pending, "rollouts": rollouts, "ungranted": self._ungranted,
-                "generator": self._generator.get_state(), "generator_seeded": self._generator_seeded}
+        """Pending rows, each frozen rollout (:meth:`Rollout.state`) and the minibatch generator."""
+        return {**self.store.state(), "generator": self._generator.get_state(),
+                "generator_seeded": self._generator_seeded}
 
     def load_storage_state(self, state: Mapping[str, Any]) -> None:
-        pending = state["pending"]
-        self._pending = [] if pending is None else [pending.to(self.device)]
-        self._pending_rows = 0 if pending is None else int(pending.shape[0])
-        self._rollouts = deque()
-        for saved in state["rollouts"]:
-            rows = saved["rows"]
-            rollout = _Rollout(None if rows is None else rows.to(self.device), int(saved["n_updates"]))
-            if saved["table"] is not None:
-                rollout.table = saved["table"].to(self.device)
-                rollout.views = {name: slice(a, b) for name, (a, b) in saved["views"].items()}
-                rollout.schedule = [part.to(self.device) for part in saved["schedule"]]
-            rollout.position = int(saved["position"])
-            self._rollouts.append(rollout)
-        self._ungranted = int(state["ungranted"])
+        self.store.load_state(state)
         self._generator.set_state(state["generator"])
         self._generator_seeded = bool(state["generator_seeded"])
 
     def ready_to_update(self) -> bool:
         """True while a complete rollout has minibatch updates left."""
-        return bool(self._rollouts)
+        return self.store.current is not None
 
     @property
     def pending_rows(self) -> int:
         """Rows stored towards the next rollout (not yet frozen)."""
-        return self._pending_rows
+        return self.store.pending_rows
 
     @torch.no_grad()
-    def _start(self, rollout: _Rollout) -> None:
+    def _start(self, rollout: Rollout) -> None:
         """Values, advantages and value targets (GAE, or V-trace with the proximal log-probs and
         weights: on the learner's device, nothing crosses the bus) and the minibatch schedule
         of a rollout about to be trained on."""
@@ -494,18 +318,16 @@ class PPO(Algorithm):
 
     # -- learning -----------------------------------------------------------------------------
     def update(self, sync: GradSync = local_sync) -> Mapping[str, float]:
-        if not self._rollouts:
+        rollout = self.store.current
+        if rollout is None:
             raise RuntimeError("PPO.update called with no complete rollout (see updates_due)")
-        rollout = self._rollouts[0]
         if rollout.table is None:
             self._start(rollout)
         rows = rollout.table.index_select(0, rollout.schedule[rollout.position])
         batch = {}
         for name, cols in rollout.views.items():
             batch[name] = rows[:, cols] if name == "obs" or name == "action" else rows[:, cols.start]
-        rollout.position += 1
-        if rollout.position == len(rollout.schedule):
-            self._rollouts.popleft()
+        self.store.advance()
         return self.update_on(batch, sync)
 
     def update_on(self, batch: Mapping[str, torch.Tensor],

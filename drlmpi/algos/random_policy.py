@@ -15,8 +15,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from drlmpi.algos.base import Algorithm, GradSync, ParamGroup, local_sync
-from drlmpi.envs import EnvSpec
+from drlmpi.algos.base import Algorithm
+from drlmpi.algos.params import ParamGroup
+from drlmpi.algos.sync import GradSync, local_sync
+from drlmpi.envs.spec import EnvSpec
 
 
 class RandomPolicy(Algorithm):

@@ -31,8 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from drlmpi.algos.base import ConfigError, GradSync, OffPolicyAlgorithm, ParamGroup, flat_target, mlp
-from drlmpi.envs import EnvSpec
+from drlmpi.algos.off_policy import OffPolicyAlgorithm
+from drlmpi.algos.params import ParamGroup, flat_target, mlp
+from drlmpi.algos.sync import GradSync
+from drlmpi.config.errors import ConfigError
+from drlmpi.envs.spec import EnvSpec
 
 
 class ScaledTanhActor(nn.Module):

@@ -6,9 +6,9 @@ Every rank builds the algorithm's learner networks (its defaults, e.g. DQN's 256
 on its device (``cuda``: GPU local rank mod GPUs) and times drlmpi's own gradient exchanges on
 their flat gradient buffers, in ONE invocation:
 
-* ``mpi``: :class:`~drlmpi.topologies.gradients.AllreduceSync` - device-to-host copy,
+* ``mpi``: :class:`~drlmpi.topologies.data_parallel.syncs.AllreduceSync` - device-to-host copy,
   ``Allreduce`` of host memory, host-to-device copy;
-* ``nccl`` (CUDA) or ``gloo`` (CPU): :class:`~drlmpi.topologies.backend.DistSync` - one
+* ``nccl`` (CUDA) or ``gloo`` (CPU): :class:`~drlmpi.topologies.data_parallel.backend.DistSync` - one
   ``torch.distributed`` all-reduce where the gradients live.
 
 Each exchange is followed by a device synchronisation, so the time is the whole latency an
@@ -30,11 +30,11 @@ def main(argv: list[str] | None = None) -> None:
     from mpi4py import MPI
 
     from drlmpi.bench.learner import SPECS, algo_cfg
-    from drlmpi.comm import TimedComm
-    from drlmpi.device import synchronize
-    from drlmpi.schema import group_config
-    from drlmpi.topologies.backend import DistGroup, DistSync, learner_device, place
-    from drlmpi.topologies.gradients import AllreduceSync
+    from drlmpi.config.schema import group_config
+    from drlmpi.device.staging import synchronize
+    from drlmpi.mpi.timed import TimedComm
+    from drlmpi.topologies.data_parallel.backend import DistGroup, DistSync, learner_device, place
+    from drlmpi.topologies.data_parallel.syncs import AllreduceSync
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algo", default="dqn", choices=("dqn", "td3", "ppo"))

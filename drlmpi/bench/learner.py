@@ -30,8 +30,8 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
-from drlmpi.envs import EnvSpec
-from drlmpi.schema import SCHEMA, group_config
+from drlmpi.config.schema import SCHEMA, group_config
+from drlmpi.envs.spec import EnvSpec
 
 SPECS = {
     "dqn": EnvSpec("CartPole-v1", 4, True, 2, 1, (), ()),
@@ -47,7 +47,7 @@ ATARI_CFG = {"dqn": {"hidden": [512], "buffer_size": 5_000},
 
 
 def algo_cfg(name: str, batch: int, **overrides) -> dict:
-    """The algorithm's defaults (:func:`~drlmpi.schema.group_config`) with the batch size (and
+    """The algorithm's defaults (:func:`~drlmpi.config.schema.group_config`) with the batch size (and
     overrides) set; the replay is always ready (``learning_starts`` 0)."""
     cfg = OmegaConf.to_container(group_config("algo", name)) if f"algo/{name}" in SCHEMA else {}
     cfg["batch_size"] = batch

@@ -21,12 +21,12 @@ from typing import Any
 import numpy as np
 import yaml
 
+from drlmpi.outputs.event_file import EventFileError, read_scalars
 from drlmpi.report.jobs import JOB_LOG, JOBS_FILE, Job, job_log_command, override_value, read_jobs
-from drlmpi.tensorboard import EventFileError, read_scalars
 
 SUMMARY = "summary.json"
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"
-TB_DIR = "tb"  # the run's TensorBoard event files (drlmpi.metrics.TensorBoardLog)
+TB_DIR = "tb"  # the run's TensorBoard event files (drlmpi.outputs.tensorboard_log.TensorBoardLog)
 TRAIN_PREFIX = "train/"
 LOG_TAIL_LINES = 6
 

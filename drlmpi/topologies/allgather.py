@@ -8,7 +8,7 @@ collective on ONE flat buffer per network (``topology.reduce``: ``allreduce`` or
 and steps identical optimizers, so parameters stay identical - verified with a checksum
 ``Allgather`` every ``check_every`` updates and at the end.
 
-How the job's batch is shared is ``topology.batch_rule`` (:mod:`drlmpi.topologies.batch_rule`),
+How the job's batch is shared is ``topology.batch_rule`` (:mod:`drlmpi.topologies.data_parallel.batch_rule`),
 applied to the config each rank builds its learner from. ``global`` (the default): the algorithm
 config describes the job, as sequential would run it - each rank samples ``batch_size / N`` so
 one update averages a minibatch of ``batch_size``, the job runs ``updates_per_step`` updates per
@@ -26,9 +26,16 @@ from typing import Any
 
 from omegaconf import open_dict
 
-from drlmpi.algos.base import ConfigError
-from drlmpi.comm import Control, RoundCounts
-from drlmpi.topologies.backend import (
+from drlmpi.config.errors import ConfigError
+from drlmpi.mpi.wire import Control, RoundCounts
+from drlmpi.topologies.base import (
+    RankReport,
+    RunContext,
+    control_message,
+    learner_report,
+    sync_amount,
+)
+from drlmpi.topologies.data_parallel.backend import (
     DistGroup,
     DistSync,
     check_backend,
@@ -37,20 +44,9 @@ from drlmpi.topologies.backend import (
     place,
     resolve_backend,
 )
-from drlmpi.topologies.base import (
-    RankReport,
-    RunContext,
-    control_message,
-    learner_report,
-    sync_amount,
-)
-from drlmpi.topologies.batch_rule import DataParallelTopology
-from drlmpi.topologies.gradients import (
-    AllgatherSync,
-    AllreduceSync,
-    broadcast_all_params,
-    data_parallel_round,
-)
+from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
+from drlmpi.topologies.data_parallel.rounds import data_parallel_round
+from drlmpi.topologies.data_parallel.syncs import AllgatherSync, AllreduceSync, broadcast_all_params
 
 ROOT = 0
 REDUCTIONS = {"allreduce": AllreduceSync, "allgather": AllgatherSync}

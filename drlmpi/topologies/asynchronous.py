@@ -1,10 +1,10 @@
 """Asynchronous topology: 1 learner + N simulators, nonblocking point-to-point messages.
 
 The DQN paper's section III.D, which failed there on pickled weights with nonblocking calls;
-here every message is a fixed-layout byte buffer (:class:`~drlmpi.comm.PackedMessage`).
+here every message is a fixed-layout byte buffer (:class:`~drlmpi.mpi.wire.PackedMessage`).
 
 Simulator (ranks 1..N), in a loop: collect ``sync_every`` steps; ``Isend`` the chunk (a
-:class:`~drlmpi.comm.ChunkHeader`: policy version, rows, sequence number, simulator steps) from
+:class:`~drlmpi.mpi.wire.ChunkHeader`: policy version, rows, sequence number, simulator steps) from
 a pool of ``slots`` buffers, re-using a buffer only after its request completed; test the
 pre-posted weights and control ``Irecv``s and load whatever arrived (the newest weights win).
 A simulator sends a chunk only while it holds a *credit*; it starts with ``slots`` and the
@@ -35,7 +35,7 @@ simulator whose previous weights send has completed (the others get the next pub
   before its predecessor (several receives are posted per simulator) waits for it, so each
   environment stream's rows reach the learner in time order.
 * Exploration uses the job-wide step count the learner publishes with the weights.
-* Shutdown: the learner sends each simulator a :class:`~drlmpi.comm.CreditMessage`
+* Shutdown: the learner sends each simulator a :class:`~drlmpi.mpi.wire.CreditMessage`
   ``[STOP, weights messages sent to it]``; the simulator completes its outstanding chunk sends,
   receives the weights still in flight, reports how many chunks it sent (``DONE``) and stops;
   the learner keeps receiving until every chunk is accounted for, then cancels its remaining
@@ -48,28 +48,27 @@ import time
 
 import numpy as np
 
-from drlmpi.algos.base import ConfigError
-from drlmpi.comm import (
+from drlmpi.config.errors import ConfigError
+from drlmpi.mpi.timed import Request
+from drlmpi.mpi.wire import (
     CREDIT,
     STOP,
     ChunkHeader,
     CreditMessage,
     PackedMessage,
-    Request,
     Tag,
     WeightsHeader,
     int64_message,
 )
-from drlmpi.roles import Learner
+from drlmpi.roles.learner import Learner
+from drlmpi.topologies.async_simulator import LEARNER_RANK, AsyncSimulator
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
     Topology,
     learner_report,
-    simulator_report,
 )
 
-LEARNER_RANK = 0
 UTD_MODES = ("ratio", "free")
 
 
@@ -98,11 +97,11 @@ class Asynchronous(Topology):
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:
-            return _AsyncLearner(ctx, self.cfg).run()
-        return _AsyncSimulator(ctx, self.cfg).run()
+            return AsyncLearner(ctx, self.cfg).run()
+        return AsyncSimulator(ctx, self.cfg).run()
 
 
-class _AsyncLearner:
+class AsyncLearner:
     def __init__(self, ctx: RunContext, cfg, learner: Learner | None = None) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
@@ -314,116 +313,3 @@ class _AsyncLearner:
         for req in [*self.weights_req.values(), *self.control_req.values()]:
             if req is not None:
                 comm.wait(req)
-
-
-class _AsyncSimulator:
-    def __init__(self, ctx: RunContext, cfg) -> None:
-        self.ctx = ctx
-        self.comm = ctx.comm
-        self.every = int(cfg.sync_every)
-        self.slots = int(cfg.slots)
-        self.actor = ctx.make_actor(simulator_index=self.comm.rank - 1)
-        rows = self.every * int(ctx.cfg.env.num_envs)
-        self.pool = [PackedMessage(ChunkHeader, (rows, self.actor.layout.width)) for _ in range(self.slots)]
-        self.pool_req: list[Request | None] = [None] * self.slots
-        self.weights = PackedMessage(WeightsHeader, (self.actor.weights.size,))
-        self.control = int64_message(CreditMessage)
-        self.credit_limit = self.slots
-        self.version = 0
-        self.sent = 0
-        self.weights_received = 0
-        self.stop_after_weights: int | None = None  # set by STOP: weights messages to expect
-        self.unsent_steps = 0
-        # An on-policy simulator acts only with a credit in hand, so no chunk waits for one
-        # with the weights it was acted with getting older (a replay-based one collects ahead).
-        self.credit_first = self.actor.algo.rollout_updates() is not None
-        self.weights_req: Request | None = None
-        self.control_req: Request | None = None
-
-    def _load_weights(self) -> None:
-        self.weights_received += 1
-        self.actor.load_weights(self.weights.payload)
-        self.version = int(self.weights.header[WeightsHeader.VERSION])
-        self.actor.set_global_steps(int(self.weights.header[WeightsHeader.ENV_STEPS]), self.comm.size - 1)
-
-    def _post_weights(self) -> Request:
-        return self.comm.Irecv(self.weights.buffer, source=LEARNER_RANK, tag=Tag.WEIGHTS, kind="weights")
-
-    def _post_control(self) -> Request:
-        return self.comm.Irecv(self.control, source=LEARNER_RANK, tag=Tag.CONTROL, kind="control")
-
-    def _on_control(self) -> bool:
-        """Apply a control message; True if it was STOP (no control receive is re-posted)."""
-        kind, value = int(self.control[CreditMessage.KIND]), int(self.control[CreditMessage.VALUE])
-        if kind == STOP:
-            self.stop_after_weights = value
-            return True
-        self.credit_limit = max(self.credit_limit, value)
-        return False
-
-    def _wait_for_credit(self) -> None:
-        """Out of credit: wait for a credit or STOP, loading weights that arrive meanwhile."""
-        comm = self.comm
-        while self.sent >= self.credit_limit and self.stop_after_weights is None:
-            index = comm.waitany([self.control_req, self.weights_req])
-            if index == 0:
-                self.control_req = None if self._on_control() else self._post_control()
-            else:
-                self._load_weights()
-                self.weights_req = self._post_weights()
-
-    def _poll(self) -> None:
-        """Load the newest weights and apply control messages that have arrived."""
-        comm = self.comm
-        while comm.test(self.weights_req):  # newest weights win
-            self._load_weights()
-            self.weights_req = self._post_weights()
-        while self.control_req is not None and comm.test(self.control_req):
-            self.control_req = None if self._on_control() else self._post_control()
-
-    def run(self) -> RankReport:
-        comm = self.comm
-        weights_req = self._post_weights()
-        comm.wait(weights_req)  # start from the learner's initial weights
-        self._load_weights()
-        self.weights_req, self.control_req = self._post_weights(), self._post_control()
-        slot = 0
-        while self.stop_after_weights is None:
-            if self.credit_first:
-                self._wait_for_credit()
-                self._poll()
-                if self.stop_after_weights is not None:
-                    break
-            rows = self.actor.collect(self.every, "steps")
-            self._wait_for_credit()
-            if self.stop_after_weights is not None:
-                self.unsent_steps = len(rows)  # simulated, but the run ended before it could go
-                break
-            if self.pool_req[slot] is not None:
-                comm.wait(self.pool_req[slot])
-            msg = self.pool[slot]
-            msg.header[ChunkHeader.POLICY_VERSION] = self.version
-            msg.header[ChunkHeader.ROWS] = len(rows)
-            msg.header[ChunkHeader.SEQUENCE] = self.sent
-            msg.header[ChunkHeader.SIMULATOR_STEPS] = self.actor.steps
-            msg.payload[: len(rows)] = rows
-            self.pool_req[slot] = comm.Isend(msg.buffer, dest=LEARNER_RANK, tag=Tag.EXPERIENCE,
-                                             kind="experience")
-            self.sent += 1
-            slot = (slot + 1) % self.slots
-            self._poll()
-        weights_req = self.weights_req
-        for req in self.pool_req:
-            if req is not None:
-                comm.wait(req)
-        while self.weights_received < self.stop_after_weights:
-            comm.wait(weights_req)
-            self._load_weights()
-            weights_req = self._post_weights() if self.weights_received < self.stop_after_weights else None
-        if weights_req is not None:
-            comm.cancel(weights_req)
-        comm.Send(np.array([self.sent], dtype=np.int64), dest=LEARNER_RANK, tag=Tag.DONE, kind="control")
-        self.actor.close()
-        report = simulator_report(comm.rank, self.actor)
-        report.extra.update({"chunks_sent": self.sent, "unsent_steps": self.unsent_steps})
-        return report

@@ -18,14 +18,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from drlmpi.algos.base import Algorithm, ConfigError
-from drlmpi.checkpoint import Checkpointer, load_rank_state, read_meta
-from drlmpi.comm import Control, TimedComm, int64_message
-from drlmpi.envs import EnvSpec, env_make_kwargs, make_env
-from drlmpi.metrics import RunLog
-from drlmpi.roles import Actor, Learner
-from drlmpi.vector import SerialEnvs, WorkerEnvs
-from drlmpi.watchdog import PROGRESS
+from drlmpi.algos.base import Algorithm
+from drlmpi.config.errors import ConfigError
+from drlmpi.envs.make import env_make_kwargs, make_env
+from drlmpi.envs.spec import EnvSpec
+from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
+from drlmpi.mpi.timed import TimedComm
+from drlmpi.mpi.watchdog import PROGRESS
+from drlmpi.mpi.wire import Control, int64_message
+from drlmpi.outputs.checkpoint import Checkpointer, load_rank_state, read_meta
+from drlmpi.outputs.run_log import RunLog
+from drlmpi.roles.actor import Actor
+from drlmpi.roles.learner import Learner
 
 SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
 RESUME_STRIDE = 1_000_003  # a run resumed from checkpoint generation g adds g * RESUME_STRIDE
@@ -108,7 +112,7 @@ class RunContext:
         ``shared_init``: build the networks from the job's base seed, identical on every rank
         (data-parallel topologies), then reseed exploration per rank. ``algo_cfg``: another
         config than ``cfg.algo`` (a data-parallel rank's share of the job's batch:
-        :mod:`drlmpi.topologies.batch_rule`).
+        :mod:`drlmpi.topologies.data_parallel.batch_rule`).
         """
         device = device or (self.cfg.device if learner else "cpu")
         init_seed = int(self.cfg.seed) if shared_init else self.seed
@@ -289,13 +293,13 @@ def sync_amount(cfg: Any) -> tuple[int, str]:
 
 def control_message(stop: bool, learner: Learner, n_updates: int = 0,
                     checkpoint: bool = False) -> np.ndarray:
-    """The learner's :class:`~drlmpi.comm.Control` message for this round."""
+    """The learner's :class:`~drlmpi.mpi.wire.Control` message for this round."""
     return int64_message(Control, stop=stop, env_steps=learner.env_steps, updates=learner.updates,
                          n_updates=n_updates, checkpoint=checkpoint)
 
 
 def empty_control() -> np.ndarray:
-    """A receive buffer for a :class:`~drlmpi.comm.Control` message."""
+    """A receive buffer for a :class:`~drlmpi.mpi.wire.Control` message."""
     return int64_message(Control)
 
 

@@ -20,7 +20,7 @@ number of updates (the fewest any of them is owed), each averaging the L gradien
 all-reduce per network over ``topology.backend`` (MPI, or NCCL with one GPU per learner), so
 the learners keep identical parameters - checked by checksum every ``check_every`` updates and
 at the end. How the job's batch is shared among the L learners is ``topology.batch_rule``
-(:mod:`drlmpi.topologies.batch_rule`, N = L).
+(:mod:`drlmpi.topologies.data_parallel.batch_rule`, N = L).
 """
 
 from __future__ import annotations
@@ -30,11 +30,15 @@ from typing import Any
 import numpy as np
 from omegaconf import open_dict
 
-from drlmpi.algos.base import ConfigError
-from drlmpi.comm import Control, RoundCounts, TimedComm
-from drlmpi.roles import Learner, episode_stats
-from drlmpi.topologies.asynchronous import Asynchronous, _AsyncLearner, _AsyncSimulator
-from drlmpi.topologies.backend import (
+from drlmpi.config.errors import ConfigError
+from drlmpi.mpi.timed import TimedComm
+from drlmpi.mpi.wire import Control, RoundCounts
+from drlmpi.roles.actor import episode_stats
+from drlmpi.roles.learner import Learner
+from drlmpi.topologies.async_simulator import AsyncSimulator
+from drlmpi.topologies.asynchronous import Asynchronous, AsyncLearner
+from drlmpi.topologies.base import RankReport, RunContext, control_message, learner_report
+from drlmpi.topologies.data_parallel.backend import (
     DistGroup,
     DistSync,
     check_backend,
@@ -43,19 +47,14 @@ from drlmpi.topologies.backend import (
     place,
     resolve_backend,
 )
-from drlmpi.topologies.base import RankReport, RunContext, control_message, learner_report
-from drlmpi.topologies.batch_rule import (
+from drlmpi.topologies.data_parallel.batch_rule import (
     DEFAULT_LR_SCALE,
     DEFAULT_RULE,
     DataParallelTopology,
     per_rank_algo_config,
 )
-from drlmpi.topologies.gradients import (
-    AllreduceSync,
-    broadcast_all_params,
-    exchange_round_counts,
-    gather_episodes,
-)
+from drlmpi.topologies.data_parallel.rounds import exchange_round_counts, gather_episodes
+from drlmpi.topologies.data_parallel.syncs import AllreduceSync, broadcast_all_params
 from drlmpi.topologies.star import LEARNER_RANK, Star, gather_experience
 
 WIRINGS = {"star": Star, "async": Asynchronous}
@@ -128,7 +127,7 @@ class Groups(DataParallelTopology):
         if learners_comm is None:
             sub = ctx.subcontext(group_comm)
             report = (Star(self.cfg)._simulate(sub) if wiring == "star"
-                      else _AsyncSimulator(sub, self.cfg).run())
+                      else AsyncSimulator(sub, self.cfg).run())
         else:
             sub = ctx.subcontext(group_comm, lambda: group_comm.wait_s + learners_comm.wait_s)
             report = _GroupLearner(self, ctx, sub, learners_comm, group, size).run(wiring)
@@ -280,7 +279,7 @@ class _GroupLearner:
         return inner.run_meetings()
 
 
-class _MeetingAsyncLearner(_AsyncLearner):
+class _MeetingAsyncLearner(AsyncLearner):
     """The async learner of one group: it receives, orders, lag-checks and credits chunks as
     :class:`~drlmpi.topologies.asynchronous.Asynchronous` does, but stores them for the
     learners' meeting instead of counting them, and trains what the meeting agreed."""

@@ -2,7 +2,7 @@
 
 Rank 1 simulates, rank 0 learns, concurrently. Every ``sync_every`` steps (or episodes) the
 simulator sends its experience (one ``Send`` of a packed float32 array; the receiver sizes it
-with a timed ``Probe``) and receives the :class:`~drlmpi.comm.Control` message and fresh weights
+with a timed ``Probe``) and receives the :class:`~drlmpi.mpi.wire.Control` message and fresh weights
 (``Recv`` straight into its flat parameter buffer). The learner answers with the weights
 *before* training on the chunk it just received, so simulation of chunk k+1 overlaps training
 on chunk k (a policy lag of one chunk), which is where the paper's speedup of up to 2 comes
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from drlmpi.comm import Control, Tag
+from drlmpi.mpi.wire import Control, Tag
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,

@@ -10,21 +10,22 @@ algorithm's after-update hooks, so its target networks (saved in ``policy.pt``) 
 A worker whose update strays from that schedule stops the job with a clear error
 (:meth:`~drlmpi.algos.base.Algorithm.checked_update`) instead of leaving the server waiting.
 
-The workers share the job's batch by ``topology.batch_rule`` (:mod:`drlmpi.topologies.batch_rule`,
+The workers share the job's batch by ``topology.batch_rule``
+(:mod:`drlmpi.topologies.data_parallel.batch_rule`,
 N = the workers): by default (``global``) the algorithm config describes the job - each worker
 samples ``batch_size / N``, the job runs ``updates_per_step`` updates per job-wide step and the
 workers' replays hold ``buffer_size`` rows together - so learning per sample is sequential's.
 
 Each round: workers collect ``sync_every`` steps; one ``Allgather`` of
-:class:`~drlmpi.comm.RoundCounts` tells the server the job-wide step count and the number of
+:class:`~drlmpi.mpi.wire.RoundCounts` tells the server the job-wide step count and the number of
 updates every worker can run (the minimum); finished episodes' returns go to the server with
 ``Gatherv``; the server evaluates, decides whether to stop, and broadcasts the
-:class:`~drlmpi.comm.Control` message with the round's number of updates.
+:class:`~drlmpi.mpi.wire.Control` message with the round's number of updates.
 """
 
 from __future__ import annotations
 
-from drlmpi.comm import Control, RoundCounts
+from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
@@ -33,13 +34,9 @@ from drlmpi.topologies.base import (
     learner_report,
     sync_amount,
 )
-from drlmpi.topologies.batch_rule import DataParallelTopology
-from drlmpi.topologies.gradients import (
-    ParameterServerSync,
-    ServerSync,
-    broadcast_all_params,
-    data_parallel_round,
-)
+from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
+from drlmpi.topologies.data_parallel.rounds import data_parallel_round
+from drlmpi.topologies.data_parallel.syncs import ParameterServerSync, ServerSync, broadcast_all_params
 
 SERVER = 0
 

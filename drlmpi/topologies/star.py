@@ -2,7 +2,7 @@
 
 Each round every simulator collects ``sync_every`` steps (or episodes) with the weights it has;
 the learner collects the experience with ``Gather`` (row counts) + ``Gatherv`` (the packed rows),
-broadcasts the :class:`~drlmpi.comm.Control` message and the weights with ``Bcast``, then trains
+broadcasts the :class:`~drlmpi.mpi.wire.Control` message and the weights with ``Bcast``, then trains
 in proportion to the data gathered (the paper's n*p: ``algo.updates_per_step`` updates per
 environment step) while the simulators collect the next round. The simulators' policy
 therefore lags by one round. (Workers that send gradients instead of experience are the
@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from drlmpi.comm import Control, TimedComm
+from drlmpi.mpi.timed import TimedComm
+from drlmpi.mpi.wire import Control
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,

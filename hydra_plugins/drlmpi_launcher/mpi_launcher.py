@@ -2,7 +2,7 @@
 
 Hydra ships no MPI launcher, and a job that needs N ranks cannot run inside the sweeping
 process. This launcher composes each job's config *in the sweeping process*, validates it
-with :func:`drlmpi.run.validate` (so a combination that cannot run - p2p on 4 ranks, DQN on
+with :func:`drlmpi.run.experiment.validate` (so a combination that cannot run - p2p on 4 ranks, DQN on
 Pendulum - is skipped with a line saying why before any rank starts), then runs
 
     <mpiexec> <ranks_flag> N [<binding flags>] <extra_args> python -m mpi4py -m drlmpi
@@ -35,19 +35,15 @@ Options (``hydra.launcher.<key>=...``, docs/experiments.md): ``mpiexec`` (list, 
 (``auto`` | ``cost`` | ``listed``).
 """
 
-import json
+
 import logging
 import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional  # noqa: UP035 (OmegaConf needs typing generics)
 
-import yaml
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.plugins.launcher import Launcher
@@ -55,14 +51,20 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from drlmpi.sweep.jobs import JOBS_FILE, _read_records, _write_records, read_summary, recorded_overrides
+from drlmpi.sweep.scheduler import (
+    NO_BIND_ARGS,
+    CorePool,
+    JobFailedError,
+    Scheduler,
+    SweepJob,
+    _OneAtATime,
+    mpi_flavour,
+    parse_cores,
+    usable_cpus,
+)
+
 log = logging.getLogger(__name__)
-LOG_TAIL_LINES = 15
-JOBS_FILE = "jobs.json"
-POLL_S = 0.2
-# Launcher commands whose MPI library is asked for its flavour (to switch its own binding off).
-MPIEXEC_NAMES = ("mpiexec", "mpirun", "mpiexec.hydra", "orterun", "prterun", "mpiexec.mpich",
-                 "mpirun.mpich", "mpiexec.openmpi", "mpirun.openmpi")
-NO_BIND_ARGS = {"openmpi": ["--bind-to", "none"], "mpich": ["-bind-to", "none"]}
 
 
 @dataclass
@@ -91,8 +93,6 @@ ConfigStore.instance().store(group="hydra/launcher", name="mpi", node=MPILaunche
                              provider="drlmpi")
 
 
-class JobFailedError(RuntimeError):
-    """A job of the sweep exited non-zero (its exit code and log tail are in the message)."""
 
 
 def job_ranks(cfg: DictConfig) -> int:
@@ -100,7 +100,7 @@ def job_ranks(cfg: DictConfig) -> int:
     this config (groups: a learner and a simulator per group)."""
     if cfg.get("world_size") is not None:
         return int(cfg.world_size)
-    from drlmpi.run import resolve_classes
+    from drlmpi.run.experiment import resolve_classes
 
     return int(resolve_classes(cfg)[1].smallest_world(cfg.topology))
 
@@ -112,265 +112,6 @@ def job_cost(cfg: DictConfig, ranks: int) -> float:
     except (AttributeError, TypeError, ValueError):
         steps = 1.0
     return steps * ranks
-
-
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of a text file ('' if it does not exist)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
-
-
-def usable_cpus() -> list[int]:
-    """The CPUs this process may run on."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        return list(range(os.cpu_count() or 1))
-
-
-def parse_cores(cores: Any) -> int | None:
-    """``cores`` option: ``None`` (one job at a time), ``auto``/``all`` or a positive integer."""
-    if cores is None or str(cores).lower() in ("null", "none", ""):
-        return None
-    if str(cores).lower() in ("auto", "all"):
-        return len(usable_cpus())
-    try:
-        value = int(cores)
-    except (TypeError, ValueError):
-        value = 0
-    if value < 1:
-        raise ValueError(f"hydra.launcher.cores must be null, 'auto' or an integer >= 1, got {cores!r}")
-    return value
-
-
-_FLAVOURS: dict[str, str] = {}
-
-
-def mpi_flavour(exe: str) -> str:
-    """``openmpi``, ``mpich`` or ``other`` for a launcher command (asks ``exe --version`` once)."""
-    if Path(exe).name not in MPIEXEC_NAMES:
-        return "other"  # srun, aprun, ...: binding is the resource manager's
-    if exe not in _FLAVOURS:
-        try:
-            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
-            text = (out.stdout + out.stderr).lower()
-        except (OSError, subprocess.SubprocessError):
-            text = ""
-        if any(k in text for k in ("open mpi", "open-mpi", "openrte", "prrte")):
-            _FLAVOURS[exe] = "openmpi"
-        elif "hydra" in text or "mpich" in text:
-            _FLAVOURS[exe] = "mpich"
-        else:
-            _FLAVOURS[exe] = "other"
-    return _FLAVOURS[exe]
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """A finished run's ``summary.json`` (``None`` when absent or unreadable)."""
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def recorded_overrides(run_dir: Path) -> list[str] | None:
-    """The overrides a run directory was made with (``.hydra/overrides.yaml``), if known."""
-    try:
-        value = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-    return [str(v) for v in value] if isinstance(value, list) else None
-
-
-class CorePool:
-    """``slots`` cores handed out to jobs; slot i is CPU ``cpus[i % len(cpus)]``."""
-
-    def __init__(self, slots: int, cpus: list[int]) -> None:
-        self.slots = slots
-        self.cpus = list(cpus) or [0]
-        self.free = list(range(slots))
-
-    def take(self, ranks: int) -> list[int] | None:
-        """Slots for a job of ``ranks`` ranks (all of them for one wider than the pool, when
-        the pool is idle), or ``None`` if it does not fit now."""
-        if ranks <= len(self.free):
-            taken, self.free = self.free[:ranks], self.free[ranks:]
-            return taken
-        if ranks > self.slots and len(self.free) == self.slots:
-            taken, self.free = self.free, []
-            return taken
-        return None
-
-    def give_back(self, slots: list[int]) -> None:
-        self.free = sorted(self.free + slots)
-
-    def cpus_of(self, slots: list[int]) -> list[int]:
-        return sorted({self.cpus[s % len(self.cpus)] for s in slots})
-
-
-@dataclass
-class SweepJob:
-    """One job of the sweep and what became of it."""
-
-    idx: int
-    overrides: list[str]
-    label: str
-    run_dir: Path
-    record: dict[str, Any]
-    cfg: Any = None
-    ranks: int = 1
-    cost: float = 0.0
-    cmd: list[str] = field(default_factory=list)
-    status: JobStatus = JobStatus.COMPLETED
-    value: Any = None
-    proc: Any = None
-    started: float = 0.0
-    slots: list[int] = field(default_factory=list)
-    log_file: Any = None
-
-
-def cpu_list(cpus: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    parts, start = [], None
-    for i, c in enumerate(cpus):
-        if start is None:
-            start = c
-        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
-            parts.append(str(start) if start == c else f"{start}-{c}")
-            start = None
-    return ",".join(parts)
-
-
-class Scheduler:
-    """Runs prepared jobs (``cmd`` set) on a :class:`CorePool`, honouring a deadline (seconds
-    after ``start``, a ``time.monotonic()`` value, by default when :meth:`run` begins) and a
-    per-job timeout; ``on_change`` is called after every start and finish."""
-
-    def __init__(self, pool: CorePool, pin: bool, deadline_s: float | None, timeout_s: float | None,
-                 env: dict[str, str], sweep_dir: Path, total: int, on_change: Any = None,
-                 start: float | None = None) -> None:
-        self.pool = pool
-        self.pin = pin
-        self.deadline_s = deadline_s
-        self.timeout_s = timeout_s
-        self.env = env
-        self.sweep_dir = sweep_dir
-        self.total = total
-        self.on_change = on_change or (lambda: None)
-        self.start = start
-
-    def run(self, queue: list[SweepJob]) -> None:
-        queue = list(queue)
-        running: list[SweepJob] = []
-        start = time.monotonic() if self.start is None else self.start
-        try:
-            while queue or running:
-                changed = False
-                for job in list(running):
-                    returncode = job.proc.poll()
-                    overdue = (self.timeout_s is not None
-                               and time.monotonic() - job.started > self.timeout_s)
-                    if returncode is None and overdue:
-                        returncode = self._kill(job, f"killed after timeout_s={self.timeout_s}")
-                    if returncode is not None:
-                        running.remove(job)
-                        self.pool.give_back(job.slots)
-                        self._finish(job, returncode)
-                        changed = True
-                if self.deadline_s is not None and time.monotonic() - start >= self.deadline_s:
-                    for job in queue:
-                        self._not_started(job)
-                    changed = changed or bool(queue)
-                    queue = []
-                for job in list(queue):
-                    slots = self.pool.take(job.ranks)
-                    if slots is None:
-                        continue
-                    queue.remove(job)
-                    changed = True
-                    if self._start(job, slots):
-                        running.append(job)
-                    else:
-                        self.pool.give_back(slots)
-                if changed:
-                    self.on_change()
-                else:
-                    time.sleep(POLL_S)
-        finally:
-            for job in running:  # interrupted (Ctrl-C, an error): leave no job behind
-                self._finish(job, self._kill(job, "killed: the sweep was interrupted"))
-            if running:
-                self.on_change()
-
-    def _start(self, job: SweepJob, slots: list[int]) -> bool:
-        """Start a job on ``slots``; ``False`` (the job recorded as failed) if it cannot start."""
-        run_dir = job.run_dir
-        if run_dir.exists() and self.sweep_dir.resolve() in run_dir.resolve().parents:
-            shutil.rmtree(run_dir)  # an unfinished earlier attempt: start clean
-        run_dir.mkdir(parents=True, exist_ok=True)
-        job.slots = slots
-        cpus = self.pool.cpus_of(slots)
-        where = ""
-        if self.pin:
-            job.record["cpus"] = cpu_list(cpus)
-            where = f" on CPUs {job.record['cpus']}"
-        job.log_file = open(run_dir / "job.log", "w")  # noqa: SIM115 (closed in _finish)
-        job.log_file.write("$ " + " ".join(job.cmd) + "\n")
-        job.log_file.flush()
-        affinity = (lambda: os.sched_setaffinity(0, cpus)) if self.pin else None
-        job.started = time.monotonic()
-        job.record.update(status="running", started=round(time.time(), 3))
-        try:
-            job.proc = subprocess.Popen(job.cmd, stdout=job.log_file, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
-                                        preexec_fn=affinity)
-        except OSError as exc:  # e.g. no mpiexec on PATH
-            job.log_file.write(f"drlmpi launcher: cannot start: {exc}\n")
-            job.record["reason"] = f"cannot start: {exc}"
-            self._finish(job, 127)
-            return False
-        log.info(f"[{job.idx + 1}/{self.total}] {job.label}: {job.ranks} rank(s){where} ...")
-        return True
-
-    def _kill(self, job: SweepJob, why: str) -> int:
-        try:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        job.proc.wait()
-        job.log_file.write(f"\ndrlmpi launcher: {why}\n")
-        job.record["reason"] = why
-        return -signal.SIGKILL
-
-    def _finish(self, job: SweepJob, returncode: int) -> None:
-        job.log_file.close()
-        seconds = time.monotonic() - job.started
-        job.record.update(returncode=returncode, seconds=round(seconds, 2), ended=round(time.time(), 3))
-        tag = f"[{job.idx + 1}/{self.total}] {job.label}"
-        if returncode == 0:
-            summary = read_summary(job.run_dir)
-            outcome = "solved" if summary and summary.get("solved") else "not solved"
-            job.record["status"] = "ok"
-            job.status, job.value = JobStatus.COMPLETED, summary
-            log.info(f"{tag}: ok ({outcome}, {seconds:.1f} s)")
-            return
-        log_tail = tail(job.run_dir / "job.log")
-        job.record.update(status="failed", log_tail=log_tail)
-        log.error(f"{tag}: FAILED with exit code {returncode} after {seconds:.1f} s; last lines of "
-                  f"{job.run_dir / 'job.log'}:\n{log_tail}")
-        job.status = JobStatus.FAILED
-        job.value = JobFailedError(f"job {job.idx} ({job.label}) exited with code {returncode}; "
-                                   f"log: {job.run_dir / 'job.log'}")
-
-    def _not_started(self, job: SweepJob) -> None:
-        reason = (f"not started: the sweep's deadline_s={self.deadline_s:g} had passed "
-                  "(re-run the same command with the same hydra.sweep.dir to continue)")
-        job.record.update(status="skipped", returncode=None, reason=reason)
-        job.status, job.value = JobStatus.COMPLETED, f"skipped: {reason}"
-        log.info(f"[{job.idx + 1}/{self.total}] {job.label}: skipped: {reason}")
 
 
 class MPILauncher(Launcher):
@@ -453,8 +194,8 @@ class MPILauncher(Launcher):
 
     def _prepare(self, idx: int, overrides: list[str], sweep_dir: Path, total: int) -> SweepJob:
         """Compose and validate one job; decide whether it runs, is reused or is skipped."""
-        from drlmpi.algos.base import ConfigError
-        from drlmpi.run import validate
+        from drlmpi.config.errors import ConfigError
+        from drlmpi.run.experiment import validate
 
         label = " ".join(filter_overrides(overrides)) or "(defaults)"
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -513,35 +254,3 @@ class MPILauncher(Launcher):
                         working_dir=str(job.run_dir), task_name="drlmpi", status=job.status)
         ret.return_value = job.value
         return ret
-
-
-class _OneAtATime(CorePool):
-    """The default pool: one job at a time, whatever its width, nothing pinned."""
-
-    def __init__(self) -> None:
-        super().__init__(1, usable_cpus())
-
-    def take(self, ranks: int) -> list[int] | None:
-        return super().take(1)
-
-
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    try:
-        records = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
-
-
-def _write_records(path: Path, earlier: list[dict[str, Any]], current: list[dict[str, Any]]) -> None:
-    """``jobs.json``: the earlier records with those of this launch's run directories replaced
-    (a resumed sweep lists each job once, with its latest outcome; a reused job keeps what its
-    earlier record says of the run - command, seconds, start and end)."""
-    mine = {r["run_dir"] for r in current}
-    old = {r.get("run_dir"): r for r in earlier}
-    current = [{**old[r["run_dir"]], **{k: v for k, v in r.items() if v is not None}}
-               if r.get("status") == "reused" and r["run_dir"] in old else r for r in current]
-    records = [r for r in earlier if r.get("run_dir") not in mine] + current
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(records, indent=2) + "\n")
-    tmp.replace(path)

@@ -1,6 +1,6 @@
 """Experience storage for off-policy learners: a ring buffer of packed experience rows.
 
-Rows use :class:`drlmpi.comm.ExperienceLayout`. The buffer lives where the learner computes
+Rows use :class:`drlmpi.data.layout.ExperienceLayout`. The buffer lives where the learner computes
 (``device``): on a GPU the rows arriving from the wire are copied once per chunk (pinned
 staging, ``non_blocking``) and minibatches are sampled ON the device, so nothing crosses the bus
 per update. Sampling is graph-safe: uniform floats from a torch generator on the device are
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from drlmpi.comm import ExperienceLayout
-from drlmpi.device import Staging
+from drlmpi.data.layout import ExperienceLayout
+from drlmpi.device.staging import Staging
 
 FLOAT_BYTES = 4
 # A minibatch's preallocated tensors: uniform draws, indices, gathered rows, column views.

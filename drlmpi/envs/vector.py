@@ -3,7 +3,7 @@
 Both banks take a list of actions and return, for every environment, the step's observation
 (the *final* one where the episode ended, which is what the experience row needs), reward and
 flags, the observation to act on next (the reset one where it ended), and the raw-episode
-reports of environments that end whole games (:data:`drlmpi.envs.RAW_EPISODE_KEY`).
+reports of environments that end whole games (:data:`drlmpi.envs.spec.RAW_EPISODE_KEY`).
 
 * :class:`SerialEnvs` (``sync``): the environments live in the simulator's process and are
   stepped one after another; the watchdog sees each step.
@@ -22,8 +22,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from drlmpi.envs import RAW_EPISODE_KEY
-from drlmpi.watchdog import PROGRESS
+from drlmpi.envs.spec import RAW_EPISODE_KEY
+from drlmpi.mpi.watchdog import PROGRESS
 
 VECTOR_MODES = ("sync", "async")
 

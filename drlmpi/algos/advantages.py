@@ -1,4 +1,5 @@
-"""V-trace targets (Espeholt et al. 2018, IMPALA) for rows of interleaved environment streams.
+"""Advantages and value targets for rows of interleaved environment streams: GAE(lambda)
+(:func:`compute_gae`, :func:`gae_tensor`) and V-trace (Espeholt et al. 2018, IMPALA).
 
 A learner whose rows were acted by older policies ``mu`` (an asynchronous simulator's weights
 lag the learner's) evaluates a *target* policy ``pi`` (for PPO: the learner's policy when the
@@ -27,16 +28,62 @@ returned *without* the factor ``rho_s``: the caller weights the policy loss by t
 ratio (PPO's decoupled objective does, see :mod:`drlmpi.algos.ppo`). On-policy rows
 (``ratio = 1``, ``rho_clip, c_clip >= 1``) give ``rho = 1``, ``c = lambda`` and so
 ``A_s = P_s = `` GAE(lambda) and ``v_s`` = GAE's value target, operation for operation the same
-as :func:`drlmpi.algos.ppo.compute_gae` in the plain reference (:func:`compute_vtrace`).
+as :func:`compute_gae` in the plain reference (:func:`compute_vtrace`).
 
 :func:`vtrace_tensor` computes the same on the learner's device with :func:`reverse_scan`, the
-parallel scan :func:`drlmpi.algos.ppo.gae_tensor` uses too.
+parallel scan :func:`gae_tensor` uses too.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+
+def compute_gae(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,
+                terminated: np.ndarray, truncated: np.ndarray, streams: np.ndarray,
+                gamma: float, lam: float) -> np.ndarray:
+    """GAE(lambda) advantages of rows that are in time order within each stream.
+
+    Streams may be interleaved in any way; the recursion is cut at an episode end
+    (``terminated`` or ``truncated``) and at the last row of each stream. All arguments are
+    1-D arrays of the same length; returns float32 advantages in the rows' order.
+    """
+    n = len(rewards)
+    delta, done = td_errors(rewards, values, next_values, terminated, truncated, gamma)
+    # Sorting by stream (stably, so time order is kept) makes each stream contiguous; a zero
+    # continuation factor at each stream's last row then lets one backward pass do them all.
+    order, last_of_stream = stream_order(streams)
+    cont = (gamma * lam * (1.0 - done[order]) * ~last_of_stream).tolist()
+    delta_sorted = delta[order].tolist()
+    adv_sorted = [0.0] * n
+    running = 0.0
+    for i in range(n - 1, -1, -1):
+        running = delta_sorted[i] + cont[i] * running
+        adv_sorted[i] = running
+    advantages = np.empty(n, dtype=np.float32)
+    advantages[order] = adv_sorted
+    return advantages
+
+
+def gae_tensor(rewards: torch.Tensor, values: torch.Tensor, next_values: torch.Tensor,
+               terminated: torch.Tensor, truncated: torch.Tensor, streams: torch.Tensor,
+               gamma: float, lam: float) -> torch.Tensor:
+    """:func:`compute_gae` on tensors, on their device (float64 inside, float32 out).
+
+    After the same stable sort by stream, the backward recursion ``A_i = delta_i + c_i A_{i+1}``
+    is a linear recurrence, solved by a parallel (doubling) scan
+    (:func:`~drlmpi.algos.advantages.reverse_scan`): ``log2(n)`` rounds of a few vector operations
+    instead of ``n`` sequential steps, no host loop over rows, no transfer.
+    """
+    n = rewards.shape[0]
+    delta, done = td_errors_tensor(rewards, values, next_values, terminated, truncated, gamma)
+    order, last_of_stream = stream_order_tensor(streams)
+    factor = (gamma * lam) * (1.0 - done[order]) * (~last_of_stream).to(torch.float64)
+    acc = reverse_scan(delta[order], factor)
+    advantages = torch.empty(n, dtype=torch.float32, device=rewards.device)
+    advantages[order] = acc.to(torch.float32)
+    return advantages
 
 
 def td_errors(rewards: np.ndarray, values: np.ndarray, next_values: np.ndarray,

@@ -29,9 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlmpi.algos.base import Algorithm, ConfigError, ParamGroup
-from drlmpi.comm import TimedComm
-from drlmpi.topologies.gradients import ExchangeSync, check_identical_params
+from drlmpi.algos.base import Algorithm
+from drlmpi.algos.params import ParamGroup
+from drlmpi.config.errors import ConfigError
+from drlmpi.mpi.timed import TimedComm
+from drlmpi.topologies.data_parallel.syncs import ExchangeSync, check_identical_params
 
 BACKENDS = ("auto", "mpi", "nccl", "gloo")
 #: NVLink multicast stays off unless the user turned it on (it can take a shared host's GPUs
@@ -191,7 +193,7 @@ class DistSync(ExchangeSync):
 
 
 def dist_checksums(group: DistGroup, algo: Algorithm) -> np.ndarray:
-    """Like :func:`~drlmpi.topologies.gradients.check_identical_params`, through the backend."""
+    """Like :func:`~drlmpi.topologies.data_parallel.syncs.check_identical_params`, through the backend."""
     local = np.array([g.flat.checksum() for g in algo.groups.values()], dtype=np.float64)
     gathered = group.all_gather(local, kind="checksums")
     if not np.all(gathered == gathered[0]):

@@ -1,25 +1,15 @@
-"""The device learner's machinery: host-to-device staging, lazy metrics and captured updates.
-
-Nothing here knows an algorithm. The algorithms (:mod:`drlmpi.algos`) use
-
-* :class:`Staging` to copy experience arriving from the wire (numpy float32 rows) to the device
-  once per chunk, through a pinned host buffer with a ``non_blocking`` copy;
-* :class:`Metrics` to return an update's metrics as ONE device tensor that becomes floats only
-  when read (no host synchronisation per update);
-* :class:`CapturedUpdate` to run an update body eagerly a few times, capture it once (a CUDA
-  graph, or ``torch.compile(mode="reduce-overhead")``) and replay it for every later update,
-  falling back to eager execution with one warning line if capturing fails.
-
-On ``device=cpu`` every piece degrades to the plain path: no pinned memory, no capture, metrics
-converted on first read.
+"""Captured updates: :class:`CapturedUpdate` runs an update body eagerly a few times, captures it
+once (a CUDA graph, or ``torch.compile(mode="reduce-overhead")``) and replays it for every
+later update, falling back to eager execution with one warning line if capturing fails; an
+update whose gradients cross ranks through a host exchange is replayed as segments around it.
+Nothing here knows an algorithm; on ``device=cpu`` updates run eagerly (``algo.capture=auto``).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
-import numpy as np
 import torch
 
 CAPTURE_MODES = ("auto", "graph", "compile", "off")
@@ -40,119 +30,6 @@ def resolve_capture(mode: str, device: torch.device) -> str:
     return mode
 
 
-def synchronize(device: torch.device) -> None:
-    """Wait for the work queued on ``device`` (no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-class Staging:
-    """Copies numpy rows to a device tensor, once per chunk.
-
-    On CUDA the rows go through a pinned host buffer (grown to the largest chunk seen) with a
-    ``non_blocking`` copy; an event guards the buffer, so the next chunk waits for the previous
-    copy to leave it rather than overwrite it in flight. On the CPU the rows are copied
-    directly (no pinned memory is ever allocated: :attr:`pinned` stays ``None``).
-    """
-
-    def __init__(self, width: int, device: torch.device) -> None:
-        self.width = width
-        self.device = device
-        self.pinned: torch.Tensor | None = None
-        self._event: torch.cuda.Event | None = None
-
-    def copy(self, dst: torch.Tensor, rows: np.ndarray) -> None:
-        """``dst[:] = rows`` (``dst`` a ``(n, width)`` tensor on the device, ``rows`` numpy)."""
-        n = rows.shape[0]
-        if n == 0:
-            return
-        src = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
-        if self.device.type != "cuda":
-            dst.copy_(src)
-            return
-        if self.pinned is None or self.pinned.shape[0] < n:
-            if self._event is not None:
-                self._event.synchronize()
-            self.pinned = torch.empty((max(n, 1024), self.width), dtype=torch.float32, pin_memory=True)
-            self._event = torch.cuda.Event()
-        else:
-            self._event.synchronize()  # the previous chunk's copy has left the buffer
-        self.pinned[:n].copy_(src)
-        dst.copy_(self.pinned[:n], non_blocking=True)
-        self._event.record(torch.cuda.current_stream(self.device))
-
-    def to_device(self, rows: np.ndarray) -> torch.Tensor:
-        """A new ``(n, width)`` device tensor holding ``rows``."""
-        out = torch.empty((rows.shape[0], self.width), dtype=torch.float32, device=self.device)
-        self.copy(out, rows)
-        return out
-
-
-class Metrics(Mapping):
-    """An update's scalar metrics, held as one tensor until read.
-
-    Building it costs no host synchronisation: the values stay a device tensor (a snapshot,
-    never overwritten by later updates) and are converted to Python floats, all at once, on
-    the first read. It is a read-only mapping ``name -> float``, so ``metrics["loss"]``,
-    ``dict(metrics)`` and ``float(metrics["loss"])`` work as with a plain dict.
-    """
-
-    __slots__ = ("_names", "_tensor", "_floats")
-
-    def __init__(self, names: Sequence[str], values: torch.Tensor | Sequence[torch.Tensor]) -> None:
-        self._names = tuple(names)
-        if not isinstance(values, torch.Tensor):
-            values = torch.stack([v.detach().reshape(()) for v in values])
-        self._tensor = values.detach()
-        self._floats: dict[str, float] | None = None
-
-    def _resolve(self) -> dict[str, float]:
-        if self._floats is None:
-            self._floats = dict(zip(self._names, self._tensor.tolist()))
-        return self._floats
-
-    def __getitem__(self, key: str) -> float:
-        return self._resolve()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def __repr__(self) -> str:
-        return f"Metrics({self._resolve()})"
-
-
-def mean_metrics(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
-    """The mean of each metric over ``samples`` (update metrics kept over a logging interval),
-    NaNs left out (TD3's actor loss before the first actor step); a metric that is NaN in
-    every sample is left out. The :class:`Metrics` among the samples are stacked and read in
-    ONE device-to-host transfer (one host synchronisation for the whole interval); plain
-    mappings are read as they are."""
-    rows: dict[tuple[str, ...], list[np.ndarray]] = {}
-    lazy: dict[tuple[tuple[str, ...], torch.device], list[torch.Tensor]] = {}
-    for sample in samples:
-        if isinstance(sample, Metrics):
-            lazy.setdefault((sample._names, sample._tensor.device), []).append(sample._tensor)
-        elif sample:
-            names = tuple(sample)
-            rows.setdefault(names, []).append(np.array([float(sample[k]) for k in names]))
-    for (names, _), tensors in lazy.items():
-        values = torch.stack(tensors).to("cpu", torch.float64).numpy()
-        rows.setdefault(names, []).extend(values)
-    out: dict[str, float] = {}
-    for names, values in rows.items():
-        table = np.asarray(values, dtype=np.float64).reshape(-1, len(names))
-        finite = ~np.isnan(table)
-        counts = finite.sum(axis=0)
-        sums = np.where(finite, table, 0.0).sum(axis=0)
-        for name, total, count in zip(names, sums, counts):
-            if count:
-                out[name] = float(total / count)
-    return out
-
-
 class CaptureError(RuntimeError):
     """Raised inside :class:`CapturedUpdate` when a body cannot be captured (then eager)."""
 
@@ -160,7 +37,7 @@ class CaptureError(RuntimeError):
 def exchange_of(sync: object) -> Callable[[str, object], None] | None:
     """The host part of a gradient sync that can be cut out of a captured update: a sync
     with an ``exchange(name, group)`` method and a ``steps_locally`` flag (see
-    :class:`~drlmpi.topologies.gradients.ExchangeSync`); ``None`` for any other sync."""
+    :class:`~drlmpi.topologies.data_parallel.syncs.ExchangeSync`); ``None`` for any other sync."""
     if getattr(sync, "steps_locally", None) is None:
         return None
     return getattr(sync, "exchange", None)

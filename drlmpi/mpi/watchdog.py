@@ -9,11 +9,11 @@ one line and ends the whole job with ``MPI_Abort``.
 *Progress* is useful work completing, recorded by the code that does it (one
 ``time.monotonic()`` store, plus a short label of what is being done, set on entry):
 
-* an MPI operation completing (:class:`~drlmpi.comm.TimedComm`): a blocking call returning, a
+* an MPI operation completing (:class:`~drlmpi.mpi.timed.TimedComm`): a blocking call returning, a
   ``wait``, or a ``test`` / ``testsome`` / ``waitany`` that completed at least one request (a
   poll that finds nothing complete is not progress);
-* an environment step or reset finishing (:class:`~drlmpi.roles.Actor`, evaluation);
-* every few learner updates of a batch (:meth:`~drlmpi.roles.Learner._run_updates`).
+* an environment step or reset finishing (:class:`~drlmpi.roles.actor.Actor`, evaluation);
+* every few learner updates of a batch (:meth:`~drlmpi.roles.learner.Learner._run_updates`).
 
 Building a role (networks and optimizer - the first ``Adam`` imports ``torch._dynamo``, seconds
 -, environments, a device) is not measured: the clock is *paused* (:meth:`ProgressClock.paused`)

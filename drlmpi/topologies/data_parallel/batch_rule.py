@@ -47,8 +47,9 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from drlmpi.algos.base import Algorithm, ConfigError
-from drlmpi.schema import SCHEMA
+from drlmpi.algos.base import Algorithm
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.schema import SCHEMA
 from drlmpi.topologies.base import Topology
 
 _OPTIONS = SCHEMA["topology/allgather"]  # choices and defaults live in the schema

@@ -1,9 +1,6 @@
-"""The two roles every topology wires together: simulating (:class:`Actor`) and learning
-(:class:`Learner`), plus greedy evaluation and the training clock.
-
-No MPI here: a topology moves the packed rows an :class:`Actor` produces to a :class:`Learner`,
-and the learner's flat policy parameters back. Both record their progress (environment steps,
-batches of updates) for the watchdog (:mod:`drlmpi.watchdog`).
+"""The learning role: a :class:`Learner` stores experience, runs the updates it entitles, evaluates,
+logs and decides when the run stops (no MPI here: a topology moves the rows in and the policy's
+flat parameters out); the training clock, which leaves evaluations out.
 """
 
 from __future__ import annotations
@@ -17,151 +14,15 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from drlmpi.algos.base import Algorithm, GradSync, local_sync
-from drlmpi.vector import SerialEnvs, WorkerEnvs
-from drlmpi.watchdog import PROGRESS
+from drlmpi.algos.base import Algorithm
+from drlmpi.algos.sync import GradSync, local_sync
+from drlmpi.mpi.watchdog import PROGRESS
+from drlmpi.roles.actor import episode_stats
+from drlmpi.roles.evaluate import evaluate
 
-MAX_CHUNK_STEPS = 1_000_000  # a chunk never grows past this many rows per environment
 # A batch of updates records progress for the watchdog at least every this many updates
 # (rounded up to a multiple of algo.updates_per_graph), so a long batch is not one silent step.
 UPDATES_PER_PROGRESS = 32
-
-
-class Actor:
-    """Steps its environments in lock step with one batched forward pass and packs experience
-    rows.
-
-    Args:
-        envs: the environments this simulator owns: a list (stepped one after another here) or
-            a bank (:mod:`drlmpi.vector`: ``env.vector=async`` steps them in worker processes).
-        algo: an algorithm instance used only for :meth:`Algorithm.act`.
-        stream_base: the job-wide id of ``envs[0]`` (ids ``stream_base + i`` tag each row's
-            environment, so a learner can rebuild per-environment sequences).
-        seed: seeds the environments' resets (``seed + i``).
-
-    Episodes: a row that ends an episode carries its return and length, the sums this actor
-    kept - except for environments that report whole games (``spec.raw_episodes``: Atari with
-    episodic life and clipped training rewards), whose rows carry the game's raw return and
-    length, on the row where the game ends (a lost life ends a training episode, not a game).
-    """
-
-    def __init__(self, envs: list[gym.Env] | SerialEnvs | WorkerEnvs, algo: Algorithm, stream_base: int,
-                 seed: int) -> None:
-        self.algo = algo
-        self.layout = algo.layout
-        self.envs = SerialEnvs(envs, self.layout.obs_dtype) if isinstance(envs, list) else envs
-        self.n_envs = self.envs.n
-        self.raw_episodes = bool(algo.spec.raw_episodes)
-        self.streams = np.arange(stream_base, stream_base + self.n_envs, dtype=np.float32)
-        self.obs = self.envs.reset(seed)
-        self.episode_return = np.zeros(self.n_envs)
-        self.episode_length = np.zeros(self.n_envs, dtype=np.int64)
-        self.steps = 0  # this actor's own environment steps
-        self.episodes = 0
-        self.sim_s = 0.0  # wall time spent stepping envs and acting
-        # The job-wide step count as last published by the learner, and how to extrapolate it.
-        self._global_at_sync = 0
-        self._local_at_sync = 0
-        self._simulators = 1
-
-    @property
-    def weights(self):
-        """The acting policy's flat float32 parameters as a numpy view: a topology receives
-        published weights straight into it (``Recv``/``Bcast``), no copy."""
-        return self.algo.policy.flat.params_numpy()
-
-    def load_weights(self, flat: np.ndarray) -> None:
-        """Copy published policy parameters (a learner's, or a message payload) into the
-        acting policy."""
-        self.algo.policy.flat.load_params(flat)
-
-    def set_global_steps(self, global_steps: int, simulators: int = 1) -> None:
-        """Record the learner's job-wide step count; between syncs it is extrapolated as
-        ``global + simulators * steps since``."""
-        self._global_at_sync = int(global_steps)
-        self._local_at_sync = self.steps
-        self._simulators = max(1, simulators)
-
-    def global_steps(self) -> int:
-        """Best estimate of the job-wide environment step count (drives exploration)."""
-        return self._global_at_sync + self._simulators * (self.steps - self._local_at_sync)
-
-    def collect(self, amount: int, unit: str = "steps") -> np.ndarray:
-        """Step until ``amount`` steps (per environment) or episodes (in total) are done.
-
-        Returns the packed rows ``(n, layout.width)``, in time order per environment.
-        """
-        if unit not in ("steps", "episodes"):
-            raise ValueError(f"unit must be 'steps' or 'episodes', got {unit!r}")
-        t0 = time.perf_counter()
-        blocks: list[np.ndarray] = []
-        episodes_done = 0
-        step_rounds = 0
-        while True:
-            block, finished = self._step_all()
-            blocks.append(block)
-            episodes_done += finished
-            step_rounds += 1
-            if unit == "steps" and step_rounds >= amount:
-                break
-            if unit == "episodes" and episodes_done >= amount:
-                break
-            if step_rounds >= MAX_CHUNK_STEPS:
-                break
-        self.sim_s += time.perf_counter() - t0
-        return np.concatenate(blocks) if len(blocks) > 1 else blocks[0]
-
-    def close(self) -> None:
-        """Close the environments (and their worker processes)."""
-        self.envs.close()
-
-    def _step_all(self) -> tuple[np.ndarray, int]:
-        """One step of every environment; returns its rows and the episodes it finished."""
-        layout = self.layout
-        rows = layout.empty(self.n_envs)
-        PROGRESS.begin("acting (policy forward pass)")
-        actions, extras = self.algo.act(self.obs, self.global_steps(), explore=True)
-        PROGRESS.done()
-        layout.put_obs(rows, "obs", self.obs)
-        layout.column(rows, "action")[:] = actions
-        layout.column(rows, "stream")[:, 0] = self.streams
-        if extras is not None:
-            start = layout.slices[self.algo.extra_columns[0][0]].start
-            rows[:, start : start + extras.shape[1]] = extras
-        step = self.envs.step([self.algo.env_action(a) for a in actions])
-        layout.put_obs(rows, "next_obs", step.obs)
-        layout.column(rows, "reward")[:, 0] = step.reward
-        layout.column(rows, "terminated")[:, 0] = step.terminated
-        layout.column(rows, "truncated")[:, 0] = step.truncated
-        self.episode_return += step.reward
-        self.episode_length += 1
-        ended = np.nonzero(step.terminated | step.truncated)[0]
-        finished = 0
-        for i in ended:
-            if self.raw_episodes:
-                game = step.raw.get(int(i))
-            else:
-                game = (self.episode_return[i], self.episode_length[i])
-            if game is not None:
-                layout.column(rows, "episode_return")[i, 0] = game[0]
-                layout.column(rows, "episode_length")[i, 0] = game[1]
-                finished += 1
-            self.episode_return[i] = 0.0
-            self.episode_length[i] = 0
-        self.obs = step.next_obs
-        self.steps += self.n_envs
-        self.episodes += finished
-        return rows, finished
-
-
-def episode_stats(rows: np.ndarray, layout: Any) -> np.ndarray:
-    """``(k, 2)`` float32 ``[return, length]`` of the episodes that end in ``rows``."""
-    lengths = layout.column(rows, "episode_length")[:, 0]
-    ends = np.nonzero(lengths)[0]
-    out = np.empty((len(ends), 2), dtype=np.float32)
-    out[:, 0] = layout.column(rows, "episode_return")[ends, 0]
-    out[:, 1] = lengths[ends]
-    return out
 
 
 class TrainingClock:
@@ -178,39 +39,6 @@ class TrainingClock:
     def wall(self) -> float:
         """Seconds since start, including evaluation."""
         return time.perf_counter() - self.start
-
-
-def evaluate(algo: Algorithm, envs: list[gym.Env], episodes: int, seed: int) -> np.ndarray:
-    """Greedy returns of ``episodes`` episodes, run ``len(envs)`` at a time with batched acting.
-
-    Evaluation is off the training clock but it is work: each environment step is progress for
-    the watchdog, so a long evaluation never looks like a hang (a stuck one still does)."""
-    progress = PROGRESS
-    returns: list[float] = []
-    next_seed = seed
-    while len(returns) < episodes:
-        batch = envs[: min(len(envs), episodes - len(returns))]
-        progress.begin("evaluation: env.reset")
-        obs = np.stack([env.reset(seed=next_seed + i)[0] for i, env in enumerate(batch)]).astype(
-            algo.spec.obs_dtype)
-        progress.done()
-        next_seed += len(batch)
-        totals = np.zeros(len(batch))
-        active = np.ones(len(batch), dtype=bool)
-        while active.any():
-            actions, _ = algo.act(obs, 0, explore=False)
-            for i, env in enumerate(batch):
-                if not active[i]:
-                    continue
-                progress.begin("evaluation: env.step of environment %d", i)
-                obs_i, reward, terminated, truncated, _ = env.step(algo.env_action(actions[i]))
-                progress.done()
-                totals[i] += reward
-                obs[i] = obs_i
-                if terminated or truncated:
-                    active[i] = False
-        returns.extend(totals.tolist())
-    return np.asarray(returns)
 
 
 class Learner:
@@ -269,7 +97,7 @@ class Learner:
         self.evaluations = 0
         self.recent_returns: list[float] = []
         # The latest update's metrics (loss, Q, KL...): a mapping name -> float whose values
-        # may still be one device tensor (drlmpi.device.Metrics), converted when first read.
+        # may still be one device tensor (drlmpi.device.metrics.Metrics), converted when first read.
         self.last_metrics: Mapping[str, float] = {}
         self.policy_lags: list[int] = []  # learner updates between acting and learning
         self._time_schedules = True  # see follow_steps_only
@@ -283,7 +111,7 @@ class Learner:
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoint_state(self, with_storage: bool = True) -> dict[str, Any]:
         """The algorithm's training state and this learner's counters, clocks and evaluation
-        history (tensors and plain values only: see :mod:`drlmpi.checkpoint`)."""
+        history (tensors and plain values only: see :mod:`drlmpi.outputs.checkpoint`)."""
         return {
             "algo": self.algo.training_state(with_storage=with_storage),
             "learner": {

@@ -1,7 +1,6 @@
-"""Gradient synchronisation and the data-parallel round shared by ``allgather`` and
-``parameter_server``.
+"""Gradient exchanges of the data-parallel topologies, and the parameter checks they share.
 
-Each :data:`~drlmpi.algos.base.GradSync` here moves ONE flat buffer per network per update:
+Each :data:`~drlmpi.algos.sync.GradSync` here moves ONE flat buffer per network per update:
 
 * :class:`AllreduceSync` - ``Allreduce(SUM)`` of the flat gradients, divide by N, step locally.
 * :class:`AllgatherSync` - ``Allgather`` every rank's gradients, sum them in rank order, divide by
@@ -11,30 +10,24 @@ Each :data:`~drlmpi.algos.base.GradSync` here moves ONE flat buffer per network 
   receive the server's parameters with ``Bcast``; the worker's optimizer never steps.
 * :class:`ServerSync` - the server's side: ``Reduce(SUM)`` the workers' gradients, average,
   step, ``Bcast`` the parameters. The server computes no gradients: it runs
-  :meth:`~drlmpi.roles.Learner.apply_remote_updates`, which follows the algorithm's
+  :meth:`~drlmpi.roles.learner.Learner.apply_remote_updates`, which follows the algorithm's
   ``sync_schedule`` (and runs its after-update hooks: target networks).
-
-:func:`data_parallel_round` is one round of collecting, storing and agreeing on counts, the
-same on every rank of both topologies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import numpy as np
 
-from drlmpi.algos.base import Algorithm, ParamGroup
-from drlmpi.comm import RoundCounts, TimedComm, int64_message
-from drlmpi.roles import Actor, Learner, episode_stats
+from drlmpi.algos.base import Algorithm
+from drlmpi.algos.params import ParamGroup
+from drlmpi.mpi.timed import TimedComm
 
 
 class ExchangeSync:
     """A :data:`~drlmpi.algos.base.GradSync` in two parts: :meth:`exchange` moves data through
     MPI (host buffers; it can never be inside a captured CUDA graph), then, if
     :attr:`steps_locally`, the group's own optimizer steps (device work, which a captured update
-    records in the segment after the exchange: see :class:`~drlmpi.device.SegmentedUpdate`)."""
+    records in the segment after the exchange: see :class:`~drlmpi.device.capture.CapturedUpdate`)."""
 
     #: whether the local optimizer steps after :meth:`exchange` (False: the exchange brought
     #: the new parameters themselves).
@@ -149,63 +142,3 @@ def check_identical_params(comm: TimedComm, algo: Algorithm) -> np.ndarray:
             f"{gathered.tolist()}"
         )
     return gathered
-
-
-def exchange_round_counts(comm: TimedComm, new_steps: int, due: int, episodes: int) -> np.ndarray:
-    """``Allgather`` of every rank's :class:`~drlmpi.comm.RoundCounts`: ``(size, 3)`` int64."""
-    local = int64_message(RoundCounts, new_steps=new_steps, updates_due=due, episodes=episodes)
-    table = np.empty((comm.size, len(RoundCounts)), dtype=np.int64)
-    comm.Allgather(local, table, kind="counts")
-    return table
-
-
-def gather_episodes(comm: TimedComm, rows: np.ndarray, layout: Any, counts: np.ndarray,
-                    root: int, learner: Learner | None, names: Sequence[int] | None = None,
-                    log_own: bool = True) -> None:
-    """Log every rank's finished episodes on ``root`` with the rank that ran them: ``root``'s own
-    from its ``rows`` (unless ``log_own``: the caller logged them), the others' ``[return,
-    length]`` pairs with one ``Gatherv``. ``counts[r]`` = episodes rank r finished this round;
-    ``learner`` is used on ``root`` only; ``names[r]``: the rank logged for ``comm``'s rank r
-    (default r)."""
-    from mpi4py import MPI
-
-    name = (lambda r: r) if names is None else (lambda r: int(names[r]))
-    if comm.rank == root and learner is not None and log_own:
-        learner.log_episodes(rows, name(root))
-    sizes = counts.astype(np.int64) * 2
-    sizes[root] = 0
-    if sizes.sum() == 0:
-        return
-    if comm.rank != root:
-        comm.Gatherv(episode_stats(rows, layout), None, root=root, kind="episodes")
-        return
-    stats = np.empty((int(sizes.sum()) // 2, 2), dtype=np.float32)
-    displacements = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-    comm.Gatherv(np.empty((0, 2), np.float32), [stats, sizes, displacements, MPI.FLOAT], root=root,
-                 kind="episodes")
-    start = 0
-    for rank, size in enumerate(sizes // 2):
-        for ret, length in stats[start : start + size]:
-            learner.record_episode(float(ret), int(length), name(rank))
-        start += size
-
-
-def data_parallel_round(comm: TimedComm, learner: Learner, actor: Actor | None, every: int,
-                        unit: str, root: int) -> np.ndarray:
-    """One round on every rank of a data-parallel job.
-
-    A rank with an ``actor`` collects ``every`` steps (or episodes) and stores them in its own
-    learner (accruing updates); a rank without one (the parameter server) contributes nothing.
-    All ranks then ``Allgather`` their :class:`~drlmpi.comm.RoundCounts`, ``root`` logs every
-    rank's finished episodes, and every learner counts the job-wide steps. Returns the counts
-    table: ranks run ``table[:, RoundCounts.UPDATES_DUE].min()`` updates (or what ``root``
-    decides) so that all of them take part in the same number of gradient collectives.
-    """
-    rows = actor.collect(every, unit) if actor is not None else learner.layout.empty(0)
-    learner.store(rows)
-    episodes = len(episode_stats(rows, learner.layout)) if len(rows) else 0
-    table = exchange_round_counts(comm, len(rows), learner.pending_updates, episodes)
-    gather_episodes(comm, rows, learner.layout, table[:, RoundCounts.EPISODES], root,
-                    learner if comm.rank == root else None)
-    learner.count_steps(int(table[:, RoundCounts.NEW_STEPS].sum()))
-    return table

@@ -1,0 +1,91 @@
+"""PPO's networks: an actor-critic with separate policy and value trunks for flat observations, a
+shared CNN trunk with two heads for images; categorical or diagonal-Gaussian policies.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.distributions import Categorical, Normal
+
+from drlmpi.algos.encoders import encoder
+from drlmpi.algos.params import mlp
+from drlmpi.data.layout import ExperienceLayout
+from drlmpi.envs.spec import EnvSpec
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class ActorCritic(nn.Module):
+    """Policy and value. Flat observations: separate MLP trunks (``pi``, ``v``). Images: one
+    shared trunk - the encoder (:mod:`drlmpi.algos.encoders`) and the ``hidden`` layers - with
+    a policy head and a value head (``pi``, ``v``), as in the Atari PPO setups. ``log_std``
+    for Box actions."""
+
+    def __init__(self, spec: EnvSpec, hidden: tuple[int, ...], activation: type[nn.Module],
+                 log_std_init: float, ortho_init: bool, layout: ExperienceLayout | None = None,
+                 encoder_kind: str = "mlp") -> None:
+        super().__init__()
+        self.discrete = spec.discrete
+        out = spec.n_actions if spec.discrete else spec.action_dim
+        self.shared = spec.image
+        if self.shared:
+            enc, last = encoder(spec, layout, encoder_kind)
+            layers: list[nn.Module] = [enc]
+            for width in hidden:
+                layers += [nn.Linear(last, width), activation()]
+                last = width
+            self.trunk = nn.Sequential(*layers)
+            self.pi = nn.Linear(last, out)
+            self.v = nn.Linear(last, 1)
+        else:
+            self.pi = mlp(spec.obs_dim, out, hidden, activation)
+            self.v = mlp(spec.obs_dim, 1, hidden, activation)
+        if not spec.discrete:
+            self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(log_std_init)))
+        if ortho_init:  # as in OpenAI baselines / Stable-Baselines3
+            nets = [(self.pi, 0.01), (self.v, 1.0)]
+            if self.shared:  # the trunk's layers: sqrt(2); each head is then a single layer
+                nets.insert(0, (self.trunk, math.sqrt(2)))
+            for net, out_gain in nets:
+                layers = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+                for i, layer in enumerate(layers):
+                    nn.init.orthogonal_(layer.weight, out_gain if i == len(layers) - 1 else math.sqrt(2))
+                    nn.init.zeros_(layer.bias)
+
+    def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy head's output (logits, or the Gaussian's mean) and the value ``(B,)``,
+        the shared trunk run once."""
+        if self.shared:
+            features = self.trunk(obs)
+            return self.pi(features), self.v(features).squeeze(-1)
+        return self.pi(obs), self.v(obs).squeeze(-1)
+
+    def _dist(self, out: torch.Tensor) -> Categorical | Normal:
+        # No argument validation: it reads device values on the host (a sync per call on a GPU).
+        if self.discrete:
+            return Categorical(logits=out, validate_args=False)
+        return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
+
+    def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
+        out = self.pi(self.trunk(obs)) if self.shared else self.pi(obs)
+        return self._dist(out)
+
+    def distribution_value(self, obs: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
+        """The action distribution and the value of ``obs`` in one pass."""
+        out, value = self.heads(obs)
+        return self._dist(out), value
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.shared:
+            return self.v(self.trunk(obs)).squeeze(-1)
+        return self.v(obs).squeeze(-1)
+
+    def log_prob_entropy(self, dist: Categorical | Normal,
+                         actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities ``(B,)`` of ``actions`` ``(B, action_dim)`` and entropies ``(B,)``."""
+        if self.discrete:
+            return dist.log_prob(actions[:, 0].long()), dist.entropy()
+        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)

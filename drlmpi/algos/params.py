@@ -1,0 +1,171 @@
+"""A network's parameters in flat buffers: :class:`FlatParams` (parameters and gradients in ONE
+contiguous float32 buffer each, so a weight broadcast or a gradient all-reduce is one message
+that writes straight into the model), :class:`ParamGroup` (a network with its optimizer over
+that buffer), frozen flat target networks and plain MLPs.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class ParamGroup:
+    """One network with its optimizer; parameters and gradients live in flat buffers.
+
+    Args:
+        module: the network (its parameters are re-seated into :attr:`flat`).
+        lr: Adam learning rate.
+        max_grad_norm: clip the global gradient norm to this before stepping (``None``: no clip).
+        adam_eps: Adam's epsilon.
+        with_optimizer: ``False`` on ranks that only act (no optimizer state is allocated).
+
+    On CUDA the optimizer is built with ``capturable=True`` (its step counter lives on the
+    device), so the same optimizer state serves eager updates and captured ones.
+    """
+
+    def __init__(self, module: nn.Module, lr: float, max_grad_norm: float | None = None,
+                 adam_eps: float = 1e-8, with_optimizer: bool = True) -> None:
+        self.module = module
+        self.flat = FlatParams(module)
+        self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
+        self.optimizer = None
+        #: the gradient norm before clipping of the latest step, a device scalar written in
+        #: place by :meth:`apply_gradients` (so a captured update writes it too); ``None`` when
+        #: the group does not clip (the norm is then never computed).
+        self.grad_norm: torch.Tensor | None = None
+        if with_optimizer:
+            # The optimizer sees ONE tensor, the flat buffer (whose .grad is the flat gradient
+            # buffer): Adam's update is then a handful of vector operations over the whole
+            # network instead of a loop over its parameter tensors.
+            self.flat.params.grad = self.flat.grads
+            extra = {"capturable": True, "fused": True} if self.flat.params.is_cuda else {}
+            self.optimizer = torch.optim.Adam([self.flat.params], lr=float(lr), eps=float(adam_eps), **extra)
+            # Eager steps of a capturable optimizer are intended here (warm-up before a capture,
+            # updates with gradient collectives): silence torch's one-time advice against them.
+            self.optimizer._warned_capturable_if_run_uncaptured = True
+            if self.max_grad_norm is not None:
+                self.grad_norm = torch.full((), float("nan"), device=self.flat.params.device)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Zero the flat gradients and backpropagate ``loss`` into them."""
+        self.flat.zero_grad()
+        loss.backward()
+
+    def apply_gradients(self) -> None:
+        """Clip (if configured) and take one optimizer step with the current gradients.
+
+        Clipping is branch-free, ``grads *= min(1, max_norm / (norm + 1e-6))``: no host
+        synchronisation on a device (and exactly the old ``if scale < 1`` result). The norm is
+        computed into :attr:`grad_norm` (``out=``: no extra kernel, and captured with the step)."""
+        if self.optimizer is None:
+            raise RuntimeError("this ParamGroup was built without an optimizer (acting only)")
+        if self.max_grad_norm is not None:
+            grads = self.flat.grads
+            norm = torch.linalg.vector_norm(grads, out=self.grad_norm)
+            grads.mul_((self.max_grad_norm / (norm + 1e-6)).clamp_(max=1.0))
+        self.optimizer.step()
+
+
+def flat_target(module: nn.Module) -> tuple[nn.Module, torch.Tensor]:
+    """A frozen copy of ``module`` (a target network) whose parameters are views into one flat
+    buffer, returned with it: a hard copy is then ``flat.copy_(online)`` and a Polyak step
+    ``flat.lerp_(online, tau)``, one kernel each, in the online :class:`FlatParams` order."""
+    target = copy.deepcopy(module)
+    params = [p for p in target.parameters() if p.requires_grad]
+    flat = torch.cat([p.detach().reshape(-1) for p in params]) if params else torch.zeros(0)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.data = flat[offset : offset + n].view_as(p)
+        offset += n
+    target.requires_grad_(False)
+    return target, flat
+
+
+def mlp(in_dim: int, out_dim: int, hidden: tuple[int, ...], activation: type[nn.Module] = nn.ReLU,
+        out_activation: type[nn.Module] | None = None) -> nn.Sequential:
+    """A plain multilayer perceptron ``in_dim -> hidden... -> out_dim``."""
+    layers: list[nn.Module] = []
+    last = in_dim
+    for width in hidden:
+        layers += [nn.Linear(last, width), activation()]
+        last = width
+    layers.append(nn.Linear(last, out_dim))
+    if out_activation is not None:
+        layers.append(out_activation())
+    return nn.Sequential(*layers)
+
+
+class FlatParams:
+    """A module's parameters re-seated as views into one contiguous float32 buffer.
+
+    After construction ``p.data`` of every parameter is a view into :attr:`params` and
+    ``p.grad`` a view into :attr:`grads`, so writing into :attr:`params` (an MPI receive)
+    updates the model and one collective on :attr:`grads` reduces every gradient at once.
+    Build the optimizer *after* this, or at least do not rely on ``p.data`` identity before.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        params = [p for p in module.parameters() if p.requires_grad]
+        device = params[0].device if params else torch.device("cpu")
+        total = sum(p.numel() for p in params)
+        self.params = torch.zeros(total, dtype=torch.float32, device=device)
+        self.grads = torch.zeros(total, dtype=torch.float32, device=device)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            self.params[offset : offset + n].copy_(p.data.reshape(-1))
+            p.data = self.params[offset : offset + n].view_as(p)
+            p.grad = self.grads[offset : offset + n].view_as(p)
+            offset += n
+        self.numel = total
+        self._host: dict[str, torch.Tensor] = {}  # pinned host mirrors (device buffers only)
+
+    def _to_host(self, name: str, tensor: torch.Tensor) -> np.ndarray:
+        """One device-to-host copy of ``tensor`` into a preallocated pinned buffer, returned as
+        numpy (the same array every call: read or copy it before the next call)."""
+        host = self._host.get(name)
+        if host is None:
+            host = self._host[name] = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor.detach())  # blocking: the values are there when this returns
+        return host.numpy()
+
+    def zero_grad(self) -> None:
+        """Zero the flat gradient buffer (keeps the views; never sets ``p.grad = None``)."""
+        self.grads.zero_()
+
+    def params_numpy(self) -> np.ndarray:
+        """The parameters as a float32 numpy array: a view on the CPU; from an accelerator, one
+        copy into a preallocated pinned host buffer (reused by every call, no allocation)."""
+        if self.params.device.type == "cpu":
+            return self.params.numpy()
+        return self._to_host("params", self.params)
+
+    def grads_numpy(self) -> np.ndarray:
+        """The gradients as a float32 numpy array: a view on the CPU; from an accelerator, one
+        copy into a preallocated pinned host buffer (reused by every call)."""
+        if self.grads.device.type == "cpu":
+            return self.grads.numpy()
+        return self._to_host("grads", self.grads)
+
+    def load_params(self, flat: np.ndarray) -> None:
+        """Copy a flat float32 array into the parameters (no-op when it is already the view)."""
+        if self.params.device.type == "cpu" and np.shares_memory(flat, self.params.numpy()):
+            return
+        with torch.no_grad():
+            self.params.copy_(torch.from_numpy(np.ascontiguousarray(flat)))
+
+    def load_grads(self, flat: np.ndarray) -> None:
+        """Copy a flat float32 array into the gradient buffer (no-op when it is the view)."""
+        if self.grads.device.type == "cpu" and np.shares_memory(flat, self.grads.numpy()):
+            return
+        self.grads.copy_(torch.from_numpy(np.ascontiguousarray(flat)))
+
+    def checksum(self) -> float:
+        """A cheap fingerprint of the parameters (float64 sum of values and of squares)."""
+        p = self.params.detach().double()
+        return float(p.sum() + (p * p).sum())

@@ -1,0 +1,112 @@
+"""Checks against the schema (:data:`~drlmpi.config.schema.SCHEMA`).
+
+:func:`check_config` walks a composed config and raises
+:class:`~drlmpi.config.errors.ConfigError` with one line, ``<option> <what is wrong>, got
+<value>``, for the first bad value; :func:`check_override` does the same for one ``key=value``
+command-line override before Hydra starts (the sweeping process included, for every value of a
+sweep). Scopes: ``""`` (root), ``run``, ``env``, ``algo/<name>``, ``topology/<name>``; an
+algorithm's or a topology's options are checked against the scope of the ``name`` it was
+composed with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from drlmpi.config.schema import SCHEMA, scope_of
+
+
+def check_config(cfg: Mapping[str, Any]) -> None:
+    """Raise :class:`~drlmpi.algos.base.ConfigError` for the first value the schema refuses.
+
+    Options the schema does not know (an experiment preset's own keys, a custom algorithm's)
+    are left to their users; ``algo``/``topology`` are checked against the scope named by their
+    ``name``, when the schema has one."""
+    from drlmpi.config.errors import ConfigError
+
+    for path in ("", "run", "env", "algo", "topology"):
+        scope = scope_of(cfg, path)
+        node = cfg if path == "" else cfg.get(path)
+        if scope is None or node is None:
+            continue
+        for key, option in scope.items():
+            name = f"{path}.{key}" if path else key
+            if isinstance(node, DictConfig) and key in node.keys() and OmegaConf.is_missing(node, key):
+                raise ConfigError(f"{name} must be set (it has no default), got ???")
+            if key not in node:
+                continue
+            value = node[key]
+            problem = option.problem(value)
+            if problem is not None:
+                raise ConfigError(f"{name} {problem}, got {_show(value)}")
+    run = cfg.get("run") or {}
+    if all(run.get(k) is None for k in ("max_env_steps", "max_train_seconds", "max_episodes")):
+        raise ConfigError("run.max_env_steps, run.max_train_seconds and run.max_episodes are all null: "
+                          "set at least one budget, got none")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, Mapping):
+        return str(dict(value))
+    if hasattr(value, "__iter__"):
+        try:
+            return str(list(value))
+        except TypeError:
+            pass
+    return str(value)
+
+
+def check_override(arg: str, scopes: Mapping[str, str]) -> None:
+    """Check one command-line override ``key=value`` (each value of a ``a,b,c`` sweep) before
+    Hydra composes anything; ``scopes`` maps ``algo``/``topology`` to the name chosen on the
+    command line (or its default). Unknown keys, interpolations and sweep functions are left
+    to Hydra."""
+    from drlmpi.config.errors import ConfigError
+
+    key, sep, text = arg.lstrip("+~").partition("=")
+    if not sep or key.startswith("hydra") or "${" in text or "(" in text:
+        return
+    path, _, leaf = key.rpartition(".")
+    if path in ("algo", "topology"):
+        scope = SCHEMA.get(f"{path}/{scopes.get(path)}")
+    else:
+        scope = SCHEMA.get(path) if path in ("", "run", "env") else None
+    option = None if scope is None else scope.get(leaf)
+    if option is None or option.kind in ("map", "any"):
+        return
+    values = [text] if option.kind == "ints" or text.startswith("[") else text.split(",")
+    for raw in values:
+        value = parse_value(raw)
+        problem = option.problem(value)
+        if problem is not None:
+            raise ConfigError(f"{key} {problem}, got {_show(value)}")
+
+
+def parse_value(raw: str) -> Any:
+    """A command-line value as Hydra's override grammar reads it: ``null``, ``true``/``false``,
+    an integer, a float (``1e-3``, ``inf``), a ``[list]``, else the (unquoted) string."""
+    text = raw.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    lowered = text.lower()
+    if lowered in ("null", "none", ""):
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    if text.startswith("["):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError:
+            return text
+    return text

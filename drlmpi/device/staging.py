@@ -1,0 +1,57 @@
+"""Copying experience to the learner's device: :class:`Staging` moves numpy rows arriving from the
+wire to a device tensor once per chunk (through a pinned host buffer with a ``non_blocking``
+copy on CUDA, directly on the CPU); :func:`synchronize` waits for the device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Staging:
+    """Copies numpy rows to a device tensor, once per chunk.
+
+    On CUDA the rows go through a pinned host buffer (grown to the largest chunk seen) with a
+    ``non_blocking`` copy; an event guards the buffer, so the next chunk waits for the previous
+    copy to leave it rather than overwrite it in flight. On the CPU the rows are copied
+    directly (no pinned memory is ever allocated: :attr:`pinned` stays ``None``).
+    """
+
+    def __init__(self, width: int, device: torch.device) -> None:
+        self.width = width
+        self.device = device
+        self.pinned: torch.Tensor | None = None
+        self._event: torch.cuda.Event | None = None
+
+    def copy(self, dst: torch.Tensor, rows: np.ndarray) -> None:
+        """``dst[:] = rows`` (``dst`` a ``(n, width)`` tensor on the device, ``rows`` numpy)."""
+        n = rows.shape[0]
+        if n == 0:
+            return
+        src = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+        if self.device.type != "cuda":
+            dst.copy_(src)
+            return
+        if self.pinned is None or self.pinned.shape[0] < n:
+            if self._event is not None:
+                self._event.synchronize()
+            self.pinned = torch.empty((max(n, 1024), self.width), dtype=torch.float32, pin_memory=True)
+            self._event = torch.cuda.Event()
+        else:
+            self._event.synchronize()  # the previous chunk's copy has left the buffer
+        self.pinned[:n].copy_(src)
+        dst.copy_(self.pinned[:n], non_blocking=True)
+        self._event.record(torch.cuda.current_stream(self.device))
+
+    def to_device(self, rows: np.ndarray) -> torch.Tensor:
+        """A new ``(n, width)`` device tensor holding ``rows``."""
+        out = torch.empty((rows.shape[0], self.width), dtype=torch.float32, device=self.device)
+        self.copy(out, rows)
+        return out

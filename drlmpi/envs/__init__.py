@@ -1,0 +1,2 @@
+"""Environments: gymnasium.make with the wrappers every run uses, the spaces an algorithm needs
+(EnvSpec), the banks a simulator steps its environments in, and Atari (ALE)."""

@@ -1,0 +1,98 @@
+"""Environments: ``gymnasium.make`` plus the wrappers every run uses.
+
+* :class:`SimCost` burns real CPU time per step (a busy loop, not a sleep), so the
+  simulator-bound regime of the DQN paper (its expensive Box Slider simulator) can be reproduced
+  with cheap classic-control environments: ``env.sim_cost_ms=2``.
+* :func:`make_env` builds one environment as a run configures it (ALE ids through
+  :mod:`drlmpi.envs.atari`); :func:`probe_spec` reads its spaces (:class:`~drlmpi.envs.spec.EnvSpec`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import gymnasium as gym
+
+from drlmpi.envs.spec import EnvSpec, env_spec
+
+
+class SimCost(gym.Wrapper):
+    """Adds ``cost_ms`` milliseconds of CPU-bound busy work to every ``step``.
+
+    The loop runs until this thread has consumed ``cost_ms`` of *CPU* time (``thread_time``),
+    not wall time: like a real physics simulator, a step costs a fixed amount of computation, so
+    ranks oversubscribing a machine really compete for cores and each step takes longer in wall
+    time when they do. A ``time.sleep`` would let ranks overlap for free.
+    """
+
+    def __init__(self, env: gym.Env, cost_ms: float) -> None:
+        super().__init__(env)
+        self.cost_s = cost_ms / 1000.0
+
+    def step(self, action: Any):
+        deadline = time.thread_time() + self.cost_s
+        x = 1.0
+        while time.thread_time() < deadline:
+            for _ in range(200):
+                x = x * 1.0000001 + 1e-9
+        return self.env.step(action)
+
+
+def is_atari(env_id: str) -> bool:
+    """Whether ``env_id`` names an Arcade Learning Environment game (``ALE/<Game>-v5``)."""
+    return str(env_id).startswith("ALE/")
+
+
+def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | None = None,
+             atari: Any = None, train: bool = True, **kwargs: Any) -> gym.Env:
+    """Create one environment with the project's wrappers.
+
+    Args:
+        env_id: any registered Gymnasium id (``CartPole-v1``, ``LunarLander-v3``, ...), or an
+            ALE id (``ALE/Tetris-v5``: :func:`drlmpi.envs.atari.make_atari` with its preprocessing).
+        sim_cost_ms: CPU milliseconds of busy work added per step (0 = none).
+        max_episode_steps: override of the registered time limit (``None`` keeps it).
+        atari: the ``env.atari`` preprocessing options of an ALE id (``None``: defaults).
+        train: ``False`` for evaluation environments (Atari: whole games, raw rewards).
+        kwargs: passed to ``gymnasium.make``.
+    """
+    if is_atari(env_id):
+        from drlmpi.envs.atari import make_atari
+
+        env = make_atari(env_id, atari, train=train, max_episode_steps=max_episode_steps, **kwargs)
+    else:
+        if max_episode_steps is not None:
+            kwargs["max_episode_steps"] = int(max_episode_steps)
+        env = gym.make(env_id, **kwargs)
+    if sim_cost_ms and sim_cost_ms > 0:
+        env = SimCost(env, sim_cost_ms)
+    return env
+
+
+def env_make_kwargs(env_cfg: Any) -> dict[str, Any]:
+    """:func:`make_env`'s keyword arguments from an ``env`` config section (plain values, so
+    they pickle into worker processes): the time limit, the Atari options of an ALE id and
+    ``env.kwargs``."""
+    def plain(value: Any) -> Any:
+        try:
+            from omegaconf import OmegaConf
+
+            return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+        except ImportError:  # pragma: no cover
+            return value
+
+    out: dict[str, Any] = {"max_episode_steps": env_cfg.get("max_episode_steps")}
+    if is_atari(env_cfg.get("id", "")):
+        out["atari"] = plain(env_cfg.get("atari"))
+    out.update(plain(env_cfg.get("kwargs")) or {})
+    return out
+
+
+def probe_spec(env_id: str, **kwargs: Any) -> EnvSpec:
+    """Make ``env_id`` once, read its spec, close it (used by start-up validation)."""
+    env = make_env(env_id, **kwargs)
+    try:
+        return env_spec(env)
+    finally:
+        env.close()

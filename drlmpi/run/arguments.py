@@ -1,0 +1,110 @@
+"""The command line's checks before Hydra or MPI start: every override's value against the schema
+(every value of a sweep), output directories that can be written, and ``resume=DIR`` turned
+into the run's own overrides.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from drlmpi.config.checks import check_override
+
+# Importing the schema registers every option's default with Hydra (conf/ builds on them).
+
+
+def _chosen(argv: list[str], group: str, default: str) -> str | None:
+    """The ``group=name`` the command line picks (``None`` when a preset may change it)."""
+    for arg in argv:
+        key, _, value = arg.lstrip("+").partition("=")
+        if key == group:
+            return value if "," not in value else None
+    if any(a.lstrip("+").startswith("experiment") for a in argv):
+        return None
+    return default
+
+
+def check_command_line(argv: list[str]) -> None:
+    """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
+    rejects (every value of a sweep)."""
+    scopes = {"algo": _chosen(argv, "algo", "dqn"), "topology": _chosen(argv, "topology", "sequential")}
+    for arg in argv:
+        if not arg.startswith("-"):
+            check_override(arg, scopes)
+
+
+def check_output_directories(argv: list[str]) -> None:
+    """Raise ConfigError for an output directory (``hydra.run.dir``, ``hydra.sweep.dir``, or the
+    current directory for the default ``outputs/`` and ``multirun/``) that cannot be written."""
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            check_writable(key, value)
+    if not any(a.startswith(("hydra.run.dir", "hydra.sweep.dir")) for a in argv):
+        check_writable("the current directory (outputs/, multirun/)", ".")
+
+
+def check_writable(option: str, path: str) -> None:
+    """Raise ConfigError unless a file can be written in directory ``path`` (created for the
+    check if it does not exist, and removed again with every level the check created)."""
+    import tempfile
+
+    from drlmpi.config.errors import ConfigError
+
+    target = Path(path).expanduser().absolute()
+    created: list[Path] = []
+    probe = target
+    while not probe.exists() and probe != probe.parent:
+        created.append(probe)
+        probe = probe.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{option} is not a writable directory ({exc.strerror}), got {path}") from None
+    finally:
+        for level in created:  # deepest first
+            try:
+                level.rmdir()
+            except OSError:
+                break
+
+
+#: overrides a resumed run may change (budgets and reporting; anything else would change the run).
+RESUME_MAY_CHANGE = ("run.max_env_steps", "run.max_train_seconds", "run.max_episodes",
+                     "run.checkpoint_every_s", "run.progress_every_s", "run.stop_on_solve")
+
+
+def resume_arguments(argv: list[str]) -> tuple[list[str], int]:
+    """``resume=DIR [budget overrides]`` -> the run's own overrides (``DIR/.hydra/overrides.yaml``)
+    plus those, ``resume=DIR`` and ``hydra.run.dir=DIR``; and the checkpoint's world size.
+    Refuses, in one line, a directory without a checkpoint and overrides that would change
+    the run (another topology, algorithm or size)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from drlmpi.config.errors import ConfigError
+    from drlmpi.outputs.checkpoint import read_meta
+
+    value = next(a for a in argv if a.startswith("resume=")).split("=", 1)[1]
+    run_dir = Path(value).expanduser().absolute()
+    extra = [a for a in argv if not a.startswith("resume=")]
+    for arg in extra:
+        if arg.partition("=")[0] not in RESUME_MAY_CHANGE:
+            raise ConfigError(f"resume=DIR continues a run with its own configuration; only "
+                              f"{', '.join(RESUME_MAY_CHANGE)} may be changed, got {arg}")
+    overrides_file = run_dir / ".hydra" / "overrides.yaml"
+    if not overrides_file.is_file():
+        raise ConfigError(f"resume: {value} is not a drlmpi run directory (no .hydra/overrides.yaml), "
+                          f"got {value}")
+    try:
+        meta = read_meta(run_dir)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"resume: the checkpoint description cannot be read ({exc}), got {value}") from None
+    if meta is None:
+        raise ConfigError(f"resume: {value} has no checkpoint yet (one is written every "
+                          f"run.checkpoint_every_s seconds), got {value}")
+    saved = [str(o) for o in OmegaConf.load(overrides_file)
+             if not str(o).startswith(("resume=", "hydra.run.dir=")) and str(o) not in extra]
+    return [*saved, *extra, f"resume={run_dir}", f"hydra.run.dir={run_dir}"], int(meta["world_size"])

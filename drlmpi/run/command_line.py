@@ -1,0 +1,219 @@
+"""Command-line entry point: ``python -m drlmpi [overrides]``.
+
+Every rank of an MPI job runs this. Hydra on its own would give each rank its own
+``${now:...}`` run directory and let all ranks race on ``.hydra/``; so before Hydra starts,
+rank 0 picks the launch time and broadcasts it (the ``launch_time`` resolver used by
+``hydra.run.dir``), ranks other than 0 are told not to write ``.hydra/``, and every rank logs
+to its own ``rank<r>.log``.
+
+A failure on one rank prints ``drlmpi: rank R failed: ...`` and aborts the whole MPI job, so
+no rank is left waiting in a collective. Configuration errors are detected identically by
+every rank before any communication and end the job with exit code 2. A rank that stops making
+progress for ``run.rank_timeout_s`` is ended by its watchdog (:mod:`drlmpi.mpi.watchdog`), which
+prints one line and aborts the job with exit code 3.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from datetime import datetime
+from pathlib import Path
+
+from drlmpi.config.reference import help_lines
+
+# Importing the schema registers every option's default with Hydra (conf/ builds on them).
+from drlmpi.config.schema import CONF_DIR
+from drlmpi.mpi.abort import ABORT_FLUSH_S, CONFIG_ERROR_EXIT, CONFIG_ERROR_GRACE_S, CRASH_EXIT, HANG_EXIT
+from drlmpi.mpi.process import set_thread_counts, under_mpi_launcher, yield_when_oversubscribed
+from drlmpi.run.arguments import check_command_line, check_output_directories, resume_arguments
+
+_launch_time = datetime.now()
+
+
+def _is_multirun(argv: list[str]) -> bool:
+    """Whether the command is a sweep: ``-m``/``--multirun``, ``hydra.mode=MULTIRUN``, or an
+    experiment preset (``+experiment=NAME``) whose file sets ``hydra.mode: MULTIRUN`` - then a
+    single ``world_size=N`` is one sweep value, never a reason to re-launch under mpiexec."""
+    if any(a in ("-m", "--multirun") for a in argv) or "hydra.mode=MULTIRUN" in argv:
+        return True
+    from omegaconf import OmegaConf
+
+    for arg in argv:
+        key, _, names = arg.lstrip("+").partition("=")
+        if key != "experiment":
+            continue
+        for name in names.split(","):
+            path = CONF_DIR / "experiment" / f"{name.strip()}.yaml"
+            if path.is_file():
+                preset = OmegaConf.load(path)
+                if OmegaConf.select(preset, "hydra.mode", default=None) == "MULTIRUN":
+                    return True
+    return False
+
+
+def _launch_time_resolver(fmt: str = "%Y-%m-%d_%H-%M-%S") -> str:
+    return _launch_time.strftime(fmt)
+
+
+def _requested_world_size(argv: list[str]) -> int | None:
+    for arg in argv:
+        if arg.startswith("world_size="):
+            value = arg.split("=", 1)[1]
+            return int(value) if value.isdigit() else None
+    return None
+
+
+def _relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
+    """``python -m drlmpi world_size=N`` started alone: re-execute under ``mpiexec -n N``."""
+    cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv]
+    print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
+    try:
+        os.execvp(cmd[0], cmd)
+    except FileNotFoundError:
+        sys.exit("drlmpi: error: world_size>1 needs 'mpiexec' on PATH (pip install mpich), or "
+                 "start the job with your MPI launcher")
+
+
+def _prepare_single_run(argv: list[str]) -> list[str]:
+    """Share one launch time and run directory across ranks; per-rank Hydra settings.
+
+    A singleton (no MPI launcher) needs no broadcast and does not initialise MPI here.
+    """
+    global _launch_time
+    rank = 0
+    if under_mpi_launcher():
+        yield_when_oversubscribed()
+        from mpi4py import MPI
+
+        world = MPI.COMM_WORLD
+        _launch_time = world.bcast(_launch_time if world.Get_rank() == 0 else None, root=0)
+        rank = world.Get_rank()
+    extra = [f"hydra.job.name=rank{rank}"]
+    if rank != 0:
+        extra.append("hydra.output_subdir=null")
+    return extra + argv  # before the user's overrides (argparse stops at options such as --cfg)
+
+
+def _task(cfg) -> int:
+    """Hydra's task function: run one experiment on COMM_WORLD."""
+    from hydra.core.hydra_config import HydraConfig
+    from mpi4py import MPI
+
+    set_thread_counts(cfg.get("threads_per_rank"))
+    from drlmpi.config.errors import ConfigError
+    from drlmpi.run.experiment import run_experiment
+
+    world = MPI.COMM_WORLD
+    rank = world.Get_rank()
+    if HydraConfig.initialized():
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+    else:  # pragma: no cover (only when called without Hydra)
+        run_dir = Path.cwd()
+    try:
+        run_experiment(cfg, world, run_dir, hang_exit=HANG_EXIT)
+    except ConfigError as exc:
+        # Every rank normally refuses the same config before any message: rank 0 reports it
+        # once and ends the job. Other ranks give it a moment and speak (and abort) only if it
+        # did not - should one rank find a problem its peers did not, nobody waits for it.
+        if rank != 0:
+            time.sleep(CONFIG_ERROR_GRACE_S)
+        print(f"drlmpi: error: {exc}" if rank == 0 else f"drlmpi: error (rank {rank}): {exc}",
+              file=sys.stderr, flush=True)
+        if world.Get_size() > 1:
+            sys.stderr.flush()
+            time.sleep(ABORT_FLUSH_S)
+            world.Abort(CONFIG_ERROR_EXIT)
+        sys.exit(CONFIG_ERROR_EXIT)
+    except BaseException as exc:  # noqa: BLE001 (any crash must take the whole job down)
+        if isinstance(exc, SystemExit) and not exc.code:
+            raise
+        detail = traceback.format_exc()
+        print(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{detail}",
+              file=sys.stderr, flush=True)
+        if world.Get_size() > 1:
+            sys.stderr.flush()
+            time.sleep(ABORT_FLUSH_S)
+            world.Abort(CRASH_EXIT)
+        sys.exit(CRASH_EXIT)
+    return 0
+
+
+USAGE = """\
+drlmpi - deep RL experiments across MPI ranks, with interchangeable topologies
+
+usage:
+  python -m drlmpi [key=value ...]                         one run (world_size=N re-launches under mpiexec)
+  mpiexec -n N python -m mpi4py -m drlmpi topology=star    one run on N ranks
+  python -m drlmpi -m topology=star,async world_size=4,8   a sweep: one MPI job per combination
+  python -m drlmpi +experiment=learning_matrix             a study preset (conf/experiment/)
+  python -m drlmpi resume=RUN_DIR                          continue a run from its last checkpoint
+  python -m drlmpi.report RUN_OR_SWEEP_DIR ...             tables and plots from run directories
+  python -m drlmpi.play RUN_DIR                            replay a trained policy
+
+config groups: algo=dqn|td3|ppo|random  env=cartpole|lunarlander|pendulum
+               topology=sequential|p2p|star|parameter_server|async|allgather
+  --hydra-help  Hydra's own options     --cfg job  print the composed config and exit
+Options (type and allowed values are checked before any rank starts; docs/configuration.md):"""
+
+
+def print_help() -> None:
+    """``--help``: the usage header and every option's one-line doc, from the schema."""
+    print(USAGE)
+    print("\n".join(help_lines()))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse overrides, share the run directory across ranks and hand over to Hydra."""
+    import hydra
+    from omegaconf import OmegaConf
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("--help", "-h") for a in argv):
+        print_help()
+        return
+    from drlmpi.config.errors import ConfigError
+
+    given = list(argv)
+    resume_ranks = None
+    launched = under_mpi_launcher()
+    first = not launched or os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0"
+    every_rank_refuses = True
+    try:
+        # The same files and overrides give every rank the same verdict: all of them stop here.
+        if any(a.startswith("resume=") for a in argv):
+            argv, resume_ranks = resume_arguments(argv)
+        check_command_line(argv)
+        # Test-writing directories is rank 0's alone (ranks would race on the probe folders);
+        # its refusal must then end the other ranks, which carry on into MPI.
+        every_rank_refuses = False
+        if first:
+            check_output_directories(argv)
+    except ConfigError as exc:
+        if first:
+            print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
+        if launched and not every_rank_refuses:
+            from mpi4py import MPI
+
+            time.sleep(ABORT_FLUSH_S)
+            MPI.COMM_WORLD.Abort(CONFIG_ERROR_EXIT)
+        sys.exit(CONFIG_ERROR_EXIT)
+    single = not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info")
+                                                for a in argv)
+    if single:
+        ranks = _requested_world_size(argv) if resume_ranks is None else resume_ranks
+        if ranks is not None and ranks > 1 and not under_mpi_launcher():
+            _relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
+        argv = _prepare_single_run(argv)
+    OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
+    sys.argv = [sys.argv[0], *argv]
+    config_dir = str(CONF_DIR)
+    if not os.path.isdir(config_dir):  # pragma: no cover
+        sys.exit(f"drlmpi: error: config directory {config_dir} not found (install with pip -e)")
+    hydra.main(config_path=config_dir, config_name="config", version_base="1.3")(_task)()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""``jobs.json``: the record of every job of a sweep (its overrides, run directory, ranks, status,
+exit code, log tail), written by the launcher as the sweep goes and read by the report.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any  # noqa: UP035 (OmegaConf needs typing generics)
+
+import yaml
+
+LOG_TAIL_LINES = 15
+JOBS_FILE = "jobs.json"
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a text file ('' if it does not exist)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """A finished run's ``summary.json`` (``None`` when absent or unreadable)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def recorded_overrides(run_dir: Path) -> list[str] | None:
+    """The overrides a run directory was made with (``.hydra/overrides.yaml``), if known."""
+    try:
+        value = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    return [str(v) for v in value] if isinstance(value, list) else None
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+
+
+def _write_records(path: Path, earlier: list[dict[str, Any]], current: list[dict[str, Any]]) -> None:
+    """``jobs.json``: the earlier records with those of this launch's run directories replaced
+    (a resumed sweep lists each job once, with its latest outcome; a reused job keeps what its
+    earlier record says of the run - command, seconds, start and end)."""
+    mine = {r["run_dir"] for r in current}
+    old = {r.get("run_dir"): r for r in earlier}
+    current = [{**old[r["run_dir"]], **{k: v for k, v in r.items() if v is not None}}
+               if r.get("status") == "reused" and r["run_dir"] in old else r for r in current]
+    records = [r for r in earlier if r.get("run_dir") not in mine] + current
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(records, indent=2) + "\n")
+    tmp.replace(path)

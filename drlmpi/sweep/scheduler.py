@@ -1,0 +1,278 @@
+"""Running a sweep's jobs: each its own MPI job (``mpiexec -n N python -m mpi4py -m drlmpi ...``)
+in its own process group with its output in ``<run dir>/job.log``; by default one at a time,
+or packed onto ``cores`` (a job of n ranks takes n of them, side by side while they fit, each
+confined to its own CPU list); a deadline for starting jobs and a timeout per job. The Hydra
+plugin (hydra_plugins/drlmpi_launcher) composes and checks the jobs and hands them here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any  # noqa: UP035 (OmegaConf needs typing generics)
+
+from hydra.core.utils import JobStatus
+
+from drlmpi.sweep.jobs import read_summary, tail
+
+POLL_S = 0.2
+# Launcher commands whose MPI library is asked for its flavour (to switch its own binding off).
+MPIEXEC_NAMES = ("mpiexec", "mpirun", "mpiexec.hydra", "orterun", "prterun", "mpiexec.mpich",
+                 "mpirun.mpich", "mpiexec.openmpi", "mpirun.openmpi")
+NO_BIND_ARGS = {"openmpi": ["--bind-to", "none"], "mpich": ["-bind-to", "none"]}
+
+log = logging.getLogger(__name__)
+
+
+class JobFailedError(RuntimeError):
+    """A job of the sweep exited non-zero (its exit code and log tail are in the message)."""
+
+
+
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return list(range(os.cpu_count() or 1))
+
+
+def parse_cores(cores: Any) -> int | None:
+    """``cores`` option: ``None`` (one job at a time), ``auto``/``all`` or a positive integer."""
+    if cores is None or str(cores).lower() in ("null", "none", ""):
+        return None
+    if str(cores).lower() in ("auto", "all"):
+        return len(usable_cpus())
+    try:
+        value = int(cores)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise ValueError(f"hydra.launcher.cores must be null, 'auto' or an integer >= 1, got {cores!r}")
+    return value
+
+
+_FLAVOURS: dict[str, str] = {}
+
+
+def mpi_flavour(exe: str) -> str:
+    """``openmpi``, ``mpich`` or ``other`` for a launcher command (asks ``exe --version`` once)."""
+    if Path(exe).name not in MPIEXEC_NAMES:
+        return "other"  # srun, aprun, ...: binding is the resource manager's
+    if exe not in _FLAVOURS:
+        try:
+            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
+            text = (out.stdout + out.stderr).lower()
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+        if any(k in text for k in ("open mpi", "open-mpi", "openrte", "prrte")):
+            _FLAVOURS[exe] = "openmpi"
+        elif "hydra" in text or "mpich" in text:
+            _FLAVOURS[exe] = "mpich"
+        else:
+            _FLAVOURS[exe] = "other"
+    return _FLAVOURS[exe]
+
+
+class CorePool:
+    """``slots`` cores handed out to jobs; slot i is CPU ``cpus[i % len(cpus)]``."""
+
+    def __init__(self, slots: int, cpus: list[int]) -> None:
+        self.slots = slots
+        self.cpus = list(cpus) or [0]
+        self.free = list(range(slots))
+
+    def take(self, ranks: int) -> list[int] | None:
+        """Slots for a job of ``ranks`` ranks (all of them for one wider than the pool, when
+        the pool is idle), or ``None`` if it does not fit now."""
+        if ranks <= len(self.free):
+            taken, self.free = self.free[:ranks], self.free[ranks:]
+            return taken
+        if ranks > self.slots and len(self.free) == self.slots:
+            taken, self.free = self.free, []
+            return taken
+        return None
+
+    def give_back(self, slots: list[int]) -> None:
+        self.free = sorted(self.free + slots)
+
+    def cpus_of(self, slots: list[int]) -> list[int]:
+        return sorted({self.cpus[s % len(self.cpus)] for s in slots})
+
+
+@dataclass
+class SweepJob:
+    """One job of the sweep and what became of it."""
+
+    idx: int
+    overrides: list[str]
+    label: str
+    run_dir: Path
+    record: dict[str, Any]
+    cfg: Any = None
+    ranks: int = 1
+    cost: float = 0.0
+    cmd: list[str] = field(default_factory=list)
+    status: JobStatus = JobStatus.COMPLETED
+    value: Any = None
+    proc: Any = None
+    started: float = 0.0
+    slots: list[int] = field(default_factory=list)
+    log_file: Any = None
+
+
+def cpu_list(cpus: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    parts, start = [], None
+    for i, c in enumerate(cpus):
+        if start is None:
+            start = c
+        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
+            parts.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(parts)
+
+
+class Scheduler:
+    """Runs prepared jobs (``cmd`` set) on a :class:`CorePool`, honouring a deadline (seconds
+    after ``start``, a ``time.monotonic()`` value, by default when :meth:`run` begins) and a
+    per-job timeout; ``on_change`` is called after every start and finish."""
+
+    def __init__(self, pool: CorePool, pin: bool, deadline_s: float | None, timeout_s: float | None,
+                 env: dict[str, str], sweep_dir: Path, total: int, on_change: Any = None,
+                 start: float | None = None) -> None:
+        self.pool = pool
+        self.pin = pin
+        self.deadline_s = deadline_s
+        self.timeout_s = timeout_s
+        self.env = env
+        self.sweep_dir = sweep_dir
+        self.total = total
+        self.on_change = on_change or (lambda: None)
+        self.start = start
+
+    def run(self, queue: list[SweepJob]) -> None:
+        queue = list(queue)
+        running: list[SweepJob] = []
+        start = time.monotonic() if self.start is None else self.start
+        try:
+            while queue or running:
+                changed = False
+                for job in list(running):
+                    returncode = job.proc.poll()
+                    overdue = (self.timeout_s is not None
+                               and time.monotonic() - job.started > self.timeout_s)
+                    if returncode is None and overdue:
+                        returncode = self._kill(job, f"killed after timeout_s={self.timeout_s}")
+                    if returncode is not None:
+                        running.remove(job)
+                        self.pool.give_back(job.slots)
+                        self._finish(job, returncode)
+                        changed = True
+                if self.deadline_s is not None and time.monotonic() - start >= self.deadline_s:
+                    for job in queue:
+                        self._not_started(job)
+                    changed = changed or bool(queue)
+                    queue = []
+                for job in list(queue):
+                    slots = self.pool.take(job.ranks)
+                    if slots is None:
+                        continue
+                    queue.remove(job)
+                    changed = True
+                    if self._start(job, slots):
+                        running.append(job)
+                    else:
+                        self.pool.give_back(slots)
+                if changed:
+                    self.on_change()
+                else:
+                    time.sleep(POLL_S)
+        finally:
+            for job in running:  # interrupted (Ctrl-C, an error): leave no job behind
+                self._finish(job, self._kill(job, "killed: the sweep was interrupted"))
+            if running:
+                self.on_change()
+
+    def _start(self, job: SweepJob, slots: list[int]) -> bool:
+        """Start a job on ``slots``; ``False`` (the job recorded as failed) if it cannot start."""
+        run_dir = job.run_dir
+        if run_dir.exists() and self.sweep_dir.resolve() in run_dir.resolve().parents:
+            shutil.rmtree(run_dir)  # an unfinished earlier attempt: start clean
+        run_dir.mkdir(parents=True, exist_ok=True)
+        job.slots = slots
+        cpus = self.pool.cpus_of(slots)
+        where = ""
+        if self.pin:
+            job.record["cpus"] = cpu_list(cpus)
+            where = f" on CPUs {job.record['cpus']}"
+        job.log_file = open(run_dir / "job.log", "w")  # noqa: SIM115 (closed in _finish)
+        job.log_file.write("$ " + " ".join(job.cmd) + "\n")
+        job.log_file.flush()
+        affinity = (lambda: os.sched_setaffinity(0, cpus)) if self.pin else None
+        job.started = time.monotonic()
+        job.record.update(status="running", started=round(time.time(), 3))
+        try:
+            job.proc = subprocess.Popen(job.cmd, stdout=job.log_file, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                        preexec_fn=affinity)
+        except OSError as exc:  # e.g. no mpiexec on PATH
+            job.log_file.write(f"drlmpi launcher: cannot start: {exc}\n")
+            job.record["reason"] = f"cannot start: {exc}"
+            self._finish(job, 127)
+            return False
+        log.info(f"[{job.idx + 1}/{self.total}] {job.label}: {job.ranks} rank(s){where} ...")
+        return True
+
+    def _kill(self, job: SweepJob, why: str) -> int:
+        try:
+            os.killpg(job.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        job.proc.wait()
+        job.log_file.write(f"\ndrlmpi launcher: {why}\n")
+        job.record["reason"] = why
+        return -signal.SIGKILL
+
+    def _finish(self, job: SweepJob, returncode: int) -> None:
+        job.log_file.close()
+        seconds = time.monotonic() - job.started
+        job.record.update(returncode=returncode, seconds=round(seconds, 2), ended=round(time.time(), 3))
+        tag = f"[{job.idx + 1}/{self.total}] {job.label}"
+        if returncode == 0:
+            summary = read_summary(job.run_dir)
+            outcome = "solved" if summary and summary.get("solved") else "not solved"
+            job.record["status"] = "ok"
+            job.status, job.value = JobStatus.COMPLETED, summary
+            log.info(f"{tag}: ok ({outcome}, {seconds:.1f} s)")
+            return
+        log_tail = tail(job.run_dir / "job.log")
+        job.record.update(status="failed", log_tail=log_tail)
+        log.error(f"{tag}: FAILED with exit code {returncode} after {seconds:.1f} s; last lines of "
+                  f"{job.run_dir / 'job.log'}:\n{log_tail}")
+        job.status = JobStatus.FAILED
+        job.value = JobFailedError(f"job {job.idx} ({job.label}) exited with code {returncode}; "
+                                   f"log: {job.run_dir / 'job.log'}")
+
+    def _not_started(self, job: SweepJob) -> None:
+        reason = (f"not started: the sweep's deadline_s={self.deadline_s:g} had passed "
+                  "(re-run the same command with the same hydra.sweep.dir to continue)")
+        job.record.update(status="skipped", returncode=None, reason=reason)
+        job.status, job.value = JobStatus.COMPLETED, f"skipped: {reason}"
+        log.info(f"[{job.idx + 1}/{self.total}] {job.label}: skipped: {reason}")
+
+
+class _OneAtATime(CorePool):
+    """The default pool: one job at a time, whatever its width, nothing pinned."""
+
+    def __init__(self) -> None:
+        super().__init__(1, usable_cpus())
+
+    def take(self, ranks: int) -> list[int] | None:
+        return super().take(1)

@@ -1,0 +1,70 @@
+"""The package's layers (docs/architecture.md, "Layers"): a module imports only from its own
+package and the layers below it - imports inside functions included - and the package holds no
+module over 400 lines and at most five modules directly in ``drlmpi/``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "drlmpi"
+
+#: bottom to top; a package may import from the layers below its own, never from above
+LAYERS = [
+    {"config"},
+    {"mpi", "device"},
+    {"data", "envs"},
+    {"algos"},
+    {"outputs"},
+    {"roles"},
+    {"topologies"},
+    {"run"},
+    {"sweep", "report", "bench"},
+    {"__main__", "play"},
+]
+LAYER = {name: level for level, names in enumerate(LAYERS) for name in names}
+MAX_LINES = 400
+
+
+def _part(module: str) -> str:
+    """``drlmpi.<part>...`` -> ``<part>`` (the subpackage, or the top-level module)."""
+    return module.split(".")[1]
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, alias.name) for alias in node.names]
+    return [(line, name) for line, name in out if name.startswith("drlmpi.")]
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
+
+
+def test_every_part_of_the_package_has_a_layer():
+    parts = {p.relative_to(PACKAGE).parts[0].removesuffix(".py") for p in _modules()}
+    assert parts == set(LAYER)
+
+
+def test_imports_point_down_the_layers():
+    upward = []
+    for path in _modules():
+        here = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        for line, module in _imports(path):
+            there = _part(module)
+            if there != here and LAYER[there] >= LAYER[here]:
+                where = path.relative_to(PACKAGE.parent)
+                upward.append(f"{where}:{line} ({here}) imports {module} ({there})")
+    assert not upward, "\n".join(upward)
+
+
+def test_no_module_over_400_lines_and_few_at_the_top():
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in _modules()
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 5, top
