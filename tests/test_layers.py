@@ -19,7 +19,8 @@ LAYERS = [
     {"roles"},
     {"topologies"},
     {"run"},
-    {"sweep", "report", "bench"},
+    {"sweep"},
+    {"report", "bench"},
     {"__main__", "play"},
 ]
 LAYER = {name: level for level, names in enumerate(LAYERS) for name in names}

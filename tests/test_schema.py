@@ -10,9 +10,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from drlmpi.config.checks import check_config, check_override, parse_value
+from drlmpi.config.checks import check_config, check_override
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import REQUIRED
+from drlmpi.config.overrides import parse, values
 from drlmpi.config.reference import reference_table, shown_default
 from drlmpi.config.schema import SCHEMA, defaults, group_config
 from drlmpi.run.arguments import check_writable
@@ -127,7 +128,10 @@ def test_overrides_the_schema_leaves_to_hydra_pass():
                "topology.publish_every=0"):  # not a star option: Hydra refuses it, not us
         check_override(ok, scopes)
     check_override("algo.clip_range=-1", {"algo": None, "topology": None})  # scope unknown yet
-    assert parse_value("1e-3") == 1e-3 and parse_value("'7'") == "7" and parse_value("True") is True
+    (lr, seven, yes, sweep, hidden) = parse(["a=1e-3", "b='7'", "c=True", "d=1,[2,3]", "e=[32,32]"])
+    assert values(lr) == [1e-3] and values(seven) == ["7"] and values(yes) == [True]
+    assert values(sweep) == [1, [2, 3]] and values(hidden) == [[32, 32]]
+    assert values(parse(["a=range(1,3)"])[0]) is None and values(parse(["~tuned"])[0]) is None
 
 
 def test_composed_values_are_checked_too():

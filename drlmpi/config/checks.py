@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from drlmpi.config.overrides import parse, values
 from drlmpi.config.schema import SCHEMA, scope_of
 
 
@@ -62,15 +62,17 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def check_override(arg: str, scopes: Mapping[str, str]) -> None:
-    """Check one command-line override ``key=value`` (each value of a ``a,b,c`` sweep) before
-    Hydra composes anything; ``scopes`` maps ``algo``/``topology`` to the name chosen on the
-    command line (or its default). Unknown keys, interpolations and sweep functions are left
-    to Hydra."""
+def check_override(arg: str, scopes: Mapping[str, str | None]) -> None:
+    """Check one command-line override ``key=value`` (each value of a ``a,b,c`` sweep, as Hydra's
+    grammar reads it) before Hydra composes anything; ``scopes`` maps ``algo``/``topology`` to
+    the name chosen on the command line (or its default). Unknown keys, interpolations and sweep
+    functions are left to Hydra."""
     from drlmpi.config.errors import ConfigError
 
-    key, sep, text = arg.lstrip("+~").partition("=")
-    if not sep or key.startswith("hydra") or "${" in text or "(" in text:
+    (override,) = parse([arg])
+    key = override.key_or_group
+    items = values(override)
+    if key.startswith("hydra") or items is None:
         return
     path, _, leaf = key.rpartition(".")
     if path in ("algo", "topology"):
@@ -80,33 +82,7 @@ def check_override(arg: str, scopes: Mapping[str, str]) -> None:
     option = None if scope is None else scope.get(leaf)
     if option is None or option.kind in ("map", "any"):
         return
-    values = [text] if option.kind == "ints" or text.startswith("[") else text.split(",")
-    for raw in values:
-        value = parse_value(raw)
+    for value in items:
         problem = option.problem(value)
         if problem is not None:
             raise ConfigError(f"{key} {problem}, got {_show(value)}")
-
-
-def parse_value(raw: str) -> Any:
-    """A command-line value as Hydra's override grammar reads it: ``null``, ``true``/``false``,
-    an integer, a float (``1e-3``, ``inf``), a ``[list]``, else the (unquoted) string."""
-    text = raw.strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
-        return text[1:-1]
-    lowered = text.lower()
-    if lowered in ("null", "none", ""):
-        return None
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
-    if text.startswith("["):
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError:
-            return text
-    return text

@@ -10,13 +10,14 @@
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-JOBS_FILE = "jobs.json"
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.overrides import find, value_text
+from drlmpi.sweep.jobs import read_records
+
 JOB_LOG = "job.log"
 RANK_FLAGS = ("-n", "-np", "--np", "-N", "--ntasks")
 
@@ -58,23 +59,16 @@ class Job:
 
 def read_jobs(path: Path) -> tuple[list[Job], str | None]:
     """Every record of a ``jobs.json`` and a warning line when it cannot be read."""
-    try:
-        records = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return [], f"{path}: unreadable ({exc})"
-    if not isinstance(records, list):
-        return [], f"{path}: expected a list of jobs"
+    records, problem = read_records(path)
     jobs = []
     for rec in records:
-        if not isinstance(rec, dict):
-            continue
         ranks = rec.get("ranks")
         jobs.append(Job(source=path, overrides=[str(o) for o in rec.get("overrides") or []],
                         returncode=rec.get("returncode"), run_dir=str(rec.get("run_dir") or ""),
                         log_tail=str(rec.get("log_tail") or "").rstrip(), status=str(rec.get("status") or ""),
                         reason=str(rec.get("reason") or ""),
                         ranks=int(ranks) if isinstance(ranks, int) else None))
-    return jobs, None
+    return jobs, problem
 
 
 def job_log_command(run_dir: Path) -> tuple[int | None, list[str]]:
@@ -97,9 +91,10 @@ def job_log_command(run_dir: Path) -> tuple[int | None, list[str]]:
 
 
 def override_value(overrides: list[str], key: str) -> str | None:
-    """The value of ``key=...`` (or ``+key=``/``++key=``) among Hydra overrides."""
-    for item in overrides:
-        m = re.fullmatch(r"\+{0,2}([^=]+)=(.*)", item)
-        if m and m.group(1) == key:
-            return m.group(2)
-    return None
+    """The value of ``key=...`` (or ``+key=``/``++key=``) among Hydra overrides, as Hydra's
+    grammar reads it (``None`` if absent, a sweep, or unreadable)."""
+    try:
+        found = find(overrides, key)
+    except ConfigError:
+        return None
+    return None if found is None else value_text(found)

@@ -22,7 +22,8 @@ import numpy as np
 import yaml
 
 from drlmpi.outputs.event_file import EventFileError, read_scalars
-from drlmpi.report.jobs import JOB_LOG, JOBS_FILE, Job, job_log_command, override_value, read_jobs
+from drlmpi.report.jobs import JOB_LOG, Job, job_log_command, override_value, read_jobs
+from drlmpi.sweep.jobs import JOBS_FILE
 
 SUMMARY = "summary.json"
 HYDRA_CONFIG = Path(".hydra") / "config.yaml"

@@ -8,17 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from drlmpi.config.checks import check_override
+from drlmpi.config.overrides import find, parse, value_text
 
-# Importing the schema registers every option's default with Hydra (conf/ builds on them).
 
-
-def _chosen(argv: list[str], group: str, default: str) -> str | None:
-    """The ``group=name`` the command line picks (``None`` when a preset may change it)."""
-    for arg in argv:
-        key, _, value = arg.lstrip("+").partition("=")
-        if key == group:
-            return value if "," not in value else None
-    if any(a.lstrip("+").startswith("experiment") for a in argv):
+def chosen(argv: list[str], group: str, default: str) -> str | None:
+    """The ``group=name`` the command line picks (``None`` for a sweep over several, or when an
+    experiment preset may change it)."""
+    picked = find(argv, group)
+    if picked is not None:
+        return value_text(picked)
+    if any(o.key_or_group.startswith("experiment") for o in parse(argv)):
         return None
     return default
 
@@ -26,7 +25,7 @@ def _chosen(argv: list[str], group: str, default: str) -> str | None:
 def check_command_line(argv: list[str]) -> None:
     """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
     rejects (every value of a sweep)."""
-    scopes = {"algo": _chosen(argv, "algo", "dqn"), "topology": _chosen(argv, "topology", "sequential")}
+    scopes = {"algo": chosen(argv, "algo", "dqn"), "topology": chosen(argv, "topology", "sequential")}
     for arg in argv:
         if not arg.startswith("-"):
             check_override(arg, scopes)
@@ -35,11 +34,15 @@ def check_command_line(argv: list[str]) -> None:
 def check_output_directories(argv: list[str]) -> None:
     """Raise ConfigError for an output directory (``hydra.run.dir``, ``hydra.sweep.dir``, or the
     current directory for the default ``outputs/`` and ``multirun/``) that cannot be written."""
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
-            check_writable(key, value)
-    if not any(a.startswith(("hydra.run.dir", "hydra.sweep.dir")) for a in argv):
+    given = False
+    for override in parse(argv):
+        key = override.key_or_group
+        if key in ("hydra.run.dir", "hydra.sweep.dir"):
+            given = True
+            path = value_text(override)
+            if path is not None and "${" not in path:
+                check_writable(key, path)
+    if not given:
         check_writable("the current directory (outputs/, multirun/)", ".")
 
 
@@ -87,11 +90,11 @@ def resume_arguments(argv: list[str]) -> tuple[list[str], int]:
     from drlmpi.config.errors import ConfigError
     from drlmpi.outputs.checkpoint import read_meta
 
-    value = next(a for a in argv if a.startswith("resume=")).split("=", 1)[1]
+    value = value_text(find(argv, "resume")) or ""
     run_dir = Path(value).expanduser().absolute()
-    extra = [a for a in argv if not a.startswith("resume=")]
+    extra = [a for a in argv if a.startswith("-") or parse([a])[0].key_or_group != "resume"]
     for arg in extra:
-        if arg.partition("=")[0] not in RESUME_MAY_CHANGE:
+        if arg.startswith("-") or parse([arg])[0].key_or_group not in RESUME_MAY_CHANGE:
             raise ConfigError(f"resume=DIR continues a run with its own configuration; only "
                               f"{', '.join(RESUME_MAY_CHANGE)} may be changed, got {arg}")
     overrides_file = run_dir / ".hydra" / "overrides.yaml"

@@ -22,6 +22,7 @@ import traceback
 from datetime import datetime
 from pathlib import Path
 
+from drlmpi.config.overrides import find, parse, value_text, values
 from drlmpi.config.reference import help_lines
 
 # Importing the schema registers every option's default with Hydra (conf/ builds on them).
@@ -37,16 +38,17 @@ def _is_multirun(argv: list[str]) -> bool:
     """Whether the command is a sweep: ``-m``/``--multirun``, ``hydra.mode=MULTIRUN``, or an
     experiment preset (``+experiment=NAME``) whose file sets ``hydra.mode: MULTIRUN`` - then a
     single ``world_size=N`` is one sweep value, never a reason to re-launch under mpiexec."""
-    if any(a in ("-m", "--multirun") for a in argv) or "hydra.mode=MULTIRUN" in argv:
+    if any(a in ("-m", "--multirun") for a in argv):
         return True
     from omegaconf import OmegaConf
 
-    for arg in argv:
-        key, _, names = arg.lstrip("+").partition("=")
-        if key != "experiment":
+    for override in parse(argv):
+        if override.key_or_group == "hydra.mode" and value_text(override) == "MULTIRUN":
+            return True
+        if override.key_or_group != "experiment":
             continue
-        for name in names.split(","):
-            path = CONF_DIR / "experiment" / f"{name.strip()}.yaml"
+        for name in values(override) or []:
+            path = CONF_DIR / "experiment" / f"{name}.yaml"
             if path.is_file():
                 preset = OmegaConf.load(path)
                 if OmegaConf.select(preset, "hydra.mode", default=None) == "MULTIRUN":
@@ -59,11 +61,9 @@ def _launch_time_resolver(fmt: str = "%Y-%m-%d_%H-%M-%S") -> str:
 
 
 def _requested_world_size(argv: list[str]) -> int | None:
-    for arg in argv:
-        if arg.startswith("world_size="):
-            value = arg.split("=", 1)[1]
-            return int(value) if value.isdigit() else None
-    return None
+    override = find(argv, "world_size")
+    chosen = values(override) if override is not None else None
+    return chosen[0] if chosen and len(chosen) == 1 and isinstance(chosen[0], int) else None
 
 
 def _relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:

@@ -40,15 +40,18 @@ def recorded_overrides(run_dir: Path) -> list[str] | None:
     return [str(v) for v in value] if isinstance(value, list) else None
 
 
-def _read_records(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """Every record of a ``jobs.json``, and a warning line when it cannot be read."""
     try:
         records = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return []
-    return [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+    except (OSError, ValueError) as exc:
+        return [], f"{path}: unreadable ({exc})"
+    if not isinstance(records, list):
+        return [], f"{path}: expected a list of jobs"
+    return [r for r in records if isinstance(r, dict)], None
 
 
-def _write_records(path: Path, earlier: list[dict[str, Any]], current: list[dict[str, Any]]) -> None:
+def write_records(path: Path, earlier: list[dict[str, Any]], current: list[dict[str, Any]]) -> None:
     """``jobs.json``: the earlier records with those of this launch's run directories replaced
     (a resumed sweep lists each job once, with its latest outcome; a reused job keeps what its
     earlier record says of the run - command, seconds, start and end)."""

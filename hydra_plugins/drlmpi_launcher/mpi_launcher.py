@@ -51,7 +51,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from drlmpi.sweep.jobs import JOBS_FILE, _read_records, _write_records, read_summary, recorded_overrides
+from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
 from drlmpi.sweep.scheduler import (
     NO_BIND_ARGS,
     CorePool,
@@ -168,10 +168,10 @@ class MPILauncher(Launcher):
         queue = [j for j in jobs if j.cmd]
         if self.by_cost:
             queue.sort(key=lambda j: -j.cost)  # stable: equal costs keep the listed order
-        earlier = _read_records(sweep_dir / JOBS_FILE)
+        earlier = read_records(sweep_dir / JOBS_FILE)[0]
 
         def write() -> None:
-            _write_records(sweep_dir / JOBS_FILE, earlier, [j.record for j in jobs])
+            write_records(sweep_dir / JOBS_FILE, earlier, [j.record for j in jobs])
 
         write()
         if queue:
