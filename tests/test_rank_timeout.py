@@ -212,6 +212,9 @@ def test_a_rank_that_stops_answering_ends_the_job(hung_jobs, topology):
     assert len(lines) == 1, job.stderr[-3000:]
     assert re.fullmatch(rf"drlmpi: error: rank {stuck} made no progress for \d+\.\d s \(in env\.step of "
                         rf"environment 0\); ending the job \(run\.rank_timeout_s={HANG_S}\)", lines[0])
+    # ...followed by the stuck rank's Python stacks: its main thread is in the environment's step.
+    stacks = job.stderr.split(lines[0], 1)[1]
+    assert re.search(r"File \"[^\"]*blocking_env\.py\", line \d+ in step", stacks), stacks[:3000]
     assert _survivors(job.run_dir) == ""
 
 

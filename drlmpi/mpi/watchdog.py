@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -45,11 +44,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from drlmpi.mpi.abort import ABORT_FLUSH_S, end_job
+
 GRACE_MAX_S = 10.0  # a rank waiting in MPI waits this much longer at most...
 GRACE_SHARE = 0.25  # ...or this share of the timeout, whichever is smaller
 # Before MPI_Abort kills the job, give the launcher a moment to forward the line just printed
 # (as drlmpi.__main__ does for a crash).
-ABORT_FLUSH_S = 0.5
 BOARD_DIR = ".watchdog"  # in the run directory: one progress file per rank
 
 # ProgressClock.state values
@@ -285,28 +285,14 @@ class Watchdog:
         return peers
 
 
-def end_job(message: str, exit_code: int, world_size: int) -> None:
-    """Print ``message`` on one line, then end the whole job: ``MPI_Abort`` from this thread
-    (the main thread may be blocked in a collective), ``os._exit`` if that returns."""
-    try:
-        print(message, file=sys.stderr, flush=True)
-    finally:
-        if world_size > 1:
-            time.sleep(ABORT_FLUSH_S)
-            try:
-                from mpi4py import MPI
-
-                MPI.COMM_WORLD.Abort(exit_code)
-            except BaseException:  # noqa: BLE001 (nothing may stop the exit below)
-                pass
-        os._exit(exit_code)
-
-
 def start_watchdog(timeout_s: float | None, rank: int, size: int, run_dir: Path,
                    exit_code: int) -> Watchdog | None:
     """The watchdog of one run on this rank (``None`` when ``timeout_s`` is null, 0 or inf)."""
     if timeout_s is None or not 0 < float(timeout_s) < math.inf:
         return None
     board = ProgressBoard(Path(run_dir) / BOARD_DIR, rank, size) if size > 1 else None
-    return Watchdog(float(timeout_s), rank, lambda message: end_job(message, exit_code, size),
-                    board=board).start()
+
+    def end(message: str) -> None:  # one line, then every thread's stack: where this rank is stuck
+        end_job(message, exit_code, abort=size > 1, stacks=True)
+
+    return Watchdog(float(timeout_s), rank, end, board=board).start()

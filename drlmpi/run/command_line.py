@@ -27,7 +27,7 @@ from drlmpi.config.reference import help_lines
 
 # Importing the schema registers every option's default with Hydra (conf/ builds on them).
 from drlmpi.config.schema import CONF_DIR
-from drlmpi.mpi.abort import ABORT_FLUSH_S, CONFIG_ERROR_EXIT, CONFIG_ERROR_GRACE_S, CRASH_EXIT, HANG_EXIT
+from drlmpi.mpi.abort import CONFIG_ERROR_EXIT, CONFIG_ERROR_GRACE_S, CRASH_EXIT, HANG_EXIT, end_job
 from drlmpi.mpi.process import set_thread_counts, under_mpi_launcher, yield_when_oversubscribed
 from drlmpi.run.arguments import check_command_line, check_output_directories, resume_arguments
 
@@ -120,24 +120,13 @@ def _task(cfg) -> int:
         # did not - should one rank find a problem its peers did not, nobody waits for it.
         if rank != 0:
             time.sleep(CONFIG_ERROR_GRACE_S)
-        print(f"drlmpi: error: {exc}" if rank == 0 else f"drlmpi: error (rank {rank}): {exc}",
-              file=sys.stderr, flush=True)
-        if world.Get_size() > 1:
-            sys.stderr.flush()
-            time.sleep(ABORT_FLUSH_S)
-            world.Abort(CONFIG_ERROR_EXIT)
-        sys.exit(CONFIG_ERROR_EXIT)
+        end_job(f"drlmpi: error: {exc}" if rank == 0 else f"drlmpi: error (rank {rank}): {exc}",
+                CONFIG_ERROR_EXIT, abort=world.Get_size() > 1)
     except BaseException as exc:  # noqa: BLE001 (any crash must take the whole job down)
         if isinstance(exc, SystemExit) and not exc.code:
             raise
-        detail = traceback.format_exc()
-        print(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{detail}",
-              file=sys.stderr, flush=True)
-        if world.Get_size() > 1:
-            sys.stderr.flush()
-            time.sleep(ABORT_FLUSH_S)
-            world.Abort(CRASH_EXIT)
-        sys.exit(CRASH_EXIT)
+        end_job(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+                CRASH_EXIT, abort=world.Get_size() > 1)
     return 0
 
 
@@ -192,14 +181,8 @@ def main(argv: list[str] | None = None) -> None:
         if first:
             check_output_directories(argv)
     except ConfigError as exc:
-        if first:
-            print(f"drlmpi: error: {exc}", file=sys.stderr, flush=True)
-        if launched and not every_rank_refuses:
-            from mpi4py import MPI
-
-            time.sleep(ABORT_FLUSH_S)
-            MPI.COMM_WORLD.Abort(CONFIG_ERROR_EXIT)
-        sys.exit(CONFIG_ERROR_EXIT)
+        end_job(f"drlmpi: error: {exc}" if first else None, CONFIG_ERROR_EXIT,
+                abort=launched and not every_rank_refuses)
     single = not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info")
                                                 for a in argv)
     if single:
