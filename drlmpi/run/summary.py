@@ -78,7 +78,9 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
         "env_id": cfg.env.id,
         "env": cfg.env.name,
         "topology": cfg.topology.name,
-        "topology_label": topology_cls.report_label(cfg.topology),
+        # the label of what ran: options a topology resolved at run time (backend=auto) as resolved
+        "topology_label": topology_cls.report_label({**cfg.topology,
+                                                     **topology_stats.get("resolved_options", {})}),
         "topology_order": topology_cls.report_order,
         "paper_label": topology_cls.paper_label(world_size),
         "world_size": world_size,

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import open_dict
-
 from drlmpi.config.errors import ConfigError
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.topologies.base import (
@@ -35,21 +33,12 @@ from drlmpi.topologies.base import (
     learner_report,
     sync_amount,
 )
-from drlmpi.topologies.data_parallel.backend import (
-    DistGroup,
-    DistSync,
-    check_backend,
-    check_params,
-    learner_device,
-    place,
-    resolve_backend,
-)
+from drlmpi.topologies.data_parallel.backend import check_backend
 from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
+from drlmpi.topologies.data_parallel.learners import REDUCTIONS, DataParallelLearner
 from drlmpi.topologies.data_parallel.rounds import data_parallel_round
-from drlmpi.topologies.data_parallel.syncs import AllgatherSync, AllreduceSync, broadcast_all_params
 
 ROOT = 0
-REDUCTIONS = {"allreduce": AllreduceSync, "allgather": AllgatherSync}
 
 
 class Allgather(DataParallelTopology):
@@ -74,31 +63,15 @@ class Allgather(DataParallelTopology):
     def run(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm
         every, unit = sync_amount(self.cfg)
-        check_every = int(self.cfg.get("check_every", 0))
         is_root = comm.rank == ROOT
-        rule = self.batch_rule(ctx.cfg, comm.size)
-        placement = place(comm)
-        backend = resolve_backend(str(self.cfg.get("backend", "auto")), str(ctx.cfg.device), comm, placement)
-        with open_dict(self.cfg):  # reports label the run with the backend it used
-            self.cfg.backend = backend
-        algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
-                             device=learner_device(str(ctx.cfg.device), placement))
-        learner = ctx.make_learner(algo, log=is_root)
-        learner.follow_steps_only()  # every rank must step with the same learning rate
+        peer = DataParallelLearner(ctx, comm, self.cfg, self.batch_rule(ctx.cfg, comm.size), log=is_root)
+        learner = peer.learner
         actor = ctx.make_actor(simulator_index=comm.rank)
-        dist_group = DistGroup(comm, backend, algo.device, placement) if backend != "mpi" else None
-        sync = (DistSync(comm, dist_group) if dist_group is not None
-                else REDUCTIONS[self.cfg.get("reduce", "allreduce")](comm))
-        broadcast_all_params(comm, algo, root=ROOT)
         actor.load_weights(learner.policy_weights())
-        next_check = check_every
         while True:
             actor.set_global_steps(learner.env_steps, comm.size)
             table = data_parallel_round(comm, learner, actor, every, unit, ROOT)
-            learner.train(sync, max_updates=int(table[:, RoundCounts.UPDATES_DUE].min()))
-            if check_every and learner.updates >= next_check:
-                check_params(comm, dist_group, algo)
-                next_check = learner.updates + check_every
+            peer.train(int(table[:, RoundCounts.UPDATES_DUE].min()))
             actor.load_weights(learner.policy_weights())
             stop = False
             if is_root:
@@ -111,20 +84,12 @@ class Allgather(DataParallelTopology):
             if control[Control.CHECKPOINT]:  # every peer holds a learner: all save, together
                 ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
             ctx.progress()
-        checksums = check_params(comm, dist_group, algo)
-        stats = {
-            "reduce": self.cfg.get("reduce", "allreduce") if dist_group is None else "allreduce",
-            "backend": backend,
-            "device": str(algo.device),
-            "param_checksums_per_rank": checksums.tolist(),
-            "params_identical": True,
-            **rule.stats(getattr(algo, "batch_size", None)),
-        }
+        stats = {"reduce": peer.reduce, **peer.stats(peer.check())}
         actor.close()
-        extra: dict[str, Any] = {"device": str(algo.device)}
-        if dist_group is not None:  # what crossed the backend, beside the MPI counts
-            stats["backend_calls"] = extra["backend_calls"] = dist_group.stats()["calls"]
-            dist_group.close()
+        extra: dict[str, Any] = {"device": stats["device"]}
+        calls = peer.close()
+        if calls is not None:  # what crossed the backend, beside the MPI counts
+            stats["backend_calls"] = extra["backend_calls"] = calls
         report = learner_report(comm.rank, learner, role="peer", actor=actor, stats=stats)
         report.extra.update(extra)
         return report

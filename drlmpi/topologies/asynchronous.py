@@ -45,6 +45,7 @@ simulator whose previous weights send has completed (the others get the next pub
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -102,6 +103,12 @@ class Asynchronous(Topology):
 
 
 class AsyncLearner:
+    """The learner of ``topology=async``: nonblocking receives on every simulator's slots,
+    chunks learned from in each simulator's sending order (or discarded beyond the lag bound),
+    credits granted while the learner keeps up, weights published every ``publish_every``
+    updates. ``learn_from`` and ``discard`` are what a chunk becomes; a subclass changes them
+    (topology=groups stores chunks for the learners' meeting instead)."""
+
     def __init__(self, ctx: RunContext, cfg, learner: Learner | None = None) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
@@ -183,19 +190,19 @@ class AsyncLearner:
         lag = self.learner.updates - version
         if self.max_lag is not None and lag > self.max_lag:
             self.discarded += 1
-            self._discard(sim, rows)
+            self.discard(sim, rows)
         else:
-            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, self._learn_from(sim, rows, lag))
+            self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, self.learn_from(sim, rows, lag))
 
-    def _learn_from(self, sim: int, rows: np.ndarray, lag: int) -> int:
+    def learn_from(self, sim: int, rows: np.ndarray, lag: int) -> int:
         """Store a chunk acted ``lag`` updates ago and count it; the updates it entitles."""
         return self.learner.ingest(rows, sim, policy_lag=lag)
 
-    def _discard(self, sim: int, rows: np.ndarray) -> None:
+    def discard(self, sim: int, rows: np.ndarray) -> None:
         """Count a chunk too old to learn from (its episodes are still logged)."""
         self.learner.discard(rows, sim)
 
-    def _poll(self, block: bool) -> None:
+    def poll(self, block: bool) -> None:
         done = [self.comm.waitany(self.requests)] if block else self.comm.testsome(self.requests)
         for i in done:
             self._handle(i)
@@ -226,7 +233,7 @@ class AsyncLearner:
                 self.owed_credits[sim] = 0
 
     # -- publishing -------------------------------------------------------------------------
-    def _publish(self) -> None:
+    def publish(self) -> None:
         params = self.learner.policy_weights()
         for sim in self.sims:
             req = self.weights_req[sim]
@@ -252,14 +259,18 @@ class AsyncLearner:
         return self.publish_every - since_publish
 
     # -- main loop --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Post a receive on every slot and publish the initial weights."""
+        self.requests = [self._post(i) for i in range(len(self.slot_msgs))]
+        self.publish()
+
     def run(self) -> RankReport:
         learner = self.learner
-        self.requests = [self._post(i) for i in range(len(self.slot_msgs))]
-        self._publish()
+        self.start()
         since_publish = 0
         while learner.stop_reason() is None:
             can_train = (learner.algo.ready_to_update() if self.free else learner.pending_updates > 0)
-            self._poll(block=not can_train)
+            self.poll(block=not can_train)
             if can_train:
                 if self.free:
                     learner.train_free()
@@ -267,29 +278,33 @@ class AsyncLearner:
                 else:
                     since_publish += learner.train(max_updates=self._burst(since_publish))
                 if since_publish >= self.publish_every:
-                    self._publish()
+                    self.publish()
                     since_publish = 0
             learner.maybe_evaluate()
             self.ctx.maybe_checkpoint(learner)
             self.ctx.progress()
-        self._shutdown()
+        self.shutdown()
         learner.finish()
         now = time.perf_counter()
         stats = {
             "utd_mode": "free" if self.free else "ratio",
             "max_policy_lag": self.max_lag,
             "max_policy_lag_auto": self.lag_auto,
-            "discarded_chunks": self.discarded,
-            "reordered_chunks": self.reordered,
-            "chunks_received": {str(s): c for s, c in self.chunks.items()},
+            **self.chunk_stats(),
             "steps_after_stop": self.steps_after_stop,
             "last_heard_s_ago": {str(s): round(now - t, 3) for s, t in self.last_heard.items()},
-            "publications": self.publications,
             "skipped_publications": self.skipped_publications,
         }
         return learner_report(self.comm.rank, learner, stats=stats)
 
-    def _shutdown(self) -> None:
+    def chunk_stats(self) -> dict[str, Any]:
+        """What became of the chunks: discarded (too old), reordered, received per simulator;
+        and the weights publications."""
+        return {"discarded_chunks": self.discarded, "reordered_chunks": self.reordered,
+                "chunks_received": {str(s): c for s, c in self.chunks.items()},
+                "publications": self.publications}
+
+    def shutdown(self) -> None:
         comm = self.comm
         for sim in self.sims:
             self._send_control(sim, STOP, self.weights_sent[sim], wait=True)

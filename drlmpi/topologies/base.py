@@ -210,6 +210,15 @@ class RunContext:
         if self.log is not None:
             self.log.progress()
 
+    def after_round(self, learner: Learner) -> Callable[[], None]:
+        """What a single-learner topology's learner does after each round's training: a
+        checkpoint if one is due, a progress line if one is due."""
+        def after() -> None:
+            self.maybe_checkpoint(learner)
+            self.progress()
+
+        return after
+
 
 class Topology(ABC):
     """A way of wiring simulator ranks to learner ranks.

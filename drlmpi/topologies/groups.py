@@ -28,24 +28,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from omegaconf import open_dict
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.roles.actor import episode_stats
-from drlmpi.roles.learner import Learner
 from drlmpi.topologies.async_simulator import AsyncSimulator
 from drlmpi.topologies.asynchronous import Asynchronous, AsyncLearner
 from drlmpi.topologies.base import RankReport, RunContext, control_message, learner_report
 from drlmpi.topologies.data_parallel.backend import (
-    DistGroup,
-    DistSync,
     check_backend,
-    check_params,
-    learner_device,
-    place,
-    resolve_backend,
 )
 from drlmpi.topologies.data_parallel.batch_rule import (
     DEFAULT_LR_SCALE,
@@ -53,9 +45,10 @@ from drlmpi.topologies.data_parallel.batch_rule import (
     DataParallelTopology,
     per_rank_algo_config,
 )
+from drlmpi.topologies.data_parallel.learners import DataParallelLearner
 from drlmpi.topologies.data_parallel.rounds import exchange_round_counts, gather_episodes
-from drlmpi.topologies.data_parallel.syncs import AllreduceSync, broadcast_all_params
-from drlmpi.topologies.star import LEARNER_RANK, Star, gather_experience
+from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink
+from drlmpi.topologies.star import Star
 
 WIRINGS = {"star": Star, "async": Asynchronous}
 
@@ -126,7 +119,7 @@ class Groups(DataParallelTopology):
         wiring = str(self.cfg.get("group_wiring", "star"))
         if learners_comm is None:
             sub = ctx.subcontext(group_comm)
-            report = (Star(self.cfg)._simulate(sub) if wiring == "star"
+            report = (Star(self.cfg).simulate(sub) if wiring == "star"
                       else AsyncSimulator(sub, self.cfg).run())
         else:
             sub = ctx.subcontext(group_comm, lambda: group_comm.wait_s + learners_comm.wait_s)
@@ -164,24 +157,11 @@ class _GroupLearner:
         self.ctx, self.sub, self.lcomm = ctx, sub, lcomm
         self.group, self.group_size = group, group_size
         self.is_root = lcomm.rank == 0  # the group-0 learner, rank 0 of the job
-        self.rule = topology.batch_rule(ctx.cfg, ctx.comm.size)
-        placement = place(lcomm)
-        self.backend = resolve_backend(str(self.cfg.get("backend", "auto")), str(ctx.cfg.device), lcomm,
-                                       placement)
-        with open_dict(self.cfg):  # reports label the run with the backend it used
-            self.cfg.backend = self.backend
-        self.algo = sub.make_algo(learner=True, shared_init=True, algo_cfg=self.rule.algo_cfg,
-                                  device=learner_device(str(ctx.cfg.device), placement))
-        self.learner: Learner = sub.make_learner(self.algo, log=self.is_root)
-        self.learner.follow_steps_only()  # the learners must step with the same learning rate
+        self.peer = DataParallelLearner(sub, lcomm, self.cfg, topology.batch_rule(ctx.cfg, ctx.comm.size),
+                                        log=self.is_root)
+        self.algo, self.learner = self.peer.algo, self.peer.learner
         if sub.log is not None:  # the job's log: progress lines, checkpoints' row counts, the end
             ctx.log = sub.log
-        self.dist = (DistGroup(lcomm, self.backend, self.algo.device, placement)
-                     if self.backend != "mpi" else None)
-        self.sync = DistSync(lcomm, self.dist) if self.dist is not None else AllreduceSync(lcomm)
-        broadcast_all_params(lcomm, self.algo, root=0)
-        self.check_every = int(self.cfg.get("check_every", 0))
-        self.next_check = self.check_every
         # the job rank of every learner (for checkpoints and episode logging)
         self.learner_ranks = [g * group_size for g in range(lcomm.size)]
         self.group_steps = 0
@@ -215,10 +195,7 @@ class _GroupLearner:
 
     def train(self, updates: int) -> None:
         """``updates`` updates, every one averaging the learners' gradients."""
-        self.learner.train(self.sync, max_updates=updates)
-        if self.check_every and self.learner.updates >= self.next_check:
-            check_params(self.lcomm, self.dist, self.algo)
-            self.next_check = self.learner.updates + self.check_every
+        self.peer.train(updates)
 
     def after_round(self, control: np.ndarray) -> None:
         if control[Control.CHECKPOINT]:  # every learner holds state: all save, together
@@ -234,8 +211,8 @@ class _GroupLearner:
         solved = self.is_root and self.learner.stop_reason() == "solved"
         owed = np.array([0 if solved else self.learner.pending_updates], dtype=np.int64)
         self.lcomm.Allreduce(MPI.IN_PLACE, owed, op=MPI.MIN, kind="counts")
-        self.learner.train(self.sync, max_updates=int(owed[0]))
-        return check_params(self.lcomm, self.dist, self.algo)
+        self.peer.train(int(owed[0]))
+        return self.peer.check()
 
     # -- the wirings --------------------------------------------------------------------------
     def run(self, wiring: str) -> RankReport:
@@ -244,15 +221,13 @@ class _GroupLearner:
         per_learner = {"group": self.group, "rank": self.ctx.comm.rank, "device": str(self.algo.device),
                        "group_env_steps": self.group_steps, "updates": self.learner.updates,
                        "learn_s": round(self.learner.learn_s, 3), **stats}
-        if self.dist is not None:
-            per_learner["backend_calls"] = self.dist.stats()["calls"]
-            self.dist.close()
+        calls = self.peer.close()
+        if calls is not None:
+            per_learner["backend_calls"] = calls
         table = self.lcomm.gather_objects(per_learner, root=0, kind="reports")
         topology_stats = {
-            "learners": self.lcomm.size, "group_size": self.group_size,
-            "group_wiring": wiring, "backend": self.backend, "meetings": self.meetings,
-            "param_checksums_per_rank": checksums.tolist(), "params_identical": True,
-            "per_learner": table, **self.rule.stats(getattr(self.algo, "batch_size", None)),
+            "learners": self.lcomm.size, "group_size": self.group_size, "group_wiring": wiring,
+            "meetings": self.meetings, "per_learner": table, **self.peer.stats(checksums),
         }
         report = learner_report(self.ctx.comm.rank, self.learner,
                                 stats=topology_stats if self.is_root else None)
@@ -260,17 +235,17 @@ class _GroupLearner:
         return report
 
     def _run_star(self) -> dict[str, Any]:
-        gcomm, learner = self.sub.comm, self.learner
-        gcomm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
+        link, learner = CollectiveLink(self.sub.comm), self.learner
+        link.send_weights(learner.policy_weights())
         while True:
-            parts = gather_experience(gcomm, learner.layout)
+            parts = link.gather(learner.layout)
             for _, rows in parts:
                 learner.store(rows)
             updates, control = self.meet(parts)
-            gcomm.Bcast(control, root=LEARNER_RANK, kind="control")
+            link.send_control(control)
             if control[Control.STOP]:
                 return {}
-            gcomm.Bcast(learner.policy_weights(), root=LEARNER_RANK, kind="weights")
+            link.send_weights(learner.policy_weights())
             self.train(updates)
             self.after_round(control)
 
@@ -289,21 +264,20 @@ class _MeetingAsyncLearner(AsyncLearner):
         self.owner = owner
         self.parts: list[tuple[int, np.ndarray]] = []
 
-    def _learn_from(self, sim: int, rows: np.ndarray, lag: int) -> int:
+    def learn_from(self, sim: int, rows: np.ndarray, lag: int) -> int:
         self.learner.policy_lags.append(int(lag))
         self.parts.append((sim, rows.copy()))  # the receive buffer is re-posted
         return self.learner.store(rows)
 
-    def _discard(self, sim: int, rows: np.ndarray) -> None:
+    def discard(self, sim: int, rows: np.ndarray) -> None:
         self.parts.append((sim, rows.copy()))  # its steps and episodes are counted at the meeting
 
     def run_meetings(self) -> dict[str, Any]:
         owner = self.owner
-        self.requests = [self._post(i) for i in range(len(self.slot_msgs))]
-        self._publish()
+        self.start()
         since_publish = 0
         while True:
-            self._poll(block=False)  # never block: the other learners wait at the meeting
+            self.poll(block=False)  # never block: the other learners wait at the meeting
             parts, self.parts = self.parts, []
             updates, control = owner.meet(parts)
             if control[Control.STOP]:
@@ -313,10 +287,8 @@ class _MeetingAsyncLearner(AsyncLearner):
                 owner.train(burst)
                 since_publish += burst
                 if since_publish >= self.publish_every:
-                    self._publish()
+                    self.publish()
                     since_publish = 0
             owner.after_round(control)
-        self._shutdown()
-        return {"discarded_chunks": self.discarded, "reordered_chunks": self.reordered,
-                "chunks_received": {str(s): c for s, c in self.chunks.items()},
-                "publications": self.publications}
+        self.shutdown()
+        return self.chunk_stats()

@@ -11,22 +11,15 @@ from.
 
 from __future__ import annotations
 
-import numpy as np
-
-from drlmpi.mpi.wire import Control, Tag
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
     Topology,
-    control_message,
-    empty_control,
     learner_report,
     simulator_report,
     sync_amount,
 )
-
-LEARNER_RANK = 0
-SIMULATOR_RANK = 1
+from drlmpi.topologies.rounds import LEARNER_RANK, PointToPointLink, learn_in_rounds, simulate_in_rounds
 
 
 class PointToPoint(Topology):
@@ -42,45 +35,13 @@ class PointToPoint(Topology):
         return "2 Processes"
 
     def run(self, ctx: RunContext) -> RankReport:
+        link = PointToPointLink(ctx.comm)
         if ctx.comm.rank == LEARNER_RANK:
-            return self._learn(ctx)
-        return self._simulate(ctx)
-
-    def _learn(self, ctx: RunContext) -> RankReport:
-        comm = ctx.comm
-        learner = ctx.make_learner()
-        width = learner.layout.width
-        comm.Send(learner.policy_weights(), dest=SIMULATOR_RANK, tag=Tag.WEIGHTS, kind="weights")
-        while True:
-            count = comm.probe_count(SIMULATOR_RANK, Tag.EXPERIENCE, itemsize=4)
-            rows = np.empty((count // width, width), np.float32)
-            comm.Recv(rows, source=SIMULATOR_RANK, tag=Tag.EXPERIENCE, kind="experience")
-            learner.ingest(rows, source_rank=SIMULATOR_RANK)
-            learner.maybe_evaluate()
-            stop = learner.stop_reason() is not None
-            comm.Send(control_message(stop, learner), dest=SIMULATOR_RANK, tag=Tag.CONTROL, kind="control")
-            if stop:
-                learner.finish()
-                break
-            comm.Send(learner.policy_weights(), dest=SIMULATOR_RANK, tag=Tag.WEIGHTS, kind="weights")
-            learner.train()
-            ctx.maybe_checkpoint(learner)
-            ctx.progress()
-        return learner_report(comm.rank, learner)
-
-    def _simulate(self, ctx: RunContext) -> RankReport:
-        comm = ctx.comm
+            learner = ctx.make_learner()
+            learn_in_rounds(learner, link, ctx.after_round(learner))
+            return learner_report(ctx.comm.rank, learner)
         every, unit = sync_amount(self.cfg)
         actor = ctx.make_actor(simulator_index=0)
-        control = empty_control()
-        comm.Recv(actor.weights, source=LEARNER_RANK, tag=Tag.WEIGHTS, kind="weights")
-        while True:
-            rows = actor.collect(every, unit)
-            comm.Send(rows, dest=LEARNER_RANK, tag=Tag.EXPERIENCE, kind="experience")
-            comm.Recv(control, source=LEARNER_RANK, tag=Tag.CONTROL, kind="control")
-            if control[Control.STOP]:
-                break
-            comm.Recv(actor.weights, source=LEARNER_RANK, tag=Tag.WEIGHTS, kind="weights")
-            actor.set_global_steps(int(control[Control.ENV_STEPS]))
+        simulate_in_rounds(actor, link, every, unit, simulators=1)
         actor.close()
-        return simulator_report(comm.rank, actor)
+        return simulator_report(ctx.comm.rank, actor)

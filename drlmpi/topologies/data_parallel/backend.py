@@ -33,7 +33,12 @@ from drlmpi.algos.base import Algorithm
 from drlmpi.algos.params import ParamGroup
 from drlmpi.config.errors import ConfigError
 from drlmpi.mpi.timed import TimedComm
-from drlmpi.topologies.data_parallel.syncs import ExchangeSync, check_identical_params
+from drlmpi.topologies.data_parallel.syncs import (
+    ExchangeSync,
+    check_identical_params,
+    param_checksums,
+    verify_identical,
+)
 
 BACKENDS = ("auto", "mpi", "nccl", "gloo")
 #: NVLink multicast stays off unless the user turned it on (it can take a shared host's GPUs
@@ -194,12 +199,7 @@ class DistSync(ExchangeSync):
 
 def dist_checksums(group: DistGroup, algo: Algorithm) -> np.ndarray:
     """Like :func:`~drlmpi.topologies.data_parallel.syncs.check_identical_params`, through the backend."""
-    local = np.array([g.flat.checksum() for g in algo.groups.values()], dtype=np.float64)
-    gathered = group.all_gather(local, kind="checksums")
-    if not np.all(gathered == gathered[0]):
-        raise RuntimeError(f"parameters diverged across ranks after {algo.updates} updates: checksums "
-                           f"per rank {gathered.tolist()}")
-    return gathered
+    return verify_identical(group.all_gather(param_checksums(algo), kind="checksums"), algo)
 
 
 def check_params(comm: TimedComm, group: DistGroup | None, algo: Algorithm) -> np.ndarray:

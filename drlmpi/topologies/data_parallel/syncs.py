@@ -128,17 +128,26 @@ def broadcast_all_params(comm: TimedComm, algo: Algorithm, root: int = 0) -> Non
         group.flat.load_params(params)
 
 
+def param_checksums(algo: Algorithm) -> np.ndarray:
+    """One float64 checksum per network of ``algo`` (its flat parameters)."""
+    return np.array([g.flat.checksum() for g in algo.groups.values()], dtype=np.float64)
+
+
+def verify_identical(table: np.ndarray, algo: Algorithm) -> np.ndarray:
+    """``table`` (one row of :func:`param_checksums` per rank), after raising ``RuntimeError`` if
+    any row differs from the first."""
+    if not np.all(table == table[0]):
+        raise RuntimeError(f"parameters diverged across ranks after {algo.updates} updates: checksums "
+                           f"per rank {table.tolist()}")
+    return table
+
+
 def check_identical_params(comm: TimedComm, algo: Algorithm) -> np.ndarray:
     """Raise ``RuntimeError`` on every rank if any rank's parameters differ from the others'.
 
-    Returns the ``(size, groups)`` table of checksums (identical rows).
+    Returns the ``(size, groups)`` table of checksums (identical rows), gathered through MPI.
     """
-    local = np.array([g.flat.checksum() for g in algo.groups.values()], dtype=np.float64)
+    local = param_checksums(algo)
     gathered = np.empty((comm.size, local.size), dtype=np.float64)
     comm.Allgather(local, gathered, kind="checksums")
-    if not np.all(gathered == gathered[0]):
-        raise RuntimeError(
-            f"parameters diverged across ranks after {algo.updates} updates: checksums per rank "
-            f"{gathered.tolist()}"
-        )
-    return gathered
+    return verify_identical(gathered, algo)

@@ -1,0 +1,89 @@
+"""One learner of a data-parallel job (every rank of ``allgather``, each group's learner of
+``groups``), set up the same way wherever it runs: the job's batch shared by the batch rule,
+networks identical on every learner (built from the job's seed, then broadcast), the gradient
+backend resolved (MPI, or NCCL/gloo through torch.distributed) with each learner on its
+node-local device, updates that average every learner's gradients, and the checksums that
+prove the parameters stayed identical."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from drlmpi.mpi.timed import TimedComm
+from drlmpi.roles.learner import Learner
+from drlmpi.topologies.base import RunContext
+from drlmpi.topologies.data_parallel.backend import (
+    DistGroup,
+    DistSync,
+    check_params,
+    learner_device,
+    place,
+    resolve_backend,
+)
+from drlmpi.topologies.data_parallel.batch_rule import BatchRule
+from drlmpi.topologies.data_parallel.syncs import AllgatherSync, AllreduceSync, broadcast_all_params
+
+#: ``topology.reduce``: how MPI averages the gradients (the other backends all-reduce)
+REDUCTIONS = {"allreduce": AllreduceSync, "allgather": AllgatherSync}
+
+
+class DataParallelLearner:
+    """The learner of this rank, averaging gradients with the other learners of ``comm``.
+
+    Args:
+        ctx: this rank's run context (its learner is built from it).
+        comm: the learners' communicator (every rank of it is a learner).
+        topo_cfg: ``topology.*`` (``backend``, ``reduce``, ``check_every``).
+        rule: the batch rule's share of the job's batch for this learner.
+        log: whether this learner writes the run's log (one of them does).
+    """
+
+    def __init__(self, ctx: RunContext, comm: TimedComm, topo_cfg: Any, rule: BatchRule, log: bool) -> None:
+        self.comm = comm
+        self.rule = rule
+        placement = place(comm)
+        device = str(ctx.cfg.device)
+        #: the backend that averages the gradients (``auto`` resolved)
+        self.backend = resolve_backend(str(topo_cfg.get("backend", "auto")), device, comm, placement)
+        self.algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
+                                  device=learner_device(device, placement))
+        self.learner: Learner = ctx.make_learner(self.algo, log=log)
+        self.learner.follow_steps_only()  # every learner must step with the same learning rate
+        self.dist = (DistGroup(comm, self.backend, self.algo.device, placement)
+                     if self.backend != "mpi" else None)
+        #: ``topology.reduce`` as it applies (the other backends all-reduce)
+        self.reduce = str(topo_cfg.get("reduce", "allreduce")) if self.dist is None else "allreduce"
+        self.sync = DistSync(comm, self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm)
+        broadcast_all_params(comm, self.algo, root=0)
+        self.check_every = int(topo_cfg.get("check_every", 0))
+        self.next_check = self.check_every
+
+    def train(self, updates: int) -> int:
+        """``updates`` updates, each averaging every learner's gradients; the checksums every
+        ``check_every`` updates. Returns the updates run."""
+        done = self.learner.train(self.sync, max_updates=updates)
+        if self.check_every and self.learner.updates >= self.next_check:
+            self.check()
+            self.next_check = self.learner.updates + self.check_every
+        return done
+
+    def check(self) -> np.ndarray:
+        """The ``(learners, groups)`` checksum table; raises if any learner's parameters differ."""
+        return check_params(self.comm, self.dist, self.algo)
+
+    def stats(self, checksums: np.ndarray) -> dict[str, Any]:
+        """What the summary's ``topology_stats`` says of this data-parallel job."""
+        return {"backend": self.backend, "device": str(self.algo.device),
+                "param_checksums_per_rank": checksums.tolist(), "params_identical": True,
+                "resolved_options": {"backend": self.backend},
+                **self.rule.stats(getattr(self.algo, "batch_size", None))}
+
+    def close(self) -> dict[str, list[int]] | None:
+        """End the backend's process group; what crossed it (``None`` for MPI)."""
+        if self.dist is None:
+            return None
+        calls = self.dist.stats()["calls"]
+        self.dist.close()
+        return calls
