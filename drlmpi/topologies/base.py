@@ -79,7 +79,9 @@ class RunContext:
         self.run_dir = Path(run_dir)
         self.spec = spec
         self.algo_cls = algo_cls
-        self.log: RunLog | None = None
+        # The run's log, shared with every subcontext (a group's learner may be the one that
+        # writes it; the run closes and finishes it through the top context).
+        self._shared: dict[str, Any] = {"log": None}
         #: the checkpoint this run resumes from (``checkpoint/meta.json``), or ``None``.
         self.resume_meta: dict[str, Any] | None = None
         if cfg.get("resume"):
@@ -88,6 +90,12 @@ class RunContext:
             self.run_dir, comm.rank, comm.size, cfg.run,
             {"topology": str(cfg.topology.name), "algo": str(cfg.algo.name), "env": str(cfg.env.id)},
             generation=int(self.resume_meta["generation"]) if self.resume_meta else 0)
+
+    @property
+    def log(self) -> RunLog | None:
+        """The run's log (``metrics.csv``, progress lines, TensorBoard), once a learner of this
+        rank made it."""
+        return self._shared["log"]
 
     def subcontext(self, comm: TimedComm, mpi_clock: Callable[[], float] | None = None) -> RunContext:
         """This context over ``comm``, a part of the job (a group of ``topology=groups``): roles
@@ -181,7 +189,7 @@ class RunContext:
             learner.restore(state)
         if run_log is not None:
             run_log.attach(learner)
-            self.log = run_log
+            self._shared["log"] = run_log
         return learner
 
     def checkpoint_due(self) -> bool:

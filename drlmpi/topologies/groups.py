@@ -160,8 +160,6 @@ class _GroupLearner:
         self.peer = DataParallelLearner(sub, lcomm, self.cfg, topology.batch_rule(ctx.cfg, ctx.comm.size),
                                         log=self.is_root)
         self.algo, self.learner = self.peer.algo, self.peer.learner
-        if sub.log is not None:  # the job's log: progress lines, checkpoints' row counts, the end
-            ctx.log = sub.log
         # the job rank of every learner (for checkpoints and episode logging)
         self.learner_ranks = [g * group_size for g in range(lcomm.size)]
         self.group_steps = 0
