@@ -37,7 +37,7 @@ from drlmpi.algos.params import ParamGroup
 from drlmpi.algos.sync import CheckedSync, GradSync, local_sync
 from drlmpi.config.errors import ConfigError
 from drlmpi.data.layout import ExperienceLayout
-from drlmpi.device.capture import CAPTURE_MODES, resolve_capture
+from drlmpi.device.capture import resolve_capture
 from drlmpi.device.memory import host_available_bytes
 from drlmpi.device.staging import synchronize
 from drlmpi.envs.spec import EnvSpec
@@ -97,11 +97,9 @@ class Algorithm(ABC):
         torch.manual_seed(seed)
         self.layout = self.experience_layout(spec)
         self.updates = 0
-        capture = str(cfg.get("capture", "auto"))
-        if capture not in CAPTURE_MODES:
-            raise ConfigError(f"algo.capture must be one of {list(CAPTURE_MODES)}, got {capture!r}")
-        #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved).
-        self.capture = resolve_capture(capture, self.device) if learner else "off"
+        #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved;
+        #: the schema refuses any other value of ``algo.capture``).
+        self.capture = resolve_capture(str(cfg.get("capture", "auto")), self.device) if learner else "off"
 
     def set_progress(self, fraction: float) -> None:
         """The share of the run's budget used so far (0 to 1), given before each batch of

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.config.errors import ConfigError
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.topologies.base import (
     RankReport,
@@ -35,7 +34,7 @@ from drlmpi.topologies.base import (
 )
 from drlmpi.topologies.data_parallel.backend import check_backend
 from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
-from drlmpi.topologies.data_parallel.learners import REDUCTIONS, DataParallelLearner
+from drlmpi.topologies.data_parallel.learners import DataParallelLearner
 from drlmpi.topologies.data_parallel.rounds import data_parallel_round
 
 ROOT = 0
@@ -54,11 +53,6 @@ class Allgather(DataParallelTopology):
     def check(cls, world_size, algo_cls, cfg) -> None:
         super().check(world_size, algo_cls, cfg)
         check_backend(cfg.topology, str(cfg.device))
-        reduce = cfg.topology.get("reduce", "allreduce")
-        if reduce not in REDUCTIONS:
-            raise ConfigError(f"topology.reduce must be one of {sorted(REDUCTIONS)}, got {reduce!r}")
-        if int(cfg.topology.get("check_every", 0)) < 0:
-            raise ConfigError("topology.check_every must be >= 0 (0 checks only at the end)")
 
     def run(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm

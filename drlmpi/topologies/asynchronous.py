@@ -70,8 +70,6 @@ from drlmpi.topologies.base import (
     learner_report,
 )
 
-UTD_MODES = ("ratio", "free")
-
 
 class Asynchronous(Topology):
     """Learner and simulators never wait for each other (within bounded lag and buffering)."""
@@ -88,11 +86,6 @@ class Asynchronous(Topology):
         topo = cfg.topology
         if topo.get("sync_unit", "steps") != "steps":
             raise ConfigError("topology=async sends fixed-size chunks: use topology.sync_unit=steps")
-        if topo.get("utd_mode", "ratio") not in UTD_MODES:
-            raise ConfigError(f"topology.utd_mode must be one of {UTD_MODES}, got {topo.utd_mode!r}")
-        for key in ("publish_every", "slots", "sync_every"):
-            if int(topo.get(key, 1)) < 1:
-                raise ConfigError(f"topology.{key} must be >= 1, got {topo.get(key)}")
         if algo_cls.kind == "on_policy" and topo.get("utd_mode", "ratio") == "free":
             raise ConfigError(f"topology.utd_mode=free is for off-policy algorithms, not {cfg.algo.name}")
 
