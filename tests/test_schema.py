@@ -161,6 +161,10 @@ def test_help_names_the_app_and_every_option(capsys):
     assert "powered by Hydra" not in out and out.startswith("drlmpi - ")
     for command in ("mpiexec -n N", " -m topology=", "resume=RUN_DIR", "drlmpi.report"):
         assert command in out, command
+    for group in ("algo", "env", "topology"):  # every choice of every group, from conf/
+        names = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+        assert f"  {group}={'|'.join(names)}" in out, group
+    assert "groups" in out and "tetris" in out
     for scope, options in SCHEMA.items():
         prefix = scope.split("/")[0] + "." if scope else ""
         for key, option in options.items():

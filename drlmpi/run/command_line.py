@@ -142,16 +142,30 @@ usage:
   python -m drlmpi.report RUN_OR_SWEEP_DIR ...             tables and plots from run directories
   python -m drlmpi.play RUN_DIR                            replay a trained policy
 
-config groups: algo=dqn|td3|ppo|random  env=cartpole|lunarlander|pendulum
-               topology=sequential|p2p|star|parameter_server|async|allgather
+config groups (conf/):
+{groups}
   --hydra-help  Hydra's own options     --cfg job  print the composed config and exit
 Options (type and allowed values are checked before any rank starts; docs/configuration.md):"""
 
 
+def config_groups() -> str:
+    """One line per config group the command line picks from (``algo=dqn|td3|...``), read from
+    the files in conf/, so a new algorithm, environment, topology or preset shows up by itself."""
+    lines = []
+    for group in ("algo", "env", "topology", "experiment"):
+        names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        key = "+experiment" if group == "experiment" else group
+        lines.append(f"  {key}={'|'.join(names)}")
+    return "\n".join(lines)
+
+
 def print_help() -> None:
     """``--help``: the usage header and every option's one-line doc, from the schema."""
-    print(USAGE)
-    print("\n".join(help_lines()))
+    try:
+        print(USAGE.format(groups=config_groups()))
+        print("\n".join(help_lines()), flush=True)
+    except BrokenPipeError:  # `--help | head`: the reader stopped; nothing left to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> None:
