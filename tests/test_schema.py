@@ -45,6 +45,18 @@ def test_yaml_files_start_from_the_schema_and_keep_only_what_differs():
     assert all(option.doc and "\n" not in option.doc for s in SCHEMA.values() for option in s.values())
 
 
+def test_tuned_files_keep_only_what_differs_from_the_defaults():
+    tuned = sorted((CONF / "tuned").glob("*.yaml")) + sorted((CONF / "tuned" / "atari").glob("*.yaml"))
+    assert len(tuned) > 8
+    for path in tuned:
+        node = OmegaConf.to_container(OmegaConf.load(path))
+        algo = path.stem if path.parent.name == "atari" else path.stem.split("_")[0]
+        for section, scope in (("algo", f"algo/{algo}"), ("run", "run")):
+            for key, value in (node.get(section) or {}).items():
+                default = defaults(scope).get(key)
+                assert value != default, f"{path.name}: {section}.{key} repeats its default {default}"
+
+
 def test_every_default_passes_its_own_check():
     for scope, options in SCHEMA.items():
         for key, option in options.items():
