@@ -2,8 +2,9 @@
 
 Rebuilds the algorithm from the run's ``.hydra/config.yaml``, loads ``policy.pt`` with
 ``torch.load(..., weights_only=True)`` (tensors only; no arbitrary code is unpickled), runs N
-greedy episodes and prints each return and the mean. ``--render`` opens a window where a
-display is available.
+greedy episodes and prints each return and the mean (ALE ids: whole games with raw rewards,
+through the same emulator pipeline as training). ``--render`` opens a window where a display is
+available (not for ALE ids).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from drlmpi.envs.make import env_make_kwargs, make_env
+from drlmpi.envs.make import env_make_kwargs, is_atari, make_env
 from drlmpi.envs.spec import env_spec
 from drlmpi.roles.evaluate import evaluate
 from drlmpi.run.experiment import POLICY_FILE
@@ -55,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kwargs = env_make_kwargs(cfg.env)  # as the run made its evaluation environments
     if args.render:
+        if is_atari(cfg.env.id):  # AtariVectorEnv, which plays ALE ids, has no window
+            print(f"drlmpi.play: error: --render is not available for {cfg.env.id}: ALE ids are played "
+                  "by AtariVectorEnv, which does not render", file=sys.stderr)
+            return 2
         kwargs["render_mode"] = "human"
     envs = [make_env(cfg.env.id, **kwargs, train=False)]
     returns = []

@@ -1,74 +1,30 @@
-"""Atari preprocessing (drlmpi/atari.py): the wrappers on a scripted ALE-like environment, the
-resize against references computed another way, the options check, and a smoke test on real ALE."""
+"""Atari (ALE) through ale-py's AtariVectorEnv: the options and what they map to, the observations,
+and the bank held against what users see - raw whole games, episodic life, clipped rewards, FIRE
+after a lost life (also in the experience rows), seeds, refused actions - plus the
+one-environment adapter (evaluation, probing, play) and the time limit."""
 
 from __future__ import annotations
 
-import gymnasium as gym
+import os
+import threading
+
 import numpy as np
 import pytest
+from ale_py.vector_env import AtariVectorEnv
 
-from drlmpi.envs.atari import (
-    ATARI_DEFAULTS,
-    EpisodicLife,
-    FireReset,
-    check_atari_options,
-    make_atari,
-    preprocess,
-)
-from drlmpi.envs.frames import FrameStack, MaxAndSkip, NoopReset, ResizeFrame, area_weights
-from drlmpi.envs.spec import RAW_EPISODE_KEY
+from drlmpi.algos.random_policy import RandomPolicy
+from drlmpi.envs.atari import ATARI_DEFAULTS, action_set, ale_settings, check_ale_kwargs, check_atari_options
+from drlmpi.envs.atari_bank import AleBank
+from drlmpi.envs.make import make_env, probe_spec
+from drlmpi.envs.spec import RAW_EPISODE_KEY, env_spec
+from drlmpi.envs.vector import SerialEnvs
+from drlmpi.roles.actor import Actor
 
-
-class FakeAle(gym.Env):
-    """Frame-level stand-in for an ALE game: frame t (frames since reset) is filled with
-    ``value(t)``, except pixel (0, 1) = 255 - value(t) (so a max-pool of two frames differs from
-    both); ``rewards[t]`` on frame t; one life lost on each frame of ``life_losses``; game over at
-    frame ``game_len``. Records every action and counts real resets."""
-
-    metadata: dict = {}
-
-    def __init__(self, rewards=None, life_losses=(), game_len=1000, lives=3, shape=(210, 160)):
-        self.observation_space = gym.spaces.Box(0, 255, shape, np.uint8)
-        self.action_space = gym.spaces.Discrete(4)
-        self.rewards = dict(rewards or {})
-        self.life_losses = set(life_losses)
-        self.game_len = game_len
-        self.start_lives = lives
-        self.resets = 0
-        self.t = 0
-        self.lives = lives
-        self.actions: list[int] = []
-
-    @staticmethod
-    def value(t: int) -> int:
-        return (7 * t) % 200
-
-    def get_action_meanings(self):
-        return ["NOOP", "FIRE", "RIGHT", "LEFT"]
-
-    def _frame(self) -> np.ndarray:
-        frame = np.full(self.observation_space.shape, self.value(self.t), np.uint8)
-        frame[0, 1] = 255 - self.value(self.t)
-        return frame
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.resets += 1
-        self.t = 0
-        self.lives = self.start_lives
-        return self._frame(), {"lives": self.lives}
-
-    def step(self, action):
-        self.t += 1
-        self.actions.append(int(action))
-        if self.t in self.life_losses:
-            self.lives -= 1
-        terminated = self.t >= self.game_len
-        return self._frame(), float(self.rewards.get(self.t, 0.0)), terminated, False, {"lives": self.lives}
+FIRE = 1  # Breakout's actions: NOOP, FIRE, RIGHT, LEFT
 
 
-def options(**overrides):
-    return {**ATARI_DEFAULTS, **overrides}
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -99,317 +55,236 @@ def test_options_refused_in_one_line(bad, words):
     assert "\n" not in str(err.value)
 
 
-# --------------------------------------------------------------------------------------------------
-# resize
+@pytest.mark.parametrize("key", ["render_mode", "mode", "frameskip", "obs_type", "continuous"])
+def test_env_kwargs_an_ale_id_cannot_take_are_refused_in_one_line(key):
+    with pytest.raises(ValueError) as err:
+        check_ale_kwargs({key: 1})
+    assert f"env.kwargs.{key} is not taken by ALE ids" in str(err.value) and "\n" not in str(err.value)
+    check_ale_kwargs({"repeat_action_probability": 0.25, "full_action_space": True})
 
 
-def test_area_weights_rows_sum_to_one_and_are_block_diagonal():
-    for n_in, n_out in ((210, 84), (160, 84), (168, 84), (84, 210), (7, 3)):
-        w = area_weights(n_in, n_out)
-        assert w.shape == (n_out, n_in) and w.dtype == np.float32
-        np.testing.assert_allclose(w.sum(1), 1.0, atol=1e-6)
-        assert (w >= 0).all()
-    w = area_weights(210, 84)
-    np.testing.assert_array_equal(w, np.kron(np.eye(42, dtype=np.float32), w[:2, :5]))
-
-
-def _resize(frame: np.ndarray, size: int = 84) -> np.ndarray:
-    env = FakeAle(shape=frame.shape)
-    return ResizeFrame(env, size).observation(frame)
-
-
-def _area_mean_1d(v: np.ndarray, n_out: int) -> np.ndarray:
-    """Area averaging by brute force: repeat each input sample n_out times, average groups of n_in."""
-    return np.repeat(v.astype(np.float64), n_out).reshape(n_out, len(v)).mean(1)
-
-
-def test_resize_constant_frame_stays_constant():
-    out = _resize(np.full((210, 160), 137, np.uint8))
-    assert out.shape == (1, 84, 84) and out.dtype == np.uint8
-    assert (out == 137).all()
-    rgb = np.empty((210, 160, 3), np.uint8)
-    rgb[...] = (10, 200, 255)
-    out = _resize(rgb)
-    assert out.shape == (3, 84, 84)
-    assert (out[0] == 10).all() and (out[1] == 200).all() and (out[2] == 255).all()
-
-
-def test_resize_matches_brute_force_area_means():
-    rows = (np.arange(210) * 37) % 151  # not monotone, so a wrong row mapping shows
-    cols = (np.arange(160) * 11) % 101
-    frame = (rows[:, None] + cols[None, :]).astype(np.uint8)
-    # the area mean of a[r] + b[c] is (area mean of a)[i] + (area mean of b)[j]
-    ref = _area_mean_1d(rows, 84)[:, None] + _area_mean_1d(cols, 84)[None, :]
-    out = _resize(frame)[0].astype(np.float64)
-    assert np.abs(out - ref).max() <= 0.5 + 1e-3
-    # the blockwise products give the dense Wr @ frame @ Wc.T
-    dense = area_weights(210, 84) @ frame.astype(np.float32) @ area_weights(160, 84).T
-    assert np.abs(out - dense).max() <= 0.5 + 1e-3
-    # an integer ratio is a plain 2x2 block mean
-    square = np.random.default_rng(0).integers(0, 256, (168, 168)).astype(np.uint8)
-    blocks = square.reshape(84, 2, 84, 2).astype(np.float64).mean((1, 3))
-    assert np.abs(_resize(square)[0] - blocks).max() <= 0.5 + 1e-3
-
-
-def test_resize_rgb_is_per_channel():
-    rng = np.random.default_rng(1)
-    rgb = rng.integers(0, 256, (210, 160, 3)).astype(np.uint8)
-    out = _resize(rgb).astype(np.float64)
-    wr, wc = area_weights(210, 84).astype(np.float64), area_weights(160, 84).astype(np.float64)
-    for c in range(3):
-        assert np.abs(out[c] - wr @ rgb[..., c] @ wc.T).max() <= 0.5 + 1e-3
+def test_options_map_to_the_vector_env_arguments():
+    s = ale_settings("ALE/Breakout-v5", {"frame_skip": 3, "screen_size": 42, "frame_stack": 2,
+                                         "grayscale": False, "noop_max": 7, "max_pool": False},
+                     max_episode_steps=100)
+    assert (s.game, s.n_actions, s.fire_action, s.obs_shape) == ("breakout", 4, FIRE, (6, 42, 42))
+    assert s.arguments == {
+        "frameskip": 3, "maxpool": False, "grayscale": False, "img_height": 42, "img_width": 42,
+        "stack_num": 2, "noop_max": 7, "use_fire_reset": True, "repeat_action_probability": 0.0,
+        "full_action_space": False, "max_num_frames_per_episode": 300,
+        # drlmpi's own episodic life and clipping; the vector env's would lose the raw game
+        "episodic_life": False, "life_loss_info": False, "reward_clipping": False}
+    assert s.life_ends and s.clip_rewards
+    # evaluation plays whole games with raw rewards; env.kwargs win over env.atari
+    s = ale_settings("ALE/Pong-v5", {"repeat_action_probability": 0.1}, train=False,
+                     repeat_action_probability=0.25, full_action_space=True)
+    assert not s.life_ends and not s.clip_rewards and s.n_actions == 18
+    assert s.arguments["repeat_action_probability"] == 0.25
+    assert s.arguments["max_num_frames_per_episode"] == 108_000  # the id's own limit
+    # FIRE only with fire_reset, in games that have it
+    assert ale_settings("ALE/Breakout-v5", {"fire_reset": False}).fire_action is None
+    assert action_set("freeway", False) == ("NOOP", "UP", "DOWN")
+    assert ale_settings("ALE/Freeway-v5").fire_action is None
 
 
 # --------------------------------------------------------------------------------------------------
-# wrappers on the scripted environment
+# observations and the adapter
 
 
-def test_frame_skip_sums_rewards_and_max_pools_last_two_frames():
-    fake = FakeAle(rewards={1: 1, 2: 2, 4: 4, 5: 8, 6: 16}, game_len=6)
-    env = MaxAndSkip(fake, skip=4, max_pool=True)
-    assert not env.direct
-    env.reset()
-    obs, reward, terminated, truncated, _ = env.step(2)
-    assert reward == 7 and not terminated and fake.t == 4 and fake.actions == [2] * 4
-    # frames 3 and 4 pooled: the body is value(4) (larger), pixel (0, 1) is 255 - value(3)
-    assert obs[5, 5] == max(FakeAle.value(3), FakeAle.value(4)) == FakeAle.value(4)
-    assert obs[0, 1] == 255 - FakeAle.value(3)
-    # the game ends at frame 6, inside the second skip: rewards of frames 5-6, last frame as is
-    obs, reward, terminated, _, _ = env.step(3)
-    assert reward == 24 and terminated and fake.t == 6
-    assert obs[5, 5] == FakeAle.value(6) and obs[0, 1] == 255 - FakeAle.value(6)
-
-
-def test_frame_skip_without_pooling_returns_last_frame():
-    fake = FakeAle()
-    env = MaxAndSkip(fake, skip=3, max_pool=False)
-    env.reset()
-    obs, *_ = env.step(0)
-    assert fake.t == 3 and obs[0, 1] == 255 - FakeAle.value(3) and obs[5, 5] == FakeAle.value(3)
-
-
-def test_noop_reset_takes_random_noops():
-    counts = set()
-    for seed in range(12):
-        fake = FakeAle()
-        env = NoopReset(fake, noop_max=30)
-        env.reset(seed=seed)
-        assert 1 <= fake.t <= 30 and set(fake.actions) == {0}
-        counts.add(fake.t)
-    assert len(counts) > 3
-    fake = FakeAle()
-    preprocess(fake, options(noop_max=0)).reset(seed=0)
-    assert fake.t == 0 and fake.actions == []
-
-
-def test_fire_reset_after_reset_and_after_life_loss():
-    fake = FakeAle(rewards={2: 5}, life_losses={2})
-    env = FireReset(fake, fire_action=1)
-    _, info = env.reset()
-    assert fake.actions == [1] and info["lives"] == 3
-    _, reward, *_ = env.step(3)  # frame 2 loses a life: FIRE follows in the same step
-    assert fake.actions == [1, 3, 1] and reward == 5
-    env.step(2)
-    assert fake.actions == [1, 3, 1, 2]
-
-
-def test_fire_reset_is_used_only_when_the_game_has_fire():
-    fake = FakeAle()
-    env = preprocess(fake, options(noop_max=0, frame_skip=1), fire_action=None)
-    env.reset()
-    assert fake.actions == []
-    fake = FakeAle()
-    env = preprocess(fake, options(noop_max=0, frame_skip=1), fire_action=1)
-    env.reset()
-    assert fake.actions == [1]
-
-
-def _play(env, fake, steps, action=2):
-    """Step ``env`` (resetting after each episode end); returns the (reward, terminated, truncated,
-    info) of each step and the number of episode ends."""
-    out = []
-    for _ in range(steps):
-        _, reward, terminated, truncated, info = env.step(action)
-        out.append((reward, terminated, truncated, info))
-        if terminated or truncated:
-            env.reset()
-    return out
-
-
-def test_episodic_life_ends_training_episodes_and_continues_the_game():
-    fake = FakeAle(rewards={3: 5, 7: -3, 12: 2}, life_losses={5, 9}, game_len=14)
-    env = EpisodicLife(fake)
-    env.reset()
-    ends = []
-    for _ in range(5):
-        obs, _, terminated, _, info = env.step(2)
-        ends.append(terminated)
-    assert ends == [False] * 4 + [True] and info["lives"] == 2
-    obs2, info2 = env.reset()
-    assert fake.resets == 1 and fake.t == 5  # no real reset, no step
-    np.testing.assert_array_equal(obs2, obs)
-    assert info2["lives"] == 2
-    for _ in range(4):
-        _, _, terminated, _, _ = env.step(2)
-    assert terminated and fake.t == 9
-    env.reset()
-    for _ in range(5):
-        _, _, terminated, _, _ = env.step(2)
-    assert terminated and fake.t == 14
-    env.reset()  # the game is over: a real reset
-    assert fake.resets == 2 and fake.t == 0
-
-
-@pytest.mark.parametrize("train", [True, False])
-def test_raw_episode_reported_once_per_game_with_unclipped_sum(train):
-    rewards = {3: 5, 7: -3, 12: 2, 20: 40}
-    fake = FakeAle(rewards=rewards, life_losses={5, 9}, game_len=22)
-    env = preprocess(fake, options(noop_max=0, frame_skip=1, fire_reset=False), train=train)
-    assert env.reports_raw_episodes is True and env.get_wrapper_attr("reports_raw_episodes") is True
-    env.reset(seed=0)
-    steps = _play(env, fake, 44)  # exactly two games
-    raw = [info[RAW_EPISODE_KEY] for _, _, _, info in steps if RAW_EPISODE_KEY in info]
-    assert raw == [(44.0, 22), (44.0, 22)]
-    ends = sum(term or trunc for _, term, trunc, _ in steps)
-    got = [r for r, *_ in steps[:22]]
-    if train:  # three lives, so three training episodes per game; clipped rewards
-        assert ends == 6
-        assert got[2] == 1 and got[6] == -1 and got[11] == 1 and got[19] == 1
-        assert set(got) <= {-1.0, 0.0, 1.0}
-    else:
-        assert ends == 2
-        assert got[2] == 5 and got[6] == -3 and got[19] == 40 and sum(got) == 44
-    assert RAW_EPISODE_KEY in steps[21][3] and steps[21][3]["lives"] == 1
-
-
-def test_raw_length_counts_agent_steps_with_automatic_fire():
-    # lives lost on frames 3 and 6; the FIRE after each is part of the step that lost the life
-    fake = FakeAle(rewards={4: 2, 7: 3}, life_losses={3, 6}, game_len=10)
-    env = preprocess(fake, options(noop_max=0, frame_skip=1), train=False, fire_action=1)
-    env.reset()
-    assert fake.actions == [1]  # the reset's FIRE
-    steps = _play(env, fake, 7)
-    # ... and the next game's reset presses FIRE again
-    assert fake.actions == [1, 2, 2, 1, 2, 2, 1, 2, 2, 2, 1] and fake.resets == 2
-    assert [r for r, *_ in steps] == [0, 2, 0, 3, 0, 0, 0]
-    assert steps[-1][1] and steps[-1][3][RAW_EPISODE_KEY] == (5.0, 7)
-
-
-def test_max_episode_steps_truncates_the_whole_game():
-    fake = FakeAle(rewards={2: 1, 6: 1}, life_losses={4}, game_len=1000)
-    env = preprocess(fake, options(noop_max=0, frame_skip=2, fire_reset=False), train=True,
-                     max_episode_steps=5)
-    env.reset()
-    steps = _play(env, fake, 5)
-    # life lost on frame 4 (agent step 2): a training episode ends, the game goes on
-    assert [(term, trunc) for _, term, trunc, _ in steps] == [(False, False), (True, False)] + \
-        [(False, False)] * 2 + [(False, True)]
-    assert steps[-1][3][RAW_EPISODE_KEY] == (2.0, 5)
-    assert fake.resets == 2  # the truncated game was followed by a real reset
-
-
-def test_tetris_lines_reported_at_game_end():
-    fake = FakeAle(rewards={2: 1, 3: 2}, game_len=4, lives=0)
-    env = preprocess(fake, options(noop_max=0, frame_skip=1, fire_reset=False), rewards_are_lines=True)
-    env.reset()
-    steps = _play(env, fake, 4)
-    assert steps[-1][3]["lines"] == 3 and steps[-1][3][RAW_EPISODE_KEY] == (3.0, 4)
-    assert all("lines" not in info for *_, info in steps[:-1])
-
-
-def test_observation_stack_is_channels_first_newest_last():
-    fake = FakeAle()
-    env = preprocess(fake, options(noop_max=0, frame_skip=1, fire_reset=False, frame_stack=4))
-    assert env.observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    obs, _ = env.reset()
+def test_the_adapter_reports_its_spaces_without_an_emulator_and_stacks_frames():
+    env = make_env("ALE/Breakout-v5")
+    spec = env_spec(env)
+    assert env.bank is None  # nothing started to read the spaces
+    assert (spec.env_id, spec.obs_shape, spec.obs_dtype, spec.n_actions, spec.raw_episodes) == \
+        ("ALE/Breakout-v5", (4, 84, 84), "uint8", 4, True)
+    assert probe_spec("ALE/Tetris-v5", train=False).n_actions == 5
+    obs, info = env.reset(seed=0)
     assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8 and env.observation_space.contains(obs)
-    assert (obs[:, 40, 40] == FakeAle.value(0)).all()
-    for _ in range(6):
-        new, *_ = env.step(0)
-    assert list(new[:, 40, 40]) == [FakeAle.value(t) for t in (3, 4, 5, 6)]
-    assert new is not env.step(0)[0] and not np.shares_memory(new, obs)
-    rgb = FakeAle(shape=(210, 160, 3))
-    env = preprocess(rgb, options(noop_max=0, frame_skip=1, fire_reset=False, grayscale=False,
-                                  frame_stack=2, screen_size=42))
-    obs, _ = env.reset()
-    assert obs.shape == (6, 42, 42) and env.observation_space.shape == (6, 42, 42)
+    assert info["lives"] == 5
+    # a reset's stack is zero-filled; each step pushes the newest frame last
+    assert [bool(frame.any()) for frame in obs] == [False, False, False, True]
+    new, *_ = env.step(0)
+    assert [bool(frame.any()) for frame in new] == [False, False, True, True]
+    np.testing.assert_array_equal(new[2], obs[3])
+    env.close()
+    assert env.bank is None
 
 
-def test_frame_stack_ring_order_over_many_steps():
-    fake = FakeAle()
-    env = FrameStack(ResizeFrame(fake, 84), k=3)
-    env.reset()
-    for t in range(1, 20):
-        obs, *_ = env.step(0)
-        want = [FakeAle.value(max(s, 0)) for s in (t - 2, t - 1, t)]
-        assert list(obs[:, 40, 40]) == want
+def test_rgb_frames_are_channels_first_oldest_frame_first():
+    bank = AleBank(ale_settings("ALE/Pong-v5", {"grayscale": False, "frame_stack": 2, "screen_size": 42}), 1)
+    ref = AtariVectorEnv("pong", 1, num_threads=1, grayscale=False, stack_num=2, img_height=42,
+                         img_width=42, autoreset_mode="SameStep", reward_clipping=False)
+    bank.reset(5)
+    ref.reset(seed=5)
+    for _ in range(3):
+        obs = bank.step([2]).obs
+        want = ref.step(np.array([2]))[0]
+    assert obs.shape == (1, 6, 42, 42) and want.shape == (1, 2, 42, 42, 3) and obs.any()
+    for k in range(2):
+        for c in range(3):
+            np.testing.assert_array_equal(obs[0, 3 * k + c], want[0, k, :, :, c])
+    bank.close()
 
 
 # --------------------------------------------------------------------------------------------------
-# real ALE
+# the bank against what users see
 
 
-def test_make_atari_options_reach_ale():
-    env = make_atari("ALE/Pong-v5", {"grayscale": False, "frame_stack": 2}, repeat_action_probability=0.25)
-    try:
-        assert env.unwrapped.spec.kwargs["repeat_action_probability"] == 0.25
-        assert env.unwrapped.spec.kwargs["frameskip"] == 1
-        assert env.observation_space.shape == (6, 84, 84)
-        obs, _ = env.reset(seed=0)
-        for _ in range(20):
-            obs, *_ = env.step(0)
-        assert obs.shape == (6, 84, 84) and obs.dtype == np.uint8 and obs.any()
-    finally:
-        env.close()
-    with pytest.raises(ValueError, match="frameskip is set by env.atari"):
-        make_atari("ALE/Pong-v5", frameskip=4)
-
-
-def test_direct_emulator_path_matches_env_step():
-    import ale_py
-
-    gym.register_envs(ale_py)
-    envs = [MaxAndSkip(gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0,
-                                obs_type="grayscale"), 4, True, direct=d) for d in (True, False)]
-    assert envs[0].direct and not envs[1].direct
-    for env in envs:
-        env.reset(seed=3)
+@pytest.mark.parametrize(("env_id", "train"), [
+    ("ALE/Breakout-v5", True),  # lives and FIRE
+    ("ALE/Asterix-v5", True),  # lives, no FIRE, rewards of 50: clipping shows
+    ("ALE/Tetris-v5", False),  # evaluation: whole games, raw rewards
+])
+def test_the_bank_conforms_to_the_raw_games(env_id, train):
+    """Each step held against the vector env with nothing of drlmpi's (raw rewards, whole
+    games), fed the actions the bank actually sent."""
+    n = 2
+    settings = ale_settings(env_id, train=train)
+    bank = AleBank(settings, n)
+    ref = AtariVectorEnv(settings.game, n, num_threads=1, autoreset_mode="SameStep", reward_clipping=False)
+    np.testing.assert_array_equal(bank.reset(3), ref.reset(seed=3)[0])  # env i: seed 3 + i
+    lives = np.full(n, -1)
+    game_return, game_length = np.zeros(n), np.zeros(n, dtype=int)
+    fire_due = np.zeros(n, dtype=bool)
+    games = lost_lives = fires = 0
     rng = np.random.default_rng(3)
-    for a in rng.integers(0, 4, 300):
-        a_out, b_out = (env.step(int(a)) for env in envs)
-        np.testing.assert_array_equal(a_out[0], b_out[0])
-        assert a_out[1:4] == b_out[1:4] and a_out[4]["lives"] == b_out[4]["lives"]
-        if a_out[2] or a_out[3]:
-            for env in envs:
-                env.reset()
-    for env in envs:
-        env.close()
+    for _ in range(700):
+        asked = rng.integers(0, settings.n_actions, n)
+        out = bank.step(asked.tolist())
+        # FIRE, and only FIRE, where the previous step lost a life (in a game with FIRE)
+        assert sorted(out.forced) == list(np.nonzero(fire_due)[0]) and set(out.forced.values()) <= {FIRE}
+        fires += len(out.forced)
+        sent = asked.copy()
+        sent[list(out.forced)] = FIRE
+        nxt, reward, terminated, truncated, info = ref.step(sent)
+        game_return += reward
+        game_length += 1
+        over = terminated | truncated
+        lost = ~over & (info["lives"] < lives)
+        lives = info["lives"].copy()
+        np.testing.assert_array_equal(out.next_obs, nxt)
+        np.testing.assert_array_equal(out.reward, np.sign(reward) if train else reward)
+        np.testing.assert_array_equal(out.terminated, (terminated | lost) if train else terminated)
+        np.testing.assert_array_equal(out.truncated, truncated)
+        assert sorted(out.raw) == list(np.nonzero(over)[0])  # a lost life does not end the game
+        for i in np.nonzero(over)[0]:
+            # the whole game: its unclipped return and its agent steps, on its last step
+            assert out.raw[i] == (game_return[i], game_length[i])
+            np.testing.assert_array_equal(out.obs[i], info["final_obs"][i])
+            game_return[i], game_length[i] = 0, 0
+            games += 1
+        lost_lives += int(lost.sum())
+        fire_due = lost & (settings.fire_action is not None)
+    assert games >= 2
+    if env_id != "ALE/Tetris-v5":
+        assert lost_lives >= 4
+    assert (fires > 0) == (env_id == "ALE/Breakout-v5")
+    bank.close()
+
+
+def test_a_policy_that_never_fires_still_finishes_breakout_games():
+    """Breakout waits for FIRE to launch each ball: drlmpi sends it after a lost life, so a
+    NOOP-only game ends in a few hundred steps instead of stalling to the time limit."""
+    env = make_env("ALE/Breakout-v5", train=False, max_episode_steps=2000)
+    env.reset(seed=0)
+    step, terminated, truncated = 0, False, False
+    while not (terminated or truncated):
+        _, _, terminated, truncated, info = env.step(0)
+        step += 1
+    assert terminated and not truncated and step < 1000
+    assert info[RAW_EPISODE_KEY] == (0.0, step)  # the FIRE steps are agent steps of the game
+    env.close()
+
+
+def test_experience_rows_record_the_fire_sent_after_a_lost_life():
+    envs = [make_env("ALE/Breakout-v5") for _ in range(2)]
+    actor = Actor(envs, RandomPolicy(env_spec(envs[0]), {}, seed=0), stream_base=0, seed=0)
+    assert actor.envs.mode == "ale"
+    rows = actor.collect(300)
+    layout = actor.layout
+
+    def column(name: str) -> np.ndarray:
+        return layout.column(rows, name)[:, 0].reshape(300, 2)  # rows: step-major, env-minor
+
+    lost = (column("terminated") > 0) & (column("episode_length") == 0)
+    assert lost[:-1].sum() >= 4
+    assert (column("action")[1:][lost[:-1]] == FIRE).all()
+    lengths = column("episode_length")
+    assert (lengths > 0).sum() == actor.episodes >= 1  # whole games, not lives
+    actor.close()
+
+
+def test_seeds_reproduce_games_whatever_the_thread_count():
+    settings = ale_settings("ALE/Breakout-v5", {"repeat_action_probability": 0.25})
+
+    def play(seed: int, threads: int = 1) -> np.ndarray:
+        bank = AleBank(settings, 3, num_threads=threads)
+        frames = [bank.reset(seed)]
+        for a in np.random.default_rng(0).integers(0, 4, 60):
+            frames.append(bank.step([a] * 3).next_obs)  # every env the same actions
+        bank.close()
+        return np.stack(frames)
+
+    games = play(7)
+    np.testing.assert_array_equal(games, play(7, threads=2))
+    np.testing.assert_array_equal(games[:, 1], play(8)[:, 0])  # env i gets seed + i
+    assert not np.array_equal(games[:, 0], games[:, 1])
+    np.testing.assert_array_equal(games, play(7 + 2**31))  # kept in the vector env's range
+
+
+def _step_within(bank: AleBank, actions: list, seconds: float = 20.0) -> object:
+    """``bank.step(actions)``'s result or exception, from a thread: a failure, not a hung test
+    run, when it does not return (the vector env waits forever on an out-of-range action)."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(bank.step(actions))
+        except Exception as exc:  # noqa: BLE001 (the caller checks which)
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"bank.step({actions}) did not return in {seconds:.0f} s"
+    return outcome[0]
+
+
+def test_an_action_outside_the_game_raises_instead_of_hanging():
+    bank = AleBank(ale_settings("ALE/Tetris-v5"), 2)
+    bank.reset(0)
+    for bad, words in (([0, 5], "action 5 of environment 1 is not one of the game's 5 actions (0..4)"),
+                       ([-1, 0], "action -1 of environment 0"), ([0.5, 1], "actions must be integers"),
+                       ([0], "expected 2 actions")):
+        error = _step_within(bank, bad)
+        assert isinstance(error, ValueError) and words in str(error), error
+    assert bank.step([4, 0]).obs.shape == (2, 4, 84, 84)  # it still steps
+    bank.close()
 
 
 @pytest.mark.parametrize("env_id", ["ALE/Tetris-v5", "ALE/Breakout-v5"])
-@pytest.mark.parametrize("train", [True, False])
-def test_real_ale_smoke(env_id, train):
-    env = make_atari(env_id, train=train, max_episode_steps=150)
-    try:
-        assert env.reports_raw_episodes is True
-        assert env.observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-        obs, info = env.reset(seed=1)
-        assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8 and "lives" in info
-        rng = np.random.default_rng(1)
-        raw, clipped = [], 0.0
-        for a in rng.integers(0, env.action_space.n, 300):
-            obs, reward, terminated, truncated, info = env.step(int(a))
-            assert env.observation_space.contains(obs) and "lives" in info
-            clipped += reward
-            if train:
-                assert reward in (-1.0, 0.0, 1.0)
-            if RAW_EPISODE_KEY in info:
-                raw.append(info[RAW_EPISODE_KEY])
-                if env_id == "ALE/Tetris-v5":
-                    assert info["lines"] == int(info[RAW_EPISODE_KEY][0])
-            if terminated or truncated:
-                env.reset()
-        assert raw and all(0 < length <= 150 for _, length in raw)
-        assert any(length == 150 for _, length in raw) or len(raw) >= 2
-    finally:
-        env.close()
+def test_max_episode_steps_truncates_the_whole_game(env_id):
+    env = make_env(env_id, max_episode_steps=60)  # training: a lost life ends an episode, not the game
+    env.reset(seed=1)
+    ends = []
+    for step in range(1, 61):
+        _, _, terminated, truncated, info = env.step(0)
+        if terminated or truncated:
+            ends.append((step, terminated, truncated, info.get(RAW_EPISODE_KEY)))
+            env.reset()  # continues the game after a lost life
+    assert ends[-1] == (60, False, True, (0.0, 60))
+    assert all(term and not trunc and raw is None for _, term, trunc, raw in ends[:-1])
+    assert len(ends) >= (3 if env_id == "ALE/Breakout-v5" else 1)
+    env.close()
+
+
+def test_a_simulators_ale_environments_join_one_vector_env_and_close_it():
+    before = _threads()
+    envs = [make_env("ALE/Tetris-v5", num_threads=2) for _ in range(3)]
+    bank = SerialEnvs(envs, np.uint8)
+    assert bank.mode == "ale" and bank.joined.n == 3 and bank.joined.num_threads == 2
+    assert bank.reset(0).shape == (3, 4, 84, 84) and _threads() == before + 2
+    bank.close()
+    assert _threads() == before  # the vector env's threads are gone
+    with pytest.raises(ValueError, match="made with the same options"):
+        SerialEnvs([make_env("ALE/Tetris-v5"), make_env("ALE/Tetris-v5", train=False)], np.uint8)

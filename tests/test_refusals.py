@@ -72,6 +72,9 @@ def refusal(*argv: str, world_size: int = 1) -> str:
     # Atari
     (["env=tetris", "env.atari.frame_skip=0"], 1, "env.atari.frame_skip must be"),
     (["env.atari={frame_skip: 4}"], 1, "env.atari is for ALE/ ids"),
+    (["env.num_threads=2"], 1, "env.num_threads is for ALE/ ids (the threads of their AtariVectorEnv)"),
+    (["env=tetris", "env.vector=async"], 1, "env.vector=async is not for ALE/ ids: a simulator's"),
+    (["env=pong", "+env.kwargs.render_mode=human"], 1, "env.kwargs.render_mode is not taken by ALE ids"),
     (["env=tetris", "algo=td3"], 1, "algo=td3 needs a continuous"),
     (["env=breakout", "algo=ppo", "env.atari.screen_size=16", "algo.encoder=cnn"], 1,
      "algo.encoder=cnn needs images of at least 36x36"),

@@ -1,57 +1,91 @@
-"""Steps/s of ALE games: the raw emulator and the preprocessed environments, one core
-(``OMP_NUM_THREADS=1 python -m drlmpi.bench.atari [ALE ids]``).
+"""Environment steps/s of ALE games: the raw emulator vs the pipeline every run uses
+(``AtariVectorEnv`` with its preprocessing, through drlmpi's bank), with one thread and with
+``--threads`` threads: ``OMP_NUM_THREADS=1 python -m drlmpi.bench.atari [ALE ids] [--envs 8]
+[--threads 2]``.
 """
 
 from __future__ import annotations
 
+import argparse
+import time
+from collections.abc import Callable
+
 import gymnasium as gym
 import numpy as np
 
-from drlmpi.envs.atari import make_atari, register_ale
-
-# --------------------------------------------------------------------------------------------------
-# Cost measurement: python -m drlmpi.bench.atari [ALE id ...]
+from drlmpi.envs.atari import ale_settings, register_ale
+from drlmpi.envs.atari_bank import AleBank, make_atari
 
 
-def _rate(env: gym.Env, actions: np.ndarray) -> float:
-    import time
+def _single(env: gym.Env) -> Callable[[np.ndarray], None]:
+    """One environment stepped through the Gymnasium API (resets included)."""
+    def run(actions: np.ndarray) -> None:
+        for a in actions[:, 0]:
+            _, _, terminated, truncated, _ = env.step(int(a))
+            if terminated or truncated:
+                env.reset()
+    return run
 
-    start = time.process_time()
-    for a in actions:
-        _, _, terminated, truncated, _ = env.step(int(a))
-        if terminated or truncated:
-            env.reset()
-    return len(actions) / (time.process_time() - start)
+
+def _bank(bank: AleBank) -> Callable[[np.ndarray], None]:
+    def run(actions: np.ndarray) -> None:
+        for row in actions:
+            bank.step(row)
+    return run
 
 
-def benchmark(env_id: str = "ALE/Tetris-v5", steps: int = 2000, rounds: int = 5) -> dict[str, float]:
-    """Agent steps per CPU second of this process (random actions; resets included) of the raw
-    emulator at frame skip 4 vs. the full preprocessing (training and evaluation stacks): the
-    median over ``rounds`` interleaved rounds of ``steps`` steps each, so that other load on the
-    host hits all alike. Run it with ``OMP_NUM_THREADS=1`` for one core's figure."""
+def benchmark(env_id: str = "ALE/Tetris-v5", envs: int = 4, threads: int = 2, steps: int = 1500,
+              rounds: int = 4) -> dict[str, tuple[float, float]]:
+    """``name -> (environment steps per wall second, CPU seconds per wall second)`` for random
+    actions: one raw ``gymnasium.make(env_id, frameskip=4)`` (grayscale, no preprocessing), the
+    evaluation adapter (one environment), and a training bank of ``envs`` environments stepped by
+    1 and by ``threads`` threads. Wall time, because the bank's threads run beside this one; the
+    median over ``rounds`` interleaved rounds of ``steps`` agent steps (of every environment), so
+    that other load on the host hits all alike."""
     register_ale()
-    envs = {"raw_frameskip4": gym.make(env_id, frameskip=4, repeat_action_probability=0.0,
-                                       obs_type="grayscale"),
-            "preprocessed_train": make_atari(env_id, train=True),
-            "preprocessed_eval": make_atari(env_id, train=False)}
+    raw = gym.make(env_id, frameskip=4, repeat_action_probability=0.0, obs_type="grayscale")
+    adapter = make_atari(env_id, train=False)
+    settings = ale_settings(env_id, train=True)
+    banks = {f"bank_{envs}envs_1thread": AleBank(settings, envs, num_threads=1),
+             f"bank_{envs}envs_{threads}threads": AleBank(settings, envs, num_threads=threads)}
+    raw.reset(seed=0)
+    adapter.reset(seed=0)
+    cases: dict[str, tuple[Callable[[np.ndarray], None], int]] = {
+        "raw_frameskip4": (_single(raw), 1), "adapter_1env": (_single(adapter), 1)}
+    for name, bank in banks.items():
+        bank.reset(0)
+        cases[name] = (_bank(bank), bank.n)
     rng = np.random.default_rng(0)
-    rates: dict[str, list[float]] = {name: [] for name in envs}
-    for env in envs.values():
-        env.reset(seed=0)
+    rates: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
     for _ in range(rounds):
-        actions = rng.integers(0, envs["raw_frameskip4"].action_space.n, steps)
-        for name, env in envs.items():
-            rates[name].append(_rate(env, actions))
-    for env in envs.values():
-        env.close()
-    return {name: float(np.median(r)) for name, r in rates.items()}
+        for name, (run, n) in cases.items():
+            actions = rng.integers(0, settings.n_actions, (steps, n))
+            wall, cpu = time.perf_counter(), time.process_time()
+            run(actions)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            rates[name].append((steps * n / wall, cpu / wall))
+    raw.close()
+    adapter.close()
+    for bank in banks.values():
+        bank.close()
+    return {name: (float(np.median([r for r, _ in got])), float(np.median([c for _, c in got])))
+            for name, got in rates.items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point: one line per game."""
+    parser = argparse.ArgumentParser(prog="python -m drlmpi.bench.atari", description=__doc__.splitlines()[0])
+    parser.add_argument("env_ids", nargs="*", default=["ALE/Tetris-v5", "ALE/Breakout-v5"])
+    parser.add_argument("--envs", type=int, default=4, help="environments of the bank (default 4)")
+    parser.add_argument("--threads", type=int, default=2, help="threads of the second bank (default 2)")
+    parser.add_argument("--steps", type=int, default=1500, help="agent steps per round (default 1500)")
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
+    args = parser.parse_args(argv)
+    for env_id in args.env_ids:
+        rates = benchmark(env_id, args.envs, args.threads, args.steps, args.rounds)
+        print(env_id, "  ".join(f"{name}: {rate:.0f} steps/s (cpu/wall {cpu:.2f})"
+                                for name, (rate, cpu) in rates.items()))
 
 
 if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    for env_id in sys.argv[1:] or ["ALE/Tetris-v5", "ALE/Breakout-v5"]:
-        rates = benchmark(env_id)
-        raw = rates["raw_frameskip4"]
-        print(env_id, "  ".join(f"{k}: {v:.0f} steps/s" for k, v in rates.items()),
-              f" (preprocessing: +{1e6 / rates['preprocessed_train'] - 1e6 / raw:.0f} us/step)")
+    main()

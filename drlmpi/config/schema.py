@@ -129,6 +129,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "vector": _str("sync", "how a simulator steps its num_envs environments: sync (one after "
                                "another in its own process) or async (one worker process each)",
                        "sync", "async"),
+        "num_threads": _int(1, "ALE/ ids: threads stepping a simulator's num_envs environments (one "
+                               "AtariVectorEnv); at most the cores each rank may use"),
         "atari": Option("map", "Atari preprocessing for ALE/ ids (docs/environments.md lists the keys; "
                                "null: the defaults there)", None, nullable=True),
         "max_episode_steps": _int(None, "override the registered time limit (null keeps it)",

@@ -1,22 +1,16 @@
-"""Atari (ALE) environments with the standard DQN-style preprocessing, in numpy only (no opencv).
+"""Atari (ALE) games: the ``env.atari`` options and what they make of an ``ALE/<Game>-v5`` id.
 
-:func:`make_atari` builds ``ALE/<Game>-v5`` with ``frameskip=1`` and stacks these wrappers, innermost
-first (each one works on any environment with the same spaces, so it can be tested alone; the
-frame pipeline - no-ops, frame skip, resize, stack - is in :mod:`drlmpi.envs.frames`):
+Every ALE id is played through ale-py's ``AtariVectorEnv`` (its C++ frame skip, max-pool,
+grayscale, area resize, frame stack, no-op starts and FIRE at reset), stepped by
+:class:`drlmpi.envs.atari_bank.AleBank`. :func:`ale_settings` turns a run's options into the
+vector env's arguments plus what drlmpi adds on top, because the vector env's own versions of
+these lose what users see (docs/environments.md, "What drlmpi adds"):
 
-* :class:`NoopReset`: after a real reset, 1..``noop_max`` random no-op frames.
-* :class:`MaxAndSkip`: repeat the action ``frame_skip`` times, sum the rewards, max-pool the last two
-  frames. On a plain ALE environment it drives the emulator directly (``ale.act``) and reads only the
-  frames it needs into preallocated buffers; otherwise it calls ``env.step`` per frame.
-* :class:`FireReset`: presses FIRE after a reset and after every life loss (inside that step).
-* :class:`GameMonitor`: counts the agent steps and the unclipped rewards of the whole game, truncates
-  at ``max_episode_steps`` agent steps and reports ``info[RAW_EPISODE_KEY] = (raw_return,
-  raw_length)`` on the step that ends the game.
-* :class:`EpisodicLife` (training only): a life loss ends the training episode; the next ``reset``
-  continues the game instead of restarting it.
-* :class:`ClipReward` (training only): the sign of the reward.
-* :class:`ResizeFrame`: area-averaging resize to ``screen_size`` x ``screen_size``, channels first.
-* :class:`FrameStack`: the last ``frame_stack`` frames, oldest first, from a preallocated ring.
+* episodic life from ``info["lives"]`` (its ``episodic_life`` restarts the whole game at each
+  lost life, so whole-game scores could never be observed);
+* reward sign clipping from the raw reward (its ``reward_clipping`` discards the raw reward,
+  which the whole-game returns of logging and evaluation need);
+* FIRE as the next action after a lost life (it presses FIRE only at reset).
 
 Options, their defaults and meaning: :data:`ATARI_DEFAULTS` and docs/environments.md.
 """
@@ -24,15 +18,15 @@ Options, their defaults and meaning: :data:`ATARI_DEFAULTS` and docs/environment
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from drlmpi.envs.frames import FrameStack, MaxAndSkip, NoopReset, ResizeFrame
-from drlmpi.envs.spec import RAW_EPISODE_KEY
-
-#: Every ``env.atari`` option with its default (docs/environments.md explains each one).
+#: Every ``env.atari`` option with its default (docs/environments.md explains each one). The env
+#: files leave ``env.atari`` out; whatever a run sets is laid over these.
 ATARI_DEFAULTS: dict[str, Any] = {
     "noop_max": 30,
     "frame_skip": 4,
@@ -48,6 +42,12 @@ ATARI_DEFAULTS: dict[str, Any] = {
 
 _INT_LOW = {"noop_max": 0, "frame_skip": 1, "screen_size": 1, "frame_stack": 1}
 _BOOLS = ("max_pool", "grayscale", "episodic_life", "clip_rewards", "fire_reset")
+
+#: ``env.kwargs`` an ALE id takes (AtariVectorEnv arguments); anything else is refused.
+ALE_KWARGS = ("repeat_action_probability", "full_action_space")
+
+#: Seeds must lie in [0, 2**31): the vector env raises above and silently ignores negative ones.
+SEED_RANGE = 2**31
 
 
 def check_atari_options(options: Mapping | None) -> dict[str, Any]:
@@ -78,180 +78,90 @@ def check_atari_options(options: Mapping | None) -> dict[str, Any]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# Wrappers
-
-
-
-
-class GameMonitor(gym.Wrapper):
-    """Whole-game accounting, below any episodic-life or reward-clipping wrapper.
-
-    On the step that ends the game (terminated, truncated by the environment, or truncated here at
-    ``max_episode_steps`` agent steps) ``info[RAW_EPISODE_KEY] = (raw_return, raw_length)``: the sum
-    of the unclipped rewards and the number of steps since the last real reset. With
-    ``rewards_are_lines`` (ALE Tetris, whose reward is the number of cleared lines) ``info["lines"]``
-    is added next to it.
-    """
-
-    reports_raw_episodes = True
-
-    def __init__(self, env: gym.Env, max_episode_steps: int | None = None,
-                 rewards_are_lines: bool = False) -> None:
-        super().__init__(env)
-        if max_episode_steps is not None and max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
-        self.max_episode_steps = max_episode_steps
-        self.rewards_are_lines = rewards_are_lines
-        self._return = 0.0
-        self._length = 0
-
-    def reset(self, **kwargs: Any):
-        self._return = 0.0
-        self._length = 0
-        return self.env.reset(**kwargs)
-
-    def step(self, action: Any):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self._return += float(reward)
-        self._length += 1
-        if self.max_episode_steps is not None and self._length >= self.max_episode_steps:
-            truncated = True
-        if terminated or truncated:
-            info = dict(info)
-            info[RAW_EPISODE_KEY] = (self._return, self._length)
-            if self.rewards_are_lines:
-                info["lines"] = int(round(self._return))
-        return obs, reward, terminated, truncated, info
-
-
-class FireReset(gym.Wrapper):
-    """Press ``fire_action`` once after every real reset and after every life loss (``info["lives"]``
-    dropping), for games that wait for FIRE to (re)launch play. The extra step's reward is added to
-    the step that lost the life, and its observation and info are returned."""
-
-    def __init__(self, env: gym.Env, fire_action: int) -> None:
-        super().__init__(env)
-        self.fire_action = fire_action
-        self._lives = 0
-
-    def reset(self, **kwargs: Any):
-        obs, info = self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(self.fire_action)
-        if terminated or truncated:  # a game over at its very first step: start another one
-            obs, info = self.env.reset()
-        self._lives = info.get("lives", 0)
-        return obs, info
-
-    def step(self, action: Any):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        lives = info.get("lives", 0)
-        if lives < self._lives and not (terminated or truncated):
-            obs, extra, terminated, truncated, info = self.env.step(self.fire_action)
-            reward = float(reward) + float(extra)
-            lives = info.get("lives", 0)
-        self._lives = lives
-        return obs, reward, terminated, truncated, info
-
-
-class EpisodicLife(gym.Wrapper):
-    """Training episodes end at every life loss (``info["lives"]`` dropping); the next ``reset``
-    continues the same game from where it stands (no emulator reset, no step) unless the game itself
-    ended or a seed is given. Evaluation leaves this wrapper out and plays whole games."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self._lives = 0
-        self._pending: tuple[Any, dict] | None = None
-
-    def reset(self, **kwargs: Any):
-        if self._pending is not None and kwargs.get("seed") is None:
-            obs, info = self._pending
-            self._pending = None
-            return obs, info
-        self._pending = None
-        obs, info = self.env.reset(**kwargs)
-        self._lives = info.get("lives", 0)
-        return obs, info
-
-    def step(self, action: Any):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        lives = info.get("lives", 0)
-        game_over = terminated or truncated
-        life_lost = lives < self._lives and not game_over
-        self._lives = lives
-        self._pending = (np.array(obs, copy=True), dict(info)) if life_lost else None
-        return obs, reward, terminated or life_lost, truncated, info
-
-
-class ClipReward(gym.RewardWrapper):
-    """The sign of each reward (-1, 0, 1), so one learning rate suits games with any score scale."""
-
-    def reward(self, reward: float) -> float:
-        return float(np.sign(reward))
-
-
-# --------------------------------------------------------------------------------------------------
-# Construction
+def check_ale_kwargs(kwargs: Mapping | None) -> None:
+    """Refuse, in one line, an ``env.kwargs`` key that ALE ids do not take (``AtariVectorEnv`` has
+    no rendering, game modes or RAM observations; frame skip and screen type are ``env.atari``'s)."""
+    for key in kwargs or {}:
+        if key not in ALE_KWARGS:
+            raise ValueError(f"env.kwargs.{key} is not taken by ALE ids (AtariVectorEnv): they take "
+                             f"{' and '.join(ALE_KWARGS)}; frame skip, screen and stack are env.atari's")
 
 
 def register_ale() -> None:
+    """Register the ``ALE/`` ids with Gymnasium, and silence ALE's banner (one per emulator)."""
     import ale_py
 
     gym.register_envs(ale_py)
-    # No banner on every environment made: one per simulator's environment was noise.
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
 
 
-def preprocess(env: gym.Env, options: Mapping | None = None, *, train: bool = True,
-               max_episode_steps: int | None = None, fire_action: int | None = None,
-               rewards_are_lines: bool = False) -> gym.Env:
-    """Stack the preprocessing wrappers on a frame-level environment (frame skip 1, ``(H, W)`` or
-    ``(H, W, C)`` uint8 frames, ``info["lives"]``). ``fire_action``: the FIRE action's index, or
-    ``None`` when the game has none (then ``fire_reset`` does nothing)."""
-    opts = check_atari_options(options)
-    if opts["noop_max"] > 0:
-        env = NoopReset(env, opts["noop_max"])
-    env = MaxAndSkip(env, opts["frame_skip"], opts["max_pool"])
-    if opts["fire_reset"] and fire_action is not None:
-        env = FireReset(env, fire_action)
-    env = GameMonitor(env, max_episode_steps, rewards_are_lines)
-    if train and opts["episodic_life"]:
-        env = EpisodicLife(env)
-    if train and opts["clip_rewards"]:
-        env = ClipReward(env)
-    env = ResizeFrame(env, opts["screen_size"])
-    env = FrameStack(env, opts["frame_stack"])
-    env.reports_raw_episodes = True
-    return env
+@cache
+def action_set(game: str, full_action_space: bool) -> tuple[str, ...]:
+    """The names of a game's actions in the order of its ``Discrete`` actions (the ROM's minimal
+    set, or all 18), read once per process from one emulator: environments can then report their
+    spaces without starting a vector env."""
+    import ale_py
+
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    ale = ale_py.ALEInterface()
+    ale.loadROM(ale_py.roms.get_rom_path(game))
+    actions = ale.getLegalActionSet() if full_action_space else ale.getMinimalActionSet()
+    return tuple(action.name for action in actions)
 
 
-def make_atari(env_id: str, options: Mapping | None = None, *, train: bool = True,
-               max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
-    """``env_id`` (any ALE id, e.g. ``ALE/Breakout-v5``) with the preprocessing of ``options``
-    (``env.atari``; see :data:`ATARI_DEFAULTS`).
+@dataclass(frozen=True)
+class AleSettings:
+    """Everything that makes an ALE id's environments: the ``AtariVectorEnv`` arguments and what
+    drlmpi does on top of them. Environments with equal settings can share one vector env."""
 
-    The emulator runs with ``frameskip=1`` (the skip is done here), ``obs_type`` grayscale or rgb,
-    and ``repeat_action_probability`` from the options (0.0 by default, as in the classic
-    NoFrameskip-v4 setups; v5's own default is 0.25), which ``kwargs`` may override; other
-    ``kwargs`` go to ``gymnasium.make``. ``train=False`` (evaluation) leaves out episodic life and
-    reward clipping: raw rewards, whole games. ``max_episode_steps`` truncates a game at this many
-    agent steps (after frame skip, all lives together).
+    env_id: str
+    game: str  # the ROM name, snake_case (``breakout``)
+    arguments: dict[str, Any]  # AtariVectorEnv keyword arguments
+    n_actions: int = 0
+    fire_action: int | None = None  # pressed after a lost life (fire_reset on, the game has FIRE)
+    obs_shape: tuple[int, ...] = ()  # (frame_stack * channels, screen_size, screen_size)
+    life_ends: bool = False  # a lost life ends the training episode (training, episodic_life)
+    clip_rewards: bool = False  # training rewards are signs (training, clip_rewards)
+    sim_cost_ms: float = 0.0  # CPU milliseconds of busy work per environment step
+    num_threads: int = 1  # threads of a simulator's vector env (env.num_threads)
 
-    The returned environment has ``reports_raw_episodes = True`` and sets
-    ``info[RAW_EPISODE_KEY] = (raw_return, raw_length)`` on the step that ends a game.
+
+def ale_settings(env_id: str, options: Mapping | None = None, *, train: bool = True,
+                 max_episode_steps: int | None = None, sim_cost_ms: float = 0.0,
+                 num_threads: int = 1, **kwargs: Any) -> AleSettings:
+    """The settings of ``env_id`` (``ALE/<Game>-v5``) under ``options`` (``env.atari``).
+
+    ``train=False`` (evaluation) leaves out episodic life and reward clipping: raw rewards, whole
+    games. ``max_episode_steps`` truncates a game at this many agent steps (all lives together;
+    ``None``: the id's own limit, 108,000 frames). ``kwargs``: :data:`ALE_KWARGS`.
     """
     opts = check_atari_options(options)
-    for key in ("frameskip", "obs_type"):
-        if key in kwargs:
-            raise ValueError(f"{env_id}: {key} is set by env.atari (frame_skip, grayscale), "
-                             "not by env.kwargs")
-    kwargs.setdefault("repeat_action_probability", opts["repeat_action_probability"])
+    check_ale_kwargs(kwargs)
+    if max_episode_steps is not None and int(max_episode_steps) < 1:
+        raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
     register_ale()
-    env = gym.make(env_id, frameskip=1, obs_type="grayscale" if opts["grayscale"] else "rgb", **kwargs)
-    base = env.unwrapped
-    meanings = list(base.get_action_meanings()) if hasattr(base, "get_action_meanings") else []
-    fire = meanings.index("FIRE") if "FIRE" in meanings else None
-    game = str(getattr(base, "_game", "")).lower()
-    return preprocess(env, opts, train=train, max_episode_steps=max_episode_steps, fire_action=fire,
-                      rewards_are_lines=game == "tetris")
+    registered = gym.spec(env_id).kwargs
+    game = str(registered["game"])
+    full = bool(kwargs.get("full_action_space", registered.get("full_action_space", False)))
+    names = action_set(game, full)
+    skip = opts["frame_skip"]
+    frames = (int(max_episode_steps) * skip if max_episode_steps is not None
+              else int(registered.get("max_num_frames_per_episode", 108_000)))
+    arguments = {
+        "frameskip": skip, "maxpool": opts["max_pool"], "grayscale": opts["grayscale"],
+        "img_height": opts["screen_size"], "img_width": opts["screen_size"],
+        "stack_num": opts["frame_stack"], "noop_max": opts["noop_max"],
+        "use_fire_reset": opts["fire_reset"],
+        "repeat_action_probability": float(kwargs.get("repeat_action_probability",
+                                                      opts["repeat_action_probability"])),
+        "full_action_space": full, "max_num_frames_per_episode": frames,
+        # drlmpi's own versions of these keep the raw game (module docstring): never the vector env's
+        "episodic_life": False, "life_loss_info": False, "reward_clipping": False,
+    }
+    channels = 1 if opts["grayscale"] else 3
+    fire = names.index("FIRE") if opts["fire_reset"] and "FIRE" in names else None
+    return AleSettings(env_id=env_id, game=game, arguments=arguments, n_actions=len(names),
+                       fire_action=fire,
+                       obs_shape=(opts["frame_stack"] * channels, opts["screen_size"], opts["screen_size"]),
+                       life_ends=train and opts["episodic_life"], clip_rewards=train and opts["clip_rewards"],
+                       sim_cost_ms=float(sim_cost_ms or 0.0), num_threads=int(num_threads))

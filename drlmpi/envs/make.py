@@ -4,7 +4,7 @@
   simulator-bound regime of the DQN paper (its expensive Box Slider simulator) can be reproduced
   with cheap classic-control environments: ``env.sim_cost_ms=2``.
 * :func:`make_env` builds one environment as a run configures it (ALE ids through
-  :mod:`drlmpi.envs.atari`); :func:`probe_spec` reads its spaces (:class:`~drlmpi.envs.spec.EnvSpec`).
+  :mod:`drlmpi.envs.atari_bank`); :func:`probe_spec` reads its spaces (:class:`~drlmpi.envs.spec.EnvSpec`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,17 @@ class SimCost(gym.Wrapper):
         self.cost_s = cost_ms / 1000.0
 
     def step(self, action: Any):
-        deadline = time.thread_time() + self.cost_s
-        x = 1.0
-        while time.thread_time() < deadline:
-            for _ in range(200):
-                x = x * 1.0000001 + 1e-9
+        burn_cpu(self.cost_s)
         return self.env.step(action)
+
+
+def burn_cpu(seconds: float) -> None:
+    """Busy work until this thread has used ``seconds`` of CPU time (:class:`SimCost`)."""
+    deadline = time.thread_time() + seconds
+    x = 1.0
+    while time.thread_time() < deadline:
+        for _ in range(200):
+            x = x * 1.0000001 + 1e-9
 
 
 def is_atari(env_id: str) -> bool:
@@ -45,26 +50,31 @@ def is_atari(env_id: str) -> bool:
 
 
 def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | None = None,
-             atari: Any = None, train: bool = True, **kwargs: Any) -> gym.Env:
+             atari: Any = None, train: bool = True, num_threads: int = 1, **kwargs: Any) -> gym.Env:
     """Create one environment with the project's wrappers.
 
     Args:
         env_id: any registered Gymnasium id (``CartPole-v1``, ``LunarLander-v3``, ...), or an
-            ALE id (``ALE/Tetris-v5``: :func:`drlmpi.envs.atari.make_atari` with its preprocessing).
+            ALE id (``ALE/Tetris-v5``: :func:`drlmpi.envs.atari_bank.make_atari`, one
+            ``AtariVectorEnv`` environment with its preprocessing).
         sim_cost_ms: CPU milliseconds of busy work added per step (0 = none).
         max_episode_steps: override of the registered time limit (``None`` keeps it).
         atari: the ``env.atari`` preprocessing options of an ALE id (``None``: defaults).
         train: ``False`` for evaluation environments (Atari: whole games, raw rewards).
-        kwargs: passed to ``gymnasium.make``.
+        num_threads: ALE ids: the threads of the vector env a simulator's environments join
+            (:class:`~drlmpi.envs.vector.SerialEnvs`); others ignore it.
+        kwargs: passed to ``gymnasium.make`` (ALE ids: to ``AtariVectorEnv``).
     """
     if is_atari(env_id):
-        from drlmpi.envs.atari import make_atari
+        from drlmpi.envs.atari_bank import make_atari
 
-        env = make_atari(env_id, atari, train=train, max_episode_steps=max_episode_steps, **kwargs)
-    else:
-        if max_episode_steps is not None:
-            kwargs["max_episode_steps"] = int(max_episode_steps)
-        env = gym.make(env_id, **kwargs)
+        # The cost goes into the settings (the bank burns it), so the environment can still join
+        # its simulator's vector env.
+        return make_atari(env_id, atari, train=train, max_episode_steps=max_episode_steps,
+                          sim_cost_ms=sim_cost_ms, num_threads=num_threads, **kwargs)
+    if max_episode_steps is not None:
+        kwargs["max_episode_steps"] = int(max_episode_steps)
+    env = gym.make(env_id, **kwargs)
     if sim_cost_ms and sim_cost_ms > 0:
         env = SimCost(env, sim_cost_ms)
     return env
@@ -72,8 +82,8 @@ def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | Non
 
 def env_make_kwargs(env_cfg: Any) -> dict[str, Any]:
     """:func:`make_env`'s keyword arguments from an ``env`` config section (plain values, so
-    they pickle into worker processes): the time limit, the Atari options of an ALE id and
-    ``env.kwargs``."""
+    they pickle into worker processes): the time limit, the Atari options and thread count of
+    an ALE id and ``env.kwargs``."""
     def plain(value: Any) -> Any:
         try:
             from omegaconf import OmegaConf
@@ -85,6 +95,7 @@ def env_make_kwargs(env_cfg: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"max_episode_steps": env_cfg.get("max_episode_steps")}
     if is_atari(env_cfg.get("id", "")):
         out["atari"] = plain(env_cfg.get("atari"))
+        out["num_threads"] = int(env_cfg.get("num_threads") or 1)
     out.update(plain(env_cfg.get("kwargs")) or {})
     return out
 

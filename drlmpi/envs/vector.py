@@ -1,12 +1,14 @@
 """A simulator's environments, stepped together: ``env.vector=sync`` or ``async``.
 
-Both banks take a list of actions and return, for every environment, the step's observation
+The banks take a list of actions and return, for every environment, the step's observation
 (the *final* one where the episode ended, which is what the experience row needs), reward and
 flags, the observation to act on next (the reset one where it ended), and the raw-episode
 reports of environments that end whole games (:data:`drlmpi.envs.spec.RAW_EPISODE_KEY`).
 
 * :class:`SerialEnvs` (``sync``): the environments live in the simulator's process and are
-  stepped one after another; the watchdog sees each step.
+  stepped one after another; the watchdog sees each step. ALE environments are the exception:
+  a simulator's ALE environments join one ``AtariVectorEnv``
+  (:class:`~drlmpi.envs.atari_bank.AleBank`), stepped by ``env.num_threads`` threads.
 * :class:`WorkerEnvs` (``async``): one worker process per environment (Gymnasium's
   ``AsyncVectorEnv``, shared memory, ``spawn`` start so no worker inherits MPI state), stepped
   in parallel: one simulator rank then uses up to ``env.num_envs`` cores, like the threads of
@@ -38,22 +40,34 @@ class BankStep:
     truncated: np.ndarray  # (n,) bool
     next_obs: np.ndarray  # (n, *obs_shape): what to act on next (reset where it ended)
     raw: dict[int, tuple[float, int]] = field(default_factory=dict)  # env index -> raw game
+    #: env index -> the action sent instead of the one asked for (ALE: FIRE after a lost life)
+    forced: dict[int, int] = field(default_factory=dict)
 
 
 class SerialEnvs:
-    """Environments stepped one after another in this process (``env.vector=sync``)."""
+    """Environments stepped one after another in this process (``env.vector=sync``), or, when
+    they are ALE environments, in the one vector env they join (``mode`` ``ale``)."""
 
     mode = "sync"
 
     def __init__(self, envs: list[gym.Env], dtype: Any = np.float32) -> None:
+        from drlmpi.envs.atari_bank import joined_bank
+
         self.envs = envs
         self.n = len(envs)
         self.dtype = dtype
+        self.joined = joined_bank(envs, dtype)
+        if self.joined is not None:
+            self.mode = self.joined.mode
 
     def reset(self, seed: int) -> np.ndarray:
+        if self.joined is not None:
+            return self.joined.reset(seed)
         return np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)]).astype(self.dtype)
 
     def step(self, actions: list[Any]) -> BankStep:
+        if self.joined is not None:
+            return self.joined.step(actions)
         progress = PROGRESS
         out: list[np.ndarray] = []
         nxt: list[np.ndarray] = []
@@ -78,6 +92,8 @@ class SerialEnvs:
                         np.stack(nxt).astype(self.dtype, copy=False), raw)
 
     def close(self) -> None:
+        if self.joined is not None:
+            self.joined.close()
         for env in self.envs:
             env.close()
 

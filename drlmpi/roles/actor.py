@@ -22,8 +22,9 @@ class Actor:
     rows.
 
     Args:
-        envs: the environments this simulator owns: a list (stepped one after another here) or
-            a bank (:mod:`drlmpi.envs.vector`: ``env.vector=async`` steps them in worker processes).
+        envs: the environments this simulator owns: a list (stepped one after another here; ALE
+            environments join one vector env) or a bank (:mod:`drlmpi.envs.vector`:
+            ``env.vector=async`` steps them in worker processes).
         algo: an algorithm instance used only for :meth:`Algorithm.act`.
         stream_base: the job-wide id of ``envs[0]`` (ids ``stream_base + i`` tag each row's
             environment, so a learner can rebuild per-environment sequences).
@@ -119,6 +120,8 @@ class Actor:
             start = layout.slices[self.algo.extra_columns[0][0]].start
             rows[:, start : start + extras.shape[1]] = extras
         step = self.envs.step([self.algo.env_action(a) for a in actions])
+        for i, sent in step.forced.items():  # the row holds the action the environment got
+            layout.column(rows, "action")[i] = sent
         layout.put_obs(rows, "next_obs", step.obs)
         layout.column(rows, "reward")[:, 0] = step.reward
         layout.column(rows, "terminated")[:, 0] = step.terminated

@@ -86,23 +86,34 @@ def validate(cfg: Any, world_size: int) -> tuple[type[Algorithm], type[Topology]
 
 
 def check_env_options(env: Any) -> None:
-    """Refuse, in one line, Atari options for a non-ALE id, bad ``env.atari`` values, and an ALE
-    id without ale-py installed."""
+    """Refuse, in one line, Atari options or threads for a non-ALE id, worker processes for an
+    ALE id, bad ``env.atari`` values or ``env.kwargs`` of an ALE id, and an ALE id without
+    ale-py installed."""
     atari = env.get("atari")
+    threads = env.get("num_threads") or 1
     if not is_atari(env.id):
         if atari is not None:
             raise ConfigError(f"env.atari is for ALE/ ids (env=tetris, env.id=ALE/Pong-v5), but env.id="
                               f"{env.id}: remove env.atari, got env.atari={dict(atari)}")
+        if threads > 1:
+            raise ConfigError(f"env.num_threads is for ALE/ ids (the threads of their AtariVectorEnv), but "
+                              f"env.id={env.id}: use env.vector=async to step its environments in "
+                              f"parallel, got env.num_threads={threads}")
         return
+    if env.get("vector", "sync") == "async":
+        raise ConfigError(f"env.vector=async is not for ALE/ ids: a simulator's env.num_envs environments "
+                          f"step in one AtariVectorEnv; use env.num_threads=N to step them in N threads, "
+                          f"got env.vector=async with env.id={env.id}")
     try:
         import ale_py  # noqa: F401
     except ImportError as exc:
         raise ConfigError(f"env.id={env.id} needs ale-py (pip install ale-py; it ships the game ROMs): "
                           f"{exc}") from exc
-    from drlmpi.envs.atari import check_atari_options
+    from drlmpi.envs.atari import check_ale_kwargs, check_atari_options
 
     try:
         check_atari_options(atari)
+        check_ale_kwargs(env.get("kwargs"))
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 
