@@ -15,7 +15,7 @@ from ale_py.vector_env import AtariVectorEnv
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.envs.atari import ATARI_DEFAULTS, action_set, ale_settings, check_ale_kwargs, check_atari_options
 from drlmpi.envs.atari_bank import AleBank
-from drlmpi.envs.make import make_env, probe_spec
+from drlmpi.envs.make import env_make_kwargs, make_env, probe_spec
 from drlmpi.envs.spec import RAW_EPISODE_KEY, env_spec
 from drlmpi.envs.vector import SerialEnvs
 from drlmpi.roles.actor import Actor
@@ -61,6 +61,16 @@ def test_env_kwargs_an_ale_id_cannot_take_are_refused_in_one_line(key):
         check_ale_kwargs({key: 1})
     assert f"env.kwargs.{key} is not taken by ALE ids" in str(err.value) and "\n" not in str(err.value)
     check_ale_kwargs({"repeat_action_probability": 0.25, "full_action_space": True})
+
+
+def test_one_option_from_the_command_line_keeps_the_other_defaults():
+    from tests.pool_worker import compose
+
+    cfg = compose(["env=breakout", "+env.atari.frame_stack=2"])  # the env files leave env.atari out
+    assert dict(cfg.env.atari) == {"frame_stack": 2}
+    spec = probe_spec(cfg.env.id, **env_make_kwargs(cfg.env))
+    assert spec.obs_shape == (2, 84, 84)
+    assert compose(["env=breakout"]).env.atari is None
 
 
 def test_options_map_to_the_vector_env_arguments():

@@ -70,13 +70,13 @@ def refusal(*argv: str, world_size: int = 1) -> str:
      "env.sim_cost_ms_by_rank names rank 7, but the job has 3 rank(s), 0 to 2"),
     (["topology=star", "env.sim_cost_ms_by_rank={1: -2}"], 3, "the cost of rank 1 must be a number"),
     # Atari
-    (["env=tetris", "env.atari.frame_skip=0"], 1, "env.atari.frame_skip must be"),
+    (["env=tetris", "+env.atari.frame_skip=0"], 1, "env.atari.frame_skip must be"),
     (["env.atari={frame_skip: 4}"], 1, "env.atari is for ALE/ ids"),
     (["env.num_threads=2"], 1, "env.num_threads is for ALE/ ids (the threads of their AtariVectorEnv)"),
     (["env=tetris", "env.vector=async"], 1, "env.vector=async is not for ALE/ ids: a simulator's"),
     (["env=pong", "+env.kwargs.render_mode=human"], 1, "env.kwargs.render_mode is not taken by ALE ids"),
     (["env=tetris", "algo=td3"], 1, "algo=td3 needs a continuous"),
-    (["env=breakout", "algo=ppo", "env.atari.screen_size=16", "algo.encoder=cnn"], 1,
+    (["env=breakout", "algo=ppo", "+env.atari.screen_size=16", "algo.encoder=cnn"], 1,
      "algo.encoder=cnn needs images of at least 36x36"),
     # values the schema refuses: on the command line, in a sweep, after composition
     (["algo.gamma=1.5"], 1, "algo.gamma must be in [0, 1], got 1.5"),
