@@ -72,12 +72,12 @@ def main(mode: str, out_dir: str, updates: int, names: list[str], world=None) ->
     from mpi4py import MPI
 
     from drlmpi.mpi.timed import TimedComm
-    from drlmpi.topologies.data_parallel.backend import DistGroup, DistSync, place
-    from drlmpi.topologies.data_parallel.syncs import (
-        AllgatherSync,
-        AllreduceSync,
-        ParameterServerSync,
-        ServerSync,
+    from drlmpi.topologies.data_parallel.backend import DistExchange, DistGroup, place
+    from drlmpi.topologies.data_parallel.exchanges import (
+        AllgatherExchange,
+        AllreduceExchange,
+        ServerExchange,
+        WorkerExchange,
     )
     from drlmpi.topologies.groups import split_groups
 
@@ -91,23 +91,18 @@ def main(mode: str, out_dir: str, updates: int, names: list[str], world=None) ->
         algo = make_algo(name)
         if mode == "groups":
             if learners is not None:
+                exchange = AllreduceExchange(learners)
                 for k in range(updates):
-                    batch = minibatch(algo, comm.rank, k)
-                    algo.update = lambda s, batch=batch, algo=algo: algo.update_on(batch, s)
-                    algo.checked_update(AllreduceSync(learners))
+                    algo.update_on(minibatch(algo, comm.rank, k), exchange)
                 torch.save(algo.state_dict(), Path(out_dir) / f"{name}_rank{comm.rank}.pt")
             continue
         if mode == "server" and comm.rank == 0:
-            sync = ServerSync(comm, workers=comm.size - 1)
-            for _ in range(updates):
-                algo.remote_update(sync)
+            algo.run_updates(updates, ServerExchange(comm, workers=comm.size - 1))
         else:
-            syncs = {"allreduce": AllreduceSync, "allgather": AllgatherSync}
-            sync = DistSync(comm, dist) if dist is not None else syncs.get(mode, ParameterServerSync)(comm)
+            exchanges = {"allreduce": AllreduceExchange, "allgather": AllgatherExchange}
+            exchange = DistExchange(dist) if dist is not None else exchanges.get(mode, WorkerExchange)(comm)
             for k in range(updates):
-                batch = minibatch(algo, comm.rank, k)
-                algo.update = lambda s, batch=batch, algo=algo: algo.update_on(batch, s)  # fixed minibatch
-                algo.checked_update(sync)
+                algo.update_on(minibatch(algo, comm.rank, k), exchange)  # a fixed minibatch
         torch.save(algo.state_dict(), Path(out_dir) / f"{name}_rank{comm.rank}.pt")
     if dist is not None:
         dist.close()

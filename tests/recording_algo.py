@@ -6,7 +6,7 @@ CUDA learner does) while computing on the CPU."""
 from __future__ import annotations
 
 from drlmpi.algos.dqn import DQN
-from drlmpi.algos.sync import local_sync
+from drlmpi.algos.exchange import LOCAL
 
 #: the sizes of the learner's ``run_updates`` calls in this process's latest run
 CALLS: list[int] = []
@@ -18,9 +18,9 @@ class RecordingDQN(DQN):
         if kwargs.get("learner", True):
             CALLS.clear()
 
-    def run_updates(self, n, sync=local_sync):
+    def run_updates(self, n, exchange=LOCAL):
         CALLS.append(int(n))
-        return super().run_updates(n, sync)
+        return super().run_updates(n, exchange)
 
 
 class QueuingDQN(RecordingDQN):

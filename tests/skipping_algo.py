@@ -1,17 +1,17 @@
-"""A DQN whose update number 3 skips its gradient sync (as an early stop on KL would) - used
+"""A DQN whose update number 3 skips its gradient exchange (as an early stop on KL would) - used
 to check that data-parallel topologies stop with a clear error instead of hanging."""
 
 from __future__ import annotations
 
+import torch
+
 from drlmpi.algos.dqn import DQN
-from drlmpi.algos.sync import local_sync
 
 SKIPPED_UPDATE = 3
 
 
 class SkippingDQN(DQN):
-    def update_on(self, batch, sync=local_sync):
-        if self.updates == SKIPPED_UPDATE:
-            self.updates += 1  # "nothing to learn here": no backward, no sync
-            return {}
-        return super().update_on(batch, sync)
+    def learn(self, batch, exchange, synced):
+        if int(self.update_number) == SKIPPED_UPDATE:  # "nothing to learn": no backward, no exchange
+            return torch.zeros(len(self.metric_names))
+        return super().learn(batch, exchange, synced)

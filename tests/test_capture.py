@@ -14,11 +14,13 @@ import torch
 
 from drlmpi.algos.advantages import compute_gae, gae_tensor
 from drlmpi.algos.dqn import DQN
+from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.ppo import PPO
 from drlmpi.algos.td3 import TD3
 from drlmpi.config.schema import group_config
 from drlmpi.envs.make import probe_spec
-from tests.test_device_learner import HostSync, random_rows
+from tests.exchanges import HostExchange
+from tests.test_device_learner import random_rows
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -89,8 +91,8 @@ def test_td3_two_graphs_learn_what_eager_learns(identical):
     spec = probe_spec("Pendulum-v1")
     cfg = cfg_for("td3", policy_delay=2, tau=0.05, policy_noise=0.0 if identical else 0.2)
     eager, captured, m_eager, m_captured = run_pair(TD3, spec, cfg, identical)
-    # one runner per schedule, keyed by (the schedules of its updates, the sync's kind)
-    assert set(captured._captures) == {((("critic",),), None), ((("critic", "actor"),), None)}
+    # one runner per schedule, keyed by (the schedules of its updates, the exchange's kind)
+    assert set(captured._captures) == {((("critic",),), False, True), ((("critic", "actor"),), False, True)}
     assert_same_state(eager, captured)
     for a, b in zip(m_eager, m_captured):
         assert a["critic_loss"] == pytest.approx(b["critic_loss"], rel=1e-4, abs=1e-6)
@@ -112,29 +114,13 @@ def test_compile_mode_runs_and_learns_the_same():
     assert_same_state(eager, compiled, atol=1e-4)
 
 
-def test_non_local_sync_runs_eager_on_the_device():
-    spec = probe_spec("Pendulum-v1")
-    algo = build(TD3, spec, cfg_for("td3", policy_delay=2), "graph", random_rows(
-        TD3(spec, cfg_for("td3"), learner=False), 500))
-    calls = []
-
-    def sync(name, group):
-        calls.append(name)
-        group.flat.load_grads(group.flat.grads_numpy())  # through the host, as MPI syncs do
-        group.apply_gradients()
-
-    for _ in range(4):
-        algo.checked_update(sync)
-    assert calls == ["critic", "critic", "actor", "critic", "critic", "actor"] and not algo._captures
-
-
 def test_storage_sampling_and_weights_stay_on_the_device():
     spec = probe_spec("CartPole-v1")
     algo = DQN(spec, cfg_for("dqn", buffer_size=1000), device="cuda", seed=0)
     rows = random_rows(algo, 10)
     algo.observe(rows)
     assert algo.replay.storage.is_cuda and algo.replay.staging.pinned.is_pinned()
-    batch = algo.sample()
+    batch = algo.next_batch()
     assert all(t.is_cuda for t in batch.values())
     valid = set(np.round(rows[:, algo.layout.slices["reward"]][:, 0], 5).tolist())
     assert set(np.round(batch["reward"].cpu().numpy(), 5).tolist()) <= valid
@@ -176,11 +162,11 @@ def test_segmented_capture_learns_what_eager_learns(name, steps_locally):
     learners, syncs = [], []
     for capture in ("off", "graph"):
         algo = build(cls, spec, cfg, capture, rows)
-        sync = HostSync(steps_locally)
+        sync = HostExchange(steps_locally)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for _ in range(UPDATES):
-                algo.checked_update(sync)
+                algo.update(sync)
         torch.cuda.synchronize()
         assert not [w for w in caught if "drlmpi:" in str(w.message)]
         learners.append(algo)
@@ -204,15 +190,9 @@ def test_capture_failing_after_a_cut_exchanges_once():
         def apply_gradients(self):
             x.mul_(2.0)
 
-    class Sync:
-        steps_locally = True
-
+    class Sync(GradientExchange):
         def exchange(self, name, group):
             exchanged.append(name)
-
-        def __call__(self, name, group):
-            self.exchange(name, group)
-            group.apply_gradients()
 
     def body(sync):
         x.add_(1.0)
@@ -241,6 +221,6 @@ def test_updates_per_graph_on_the_device():
         blocked.run_updates(7)
     torch.cuda.synchronize()
     assert single.updates == blocked.updates == 35
-    assert {len(s) for s, _ in blocked._captures} == {4, 1}
+    assert {len(s) for s, *_ in blocked._captures} == {4, 1}
     assert all(r.captured for r in blocked._captures.values())
     assert_same_state(single, blocked)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from drlmpi.algos.sync import local_sync
 from tests.dp_reference import concatenated, make_algo
 
 UPDATES = 6
@@ -21,7 +20,7 @@ UPDATES = 6
 def _reference(name: str, contributors: list[int]) -> dict[str, torch.Tensor]:
     algo = make_algo(name)
     for k in range(UPDATES):
-        algo.update_on(concatenated(algo, contributors, k), local_sync)
+        algo.update_on(concatenated(algo, contributors, k))
     return algo.state_dict()
 
 

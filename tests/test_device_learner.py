@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 from drlmpi.algos.advantages import compute_gae, gae_tensor
 from drlmpi.algos.dqn import DQN
+from drlmpi.algos.exchange import LOCAL
 from drlmpi.algos.ppo import PPO
-from drlmpi.algos.sync import local_sync
 from drlmpi.algos.td3 import TD3
 from drlmpi.bench.learner import random_rows as bench_rows
 from drlmpi.config.errors import ConfigError
@@ -24,6 +24,7 @@ from drlmpi.config.schema import group_config
 from drlmpi.device.capture import CapturedUpdate, resolve_capture
 from drlmpi.device.metrics import Metrics
 from drlmpi.device.staging import Staging
+from tests.exchanges import HostExchange
 
 
 def cfg_for(name: str, **overrides):
@@ -55,9 +56,9 @@ def test_dqn_update_equals_a_hand_computed_reference(cartpole):
     target_ref = copy.deepcopy(algo.q_target)
     opt = torch.optim.Adam(q_ref.parameters(), lr=float(algo.cfg.lr))
     for step in range(3):
-        algo._seed_sampler()
+        algo.prepare_capture()
         state = algo.replay.generator.get_state()
-        batch = {k: v.clone() for k, v in algo.sample().items()}  # what update() will draw
+        batch = {k: v.clone() for k, v in algo.next_batch().items()}  # what update() will draw
         algo.replay.generator.set_state(state)
         metrics = algo.update()
         q_taken = q_ref(batch["obs"]).gather(1, batch["action"].long()).squeeze(1)
@@ -115,32 +116,18 @@ def test_capture_path_falls_back_in_one_warning_and_learns_the_same(name, cartpo
     assert len(captured._captures) == groups and not eager._captures
 
 
-def test_non_local_sync_runs_eager_and_keeps_the_schedule(pendulum):
-    algo = twin(TD3, pendulum, cfg_for("td3", policy_delay=2), "graph")
-    calls: list[str] = []
-
-    def sync(name, group):
-        calls.append(name)
-        group.apply_gradients()
-
-    for _ in range(4):
-        algo.checked_update(sync)
-    assert calls == ["critic", "critic", "actor", "critic", "critic", "actor"]
-    assert not algo._captures  # a collective is never inside a capture
-
-
 def test_captured_update_counts_one_body_call_per_update():
     calls = []
 
     def body(sync):
-        assert sync is local_sync
+        assert sync is LOCAL
         calls.append(1)
         return torch.tensor([float(len(calls))])
 
     runner = CapturedUpdate(body, "graph", torch.device("cpu"), "test", warmup=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        outs = [float(runner(local_sync)[0]) for _ in range(5)]
+        outs = [float(runner(LOCAL)[0]) for _ in range(5)]
     assert outs == [1, 2, 3, 4, 5] and len(caught) == 1 and not runner.captured
     assert "CUDA" in runner.failure
 
@@ -151,8 +138,7 @@ def test_capture_option(cartpole):
     with pytest.warns(UserWarning, match="needs a CUDA device"):
         assert DQN(cartpole, cfg_for("dqn", capture="graph")).capture == "off"
     assert DQN(cartpole, cfg_for("dqn", capture="graph"), learner=False).capture == "off"  # silent
-    with pytest.raises(ConfigError, match="algo.capture must be one of"):
-        DQN(cartpole, cfg_for("dqn", capture="yes"), learner=False)
+    # a value outside the choices is refused by the schema (tests/test_schema.py)
 
 
 def test_metrics_are_a_lazy_snapshot(pendulum):
@@ -214,38 +200,6 @@ def test_staging_copies_on_cpu_without_pinning():
     assert not np.shares_memory(out.numpy(), rows)
 
 
-def test_local_sync_identity_is_the_capture_switch(cartpole):
-    algo = twin(DQN, cartpole, cfg_for("dqn"), "off")
-    algo.update(local_sync)
-    assert algo.updates == 1 and not algo._captures
-
-
-class HostSync:
-    """A gradient sync with a host exchange, as the MPI syncs have (one rank, no MPI).
-
-    ``steps_locally``: the exchange sends the gradients through host memory (scaled, as an
-    average would) and the local optimizer steps; otherwise the exchange itself computes new
-    parameters on the host (plain SGD, a stand-in for a parameter server's round trip).
-    """
-
-    def __init__(self, steps_locally: bool) -> None:
-        self.steps_locally = steps_locally
-        self.calls: list[str] = []
-
-    def exchange(self, name, group) -> None:
-        self.calls.append(name)
-        grads = group.flat.grads_numpy().copy()
-        if self.steps_locally:
-            group.flat.load_grads(grads * 0.5)
-        else:
-            group.flat.load_params(group.flat.params_numpy() - 0.01 * grads)
-
-    def __call__(self, name, group) -> None:
-        self.exchange(name, group)
-        if self.steps_locally:
-            group.apply_gradients()
-
-
 def assert_same_learners(a, b) -> None:
     assert a.updates == b.updates
     sa, sb = a.state_dict(), b.state_dict()
@@ -262,20 +216,20 @@ def test_a_failed_segmented_capture_falls_back_with_each_exchange_once(steps_loc
     segments is checked on CUDA: tests/test_capture.py.)"""
     cfg = cfg_for("td3", policy_delay=2, tau=0.1)
     eager, captured = twin(TD3, pendulum, cfg, "off"), twin(TD3, pendulum, cfg, "graph")
-    sync_e, sync_c = HostSync(steps_locally), HostSync(steps_locally)
+    sync_e, sync_c = HostExchange(steps_locally), HostExchange(steps_locally)
     torch.manual_seed(3)
     for _ in range(10):  # each of the two runners: 3 warm-up calls, then the capture attempt
-        eager.checked_update(sync_e)
+        eager.update(sync_e)
     torch.manual_seed(3)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(10):
-            captured.checked_update(sync_c)
+            captured.update(sync_c)
     expected = ["critic", "critic", "actor"] * 5
     assert sync_e.calls == sync_c.calls == expected
     assert len([w for w in caught if "capture=graph failed" in str(w.message)]) == 2
-    assert set(captured._captures) == {((("critic",),), steps_locally),
-                                       ((("critic", "actor"),), steps_locally)}
+    assert set(captured._captures) == {((("critic",),), True, steps_locally),
+                                       ((("critic", "actor"),), True, steps_locally)}
     assert_same_learners(eager, captured)
 
 
@@ -299,7 +253,7 @@ def test_updates_per_graph_blocks_learn_what_single_updates_learn(name, cartpole
         last_blocked = blocked.run_updates(7)
     assert_same_learners(single, blocked)
     assert dict(last) == pytest.approx(dict(last_blocked), nan_ok=True)
-    assert {len(schedules) for schedules, _ in blocked._captures} == {3, 1}
+    assert {len(schedules) for schedules, *_ in blocked._captures} == {3, 1}
     if name == "dqn":  # the blocks' hard copies happened: the target is the update-6 network
         assert not torch.equal(blocked._target_flat, blocked.policy.flat.params)
         assert int(blocked.update_number) == 7

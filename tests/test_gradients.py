@@ -8,7 +8,7 @@ import pytest
 from drlmpi.algos.dqn import DQN
 from drlmpi.config.schema import group_config
 from drlmpi.envs.make import probe_spec
-from drlmpi.topologies.data_parallel.syncs import AllgatherSync, check_identical_params
+from drlmpi.topologies.data_parallel.exchanges import AllgatherExchange, check_identical_params
 
 
 class FakeComm:
@@ -52,5 +52,5 @@ def test_allgather_sync_averages_in_rank_order():
     group.max_grad_norm = None
     captured = {}
     group.apply_gradients = lambda: captured.setdefault("g", group.flat.grads.clone())
-    AllgatherSync(comm)("q", group)
+    AllgatherExchange(comm)("q", group)
     assert np.all(captured["g"].numpy() == np.float32(0.0))

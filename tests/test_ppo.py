@@ -16,6 +16,7 @@ from drlmpi.roles.actor import Actor
 from drlmpi.roles.evaluate import evaluate
 from drlmpi.roles.learner import Learner
 from tests.conftest import CONF
+from tests.exchanges import Recording
 
 
 def ppo_cfg(**overrides):
@@ -117,20 +118,15 @@ def test_rollout_accounting(cartpole):
     assert due == 3 * (120 // 32) and algo.ready_to_update()
     algo.observe(rows[:10])  # arrives while the rollout waits: starts the next one
     assert algo.updates_due(10) == 0 and algo.pending_rows == 10
-    calls = []
-
-    def sync(name, group):
-        calls.append(name)
-        group.apply_gradients()
-
+    exchange = Recording()
     rollout = algo.store.current
     for _ in range(due):
-        metrics = algo.update(sync)
+        metrics = algo.update(exchange)
         assert set(metrics) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"}
     assert len(rollout.schedule) == due
     seen = np.bincount(np.concatenate(rollout.schedule), minlength=120)
     assert (seen == 3).all()  # every row once per epoch
-    assert calls == ["policy"] * due and algo.updates == due
+    assert exchange.calls == ["policy"] * due and algo.updates == due
     assert algo.store.current is None and not algo.ready_to_update()  # cleared after the last minibatch
     with pytest.raises(RuntimeError):
         algo.update()

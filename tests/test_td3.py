@@ -15,6 +15,7 @@ from drlmpi.envs.make import make_env, probe_spec
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.evaluate import evaluate
 from drlmpi.roles.learner import Learner
+from tests.exchanges import Recording
 
 
 def td3_cfg(**overrides):
@@ -99,18 +100,13 @@ def test_actor_and_targets_update_only_every_policy_delay(pendulum):
     assert not algo.ready_to_update()
     algo.observe(random_rows(algo, 200))
     assert algo.ready_to_update()
-    calls: list[str] = []
-
-    def sync(name, group):
-        calls.append(name)
-        group.apply_gradients()
-
+    exchange = Recording()
     actor_changed, target_changed, critic_changed = [], [], []
     for _ in range(7):
         actor_before = algo.actor.net[0].weight.detach().clone()
         target_before = algo.actor_target.net[0].weight.detach().clone()
         critic_before = algo.groups["critic"].flat.params.clone()
-        algo.update(sync)
+        algo.update(exchange)
         actor_changed.append(not torch.equal(actor_before, algo.actor.net[0].weight))
         target_changed.append(not torch.equal(target_before, algo.actor_target.net[0].weight))
         critic_changed.append(not torch.equal(critic_before, algo.groups["critic"].flat.params))
@@ -118,9 +114,10 @@ def test_actor_and_targets_update_only_every_policy_delay(pendulum):
     assert actor_changed == [False, False, True, False, False, True, False]
     assert target_changed == actor_changed
     assert all(critic_changed)
-    assert calls == ["critic", "critic", "critic", "actor", "critic", "critic", "critic", "actor", "critic"]
+    assert exchange.calls == ["critic", "critic", "critic", "actor", "critic", "critic", "critic", "actor",
+                              "critic"]
     # A parameter server follows sync_schedule to join the same collectives without gradients.
-    assert [n for i in range(7) for n in algo.sync_schedule(i)] == calls
+    assert [n for i in range(7) for n in algo.sync_schedule(i)] == exchange.calls
 
 
 def test_actor_step_leaves_critic_gradients_alone(pendulum):
@@ -128,11 +125,10 @@ def test_actor_step_leaves_critic_gradients_alone(pendulum):
     algo.observe(random_rows(algo, 100))
     critic_grads: dict[str, torch.Tensor] = {}
 
-    def sync(name, group):
+    def hook(name, group):
         critic_grads[name] = algo.groups["critic"].flat.grads.clone()
-        group.apply_gradients()
 
-    algo.update(sync)
+    algo.update(Recording(hook))
     assert critic_grads["critic"].abs().sum() > 0
     assert torch.equal(critic_grads["critic"], critic_grads["actor"])
 

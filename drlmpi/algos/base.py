@@ -2,25 +2,25 @@
 
 An algorithm owns its networks, its optimizers and its experience store (a replay buffer or a
 rollout buffer). It never imports MPI: where a topology needs gradients reduced across ranks it
-passes a :data:`GradSync` into :meth:`Algorithm.update`, and the algorithm calls it between
-``backward`` and the optimizer step of each network it trains.
+hands the learner a :class:`~drlmpi.algos.exchange.GradientExchange`, and every update calls it
+between ``backward`` and the optimizer step of each network it trains.
 
 The contract, as used by :mod:`drlmpi.roles` and the topologies::
 
     algo = DQN(spec, cfg, device="cpu", seed=0, learner=True)
     actions, extras = algo.act(obs, env_steps, explore=True)   # simulator side
     algo.observe(rows)                      # learner side: packed experience rows arrive
-    for _ in range(algo.updates_due(len(rows))):
-        metrics = algo.update(sync)         # one gradient update, gradients reduced by ``sync``
+    metrics = algo.run_updates(algo.updates_due(len(rows)), exchange)   # the one update path
     flat = algo.policy.flat.params_numpy()  # what simulators need to act (one flat buffer)
 
-On a device (``device=cuda[:N]``) the learner's storage, networks and optimizer state live on
-the device, and with ``algo.capture`` (``auto``: CUDA graphs on CUDA, eager on the CPU) an
-update whose gradients stay local (:func:`local_sync`) is replayed from a captured graph:
-sampling, forward, loss, backward, clipping, optimizer step and the target update, with no host
-synchronisation. An update whose ``sync`` reduces gradients across ranks through a host exchange
-is replayed as graph segments with the exchange between them (a collective cannot be inside a
-graph); any other sync runs eagerly. All paths share the same tensors and optimizer state.
+An update is: sample (:meth:`Algorithm.next_batch`), learn (loss, backward, the exchange, the
+optimizer step: :meth:`Algorithm.learn`), then the target networks
+(:meth:`Algorithm.after_update_device`), checked against the algorithm's ``sync_schedule``;
+running it eagerly or replaying it from a captured CUDA graph is a detail of
+:meth:`Algorithm.run_updates`. On a device (``device=cuda[:N]``) the learner's storage,
+networks and optimizer state live on the device, and with ``algo.capture`` (``auto``: CUDA
+graphs on CUDA, eager on the CPU) a DQN or TD3 update is replayed from a captured graph with no
+host synchronisation; an exchange that crosses ranks runs on the host between graph segments.
 Metrics come back as :class:`~drlmpi.device.metrics.Metrics`: one device tensor, floats when read.
 """
 
@@ -33,31 +33,19 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from drlmpi.algos.exchange import LOCAL, CheckedExchange, GradientExchange
 from drlmpi.algos.params import ParamGroup
-from drlmpi.algos.sync import CheckedSync, GradSync, local_sync
+from drlmpi.algos.training_state import TrainingState
 from drlmpi.config.errors import ConfigError
 from drlmpi.data.layout import ExperienceLayout
-from drlmpi.device.capture import resolve_capture
+from drlmpi.device.capture import CapturedUpdate, resolve_capture
 from drlmpi.device.memory import host_available_bytes
+from drlmpi.device.metrics import Metrics
 from drlmpi.device.staging import synchronize
 from drlmpi.envs.spec import EnvSpec
 
 
-def _cpu(obj: Any) -> Any:
-    """``obj`` with every tensor in it copied to the CPU (dicts and lists walked)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone()
-    if isinstance(obj, dict):
-        return {k: _cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_cpu(v) for v in obj)
-    return obj
-"""Called as ``sync(name, group)`` after ``backward``; it must leave ``group``'s parameters
-updated. The local version just calls ``group.apply_gradients()``; distributed versions reduce
-``group.flat.grads`` across ranks first (or apply on a server and broadcast parameters)."""
-
-
-class Algorithm(ABC):
+class Algorithm(TrainingState, ABC):
     """Base class of DQN, TD3 and PPO (see the module docstring for the contract).
 
     Subclasses set :attr:`groups` (every trained network, by name) and :attr:`policy` (the one
@@ -74,10 +62,14 @@ class Algorithm(ABC):
 
     #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
     storage_option: ClassVar[str] = "buffer_size"
-    #: updates :meth:`run_updates` may run as one unit (:class:`OffPolicyAlgorithm` replays a
-    #: captured graph of ``algo.updates_per_graph`` updates); callers that split a batch of
-    #: updates split it into multiples of this.
+    #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured
+    #: graph of that many updates); callers that split a batch of updates split it into
+    #: multiples of this.
     updates_per_graph: int = 1
+    #: whether :meth:`next_batch` and :meth:`learn` may be captured (device work only)
+    capturable: ClassVar[bool] = False
+    #: names of the values :meth:`learn` returns, in order
+    metric_names: tuple[str, ...] = ()
 
     groups: dict[str, ParamGroup]
     policy: ParamGroup
@@ -100,6 +92,10 @@ class Algorithm(ABC):
         #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved;
         #: the schema refuses any other value of ``algo.capture``).
         self.capture = resolve_capture(str(cfg.get("capture", "auto")), self.device) if learner else "off"
+        #: the number of updates done, as a device integer that :meth:`after_update_device`
+        #: reads (a captured block advances it itself; each block starts from :attr:`updates`).
+        self.update_number = torch.zeros((), dtype=torch.int64, device=self.device)
+        self._captures: dict[tuple, CapturedUpdate] = {}
 
     def set_progress(self, fraction: float) -> None:
         """The share of the run's budget used so far (0 to 1), given before each batch of
@@ -217,74 +213,139 @@ class Algorithm(ABC):
 
     @abstractmethod
     def updates_due(self, new_steps: int) -> int:
-        """How many :meth:`update` calls the ``new_steps`` just observed entitle (UTD ratio)."""
-
-    @abstractmethod
-    def update(self, sync: GradSync = local_sync) -> dict[str, float]:
-        """One gradient update from stored experience; returns scalar metrics."""
+        """How many updates the ``new_steps`` just observed entitle (UTD ratio)."""
 
     def ready_to_update(self) -> bool:
-        """Whether :meth:`update` can run now regardless of new data (a free-running learner
-        asks this)."""
+        """Whether an update can run now regardless of new data (a free-running learner asks
+        this)."""
         return False
 
+    def next_batch(self) -> Mapping[str, torch.Tensor]:
+        """The minibatch of the next update (sampled from the replay, or the rollout's next
+        minibatch). With :attr:`capturable`, device work only into the same tensors each call."""
+        raise NotImplementedError(f"algo={self.config_name(self.cfg)} does not learn")
+
+    def learn(self, batch: Mapping[str, torch.Tensor], exchange: GradientExchange,
+              synced: tuple[str, ...]) -> torch.Tensor:
+        """Losses on ``batch``, backward and ``exchange(name, group)`` for each name in ``synced``
+        (in order); returns the metrics as one 1-D tensor (:attr:`metric_names`). With
+        :attr:`capturable` it must not touch Python counters or read device values on the host."""
+        raise NotImplementedError(f"algo={self.config_name(self.cfg)} does not learn")
+
+    def after_update_device(self, synced: tuple[str, ...]) -> None:
+        """Device work at the end of every update that stepped the groups ``synced``, local or
+        remote: target networks follow their online networks here (DQN's copy or Polyak step,
+        TD3's delayed Polyak step), deciding by :attr:`update_number` (already counting this
+        update) rather than by a host branch, so that it can be captured."""
+
     def sync_schedule(self, update_index: int) -> tuple[str, ...]:
-        """Names of the groups :meth:`update` number ``update_index`` (0-based) will pass to
-        ``sync``, in order. A parameter server that computes no gradients itself follows this
+        """Names of the groups update number ``update_index`` (0-based) will pass to its
+        exchange, in order. A parameter server that computes no gradients itself follows this
         schedule to take part in the same collectives; override it when an update does not
         step every group (TD3's delayed actor)."""
         return tuple(self.groups)
 
-    def after_update(self, synced: tuple[str, ...]) -> None:
-        """Hook run at the end of every update, local or remote, with the names of the groups
-        it stepped: target networks follow their online networks here (DQN's copy or Polyak
-        step, TD3's delayed Polyak step). ``updates`` already counts this update."""
+    def run_updates(self, n: int, exchange: GradientExchange = LOCAL) -> Mapping[str, float]:
+        """``n`` updates, gradients reaching the optimizers through ``exchange``; returns the last
+        one's metrics. The one update path: every update of every topology runs here.
 
-    def checked_update(self, sync: GradSync = local_sync) -> dict[str, float]:
-        """:meth:`update`, verifying that it syncs exactly the groups :meth:`sync_schedule`
-        promised, in order.
+        An update is: :meth:`next_batch`, :meth:`learn` (loss, backward, ``exchange`` of each
+        network its :meth:`sync_schedule` names, the optimizer step), then
+        :meth:`after_update_device`. A parameter server's exchange brings gradients computed
+        elsewhere (:attr:`~GradientExchange.computes_gradients` false): its updates exchange the
+        scheduled networks and follow with the target networks. Updates run in blocks of
+        ``algo.updates_per_graph`` (one with an exchange that crosses ranks), each block eagerly
+        or, with :attr:`capturable` and ``algo.capture`` on, replayed from a captured graph
+        (:class:`~drlmpi.device.capture.CapturedUpdate`; cut into segments around an exchange
+        that crosses ranks). Eager and captured updates share the same tensors and state.
 
-        Ranks that reduce gradients together (allgather, a parameter server and its workers)
-        must enter the same collectives in the same order; the server even follows the
-        schedule without computing anything. An update that skipped or added a sync (an
-        early stop on KL, say) would leave some rank waiting forever, so the mismatch raises
-        :class:`SyncScheduleError` *before* the unexpected collective, or as soon as the update
-        returns with one missing, and the job is aborted with that message instead of hanging.
-        The single-process :func:`local_sync` is not checked (there is nobody to wait for).
+        Every update is checked against :meth:`sync_schedule` (:class:`CheckedExchange`):
+        ranks that reduce gradients together (allgather, a parameter server and its workers)
+        must enter the same collectives in the same order, so an update that skips or adds a
+        sync (an early stop on KL, say) raises :class:`SyncScheduleError` *before* the
+        unexpected collective, or as soon as it returns with one missing, and the job is ended
+        with that message instead of hanging. The check runs wherever an update's Python runs:
+        eager updates and a captured block's warm-up calls; a replay repeats that checked
+        sequence (one capture per sequence of schedules).
         """
-        if sync is local_sync:
-            return self.update(sync)
-        checked = CheckedSync(sync, self.updates, tuple(self.sync_schedule(self.updates)),
-                              self._schedule_mismatch)
-        metrics = self.update(checked)
-        checked.finish()
+        metrics: Mapping[str, float] = {}
+        block = self.updates_per_graph if not exchange.crosses_ranks else 1
+        while n > 0:
+            k = block if n >= block else 1
+            metrics = self._update_block(k, exchange)
+            n -= k
         return metrics
 
-    def run_updates(self, n: int, sync: GradSync = local_sync) -> Mapping[str, float]:
-        """``n`` updates (each :meth:`checked_update`); returns the last one's metrics. The
-        learner calls this with every batch of due updates, so an algorithm may run several
-        of them at once (:class:`OffPolicyAlgorithm`: several updates per captured graph)."""
-        metrics: Mapping[str, float] = {}
-        for _ in range(n):
-            metrics = self.checked_update(sync)
-        return metrics
+    def update(self, exchange: GradientExchange = LOCAL) -> Mapping[str, float]:
+        """One update (:meth:`run_updates` of 1)."""
+        return self._update_block(1, exchange)
+
+    def update_on(self, batch: Mapping[str, torch.Tensor],
+                  exchange: GradientExchange = LOCAL) -> Mapping[str, float]:
+        """One update on a given minibatch (eager, checked, as any other)."""
+        return self._update_block(1, exchange, batch)
+
+    def _update_block(self, k: int, exchange: GradientExchange,
+                      batch: Mapping[str, torch.Tensor] | None = None) -> Mapping[str, float]:
+        first = self.updates
+        schedules = tuple(tuple(self.sync_schedule(first + j)) for j in range(k))
+        checked = CheckedExchange(exchange, first, schedules, self._schedule_mismatch)
+        self.update_number.fill_(first)
+        runner = None
+        if batch is None and self.capturable and self.capture != "off" and exchange.computes_gradients:
+            runner = self._runner(schedules, exchange)
+        if runner is None:
+            values = self._updates(schedules, checked, batch)
+        elif runner.runs_eagerly(exchange):
+            values = runner(checked)
+        else:
+            values = runner(exchange)  # a capture or replay of the sequence the warm-up checked
+            checked = None
+        if checked is not None:
+            checked.finish()
+        self.updates += k
+        return Metrics(self.metric_names, values) if values is not None else {}
+
+    def _updates(self, schedules: tuple[tuple[str, ...], ...], exchange: GradientExchange,
+                 batch: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor | None:
+        """The body of a block: one update per schedule (captured as it is)."""
+        values = None
+        for synced in schedules:
+            if exchange.computes_gradients:
+                values = self.learn(self.next_batch() if batch is None else batch, exchange, synced)
+            else:
+                for name in synced:
+                    exchange(name, self.groups[name])
+            exchange.end_update()
+            self.update_number.add_(1)
+            self.after_update_device(synced)
+        return values
+
+    def _runner(self, schedules: tuple[tuple[str, ...], ...], exchange: GradientExchange) -> CapturedUpdate:
+        key = (schedules, exchange.crosses_ranks, exchange.steps_locally)
+        runner = self._captures.get(key)
+        if runner is None:
+            def body(exchange: GradientExchange) -> torch.Tensor:
+                return self._updates(schedules, exchange)
+
+            label = f"{self.config_name(self.cfg)} {' '.join('+'.join(s) for s in schedules)}"
+            self.prepare_capture()
+            runner = self._captures[key] = CapturedUpdate(body, self.capture, self.device, label,
+                                                          generators=self.capture_generators())
+        return runner
+
+    def prepare_capture(self) -> None:
+        """Host work due before the first capture (seeding a sampler)."""
+
+    def capture_generators(self) -> tuple[torch.Generator, ...]:
+        """Device generators a captured update draws from besides the default one."""
+        return ()
 
     def _schedule_mismatch(self, index: int, expected: tuple[str, ...], seen: tuple[str, ...]) -> str:
         return (f"algo={self.config_name(self.cfg)} update {index} synced {list(seen)} but "
                 f"sync_schedule({index}) promised {list(expected)}: ranks averaging gradients would "
                 f"wait for each other forever. Make sync_schedule() return exactly the networks "
                 f"update() syncs, in order")
-
-    def remote_update(self, sync: GradSync) -> dict[str, float]:
-        """One update whose gradients come from other ranks (a parameter server): ``sync``
-        each group the schedule names (it brings the gradients in and steps), then the
-        after-update hooks, exactly as a local :meth:`update` would."""
-        names = tuple(self.sync_schedule(self.updates))
-        for name in names:
-            sync(name, self.groups[name])
-        self.updates += 1
-        self.after_update(names)
-        return {}
 
     @property
     def queues_updates(self) -> bool:
@@ -295,58 +356,3 @@ class Algorithm(ABC):
         """Wait for the updates queued on the learner's device (no-op on the CPU): a caller
         timing updates calls this once after a batch of them, never per update."""
         synchronize(self.device)
-
-    # -- persistence -------------------------------------------------------------------------
-    def training_state(self, with_storage: bool = True) -> dict[str, Any]:
-        """Everything a learner needs to continue exactly where it is: networks and target
-        networks, optimizer states, the update counter, the random states (numpy, torch CPU, the
-        device's) and, ``with_storage``, the replay or rollout contents. Tensors (on the CPU),
-        numbers, strings, lists and dicts only: it loads with ``torch.load(weights_only=True)``."""
-        rng: dict[str, Any] = {"numpy": self.rng.bit_generator.state, "torch": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
-        return {
-            "networks": self.state_dict(),
-            "optimizers": {name: _cpu(group.optimizer.state_dict())
-                           for name, group in self.groups.items() if group.optimizer is not None},
-            "updates": self.updates,
-            "rng": rng,
-            "storage": self.storage_state() if with_storage else None,
-        }
-
-    def load_training_state(self, state: Mapping[str, Any]) -> None:
-        """Inverse of :meth:`training_state` (a run saved without storage starts it empty)."""
-        self.load_state_dict(state["networks"])
-        for name, opt_state in state["optimizers"].items():
-            self.groups[name].optimizer.load_state_dict(opt_state)
-        self.updates = int(state["updates"])
-        self.rng.bit_generator.state = state["rng"]["numpy"]
-        torch.set_rng_state(state["rng"]["torch"])
-        if self.device.type == "cuda" and "cuda" in state["rng"]:
-            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
-        if state.get("storage") is not None:
-            self.load_storage_state(state["storage"])
-
-    def storage_state(self) -> dict[str, Any]:
-        """The learner's experience (replay rows, pending and frozen rollouts) and its counters."""
-        return {}
-
-    def load_storage_state(self, state: Mapping[str, Any]) -> None:
-        """Inverse of :meth:`storage_state`."""
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Every network's tensors, flat-keyed ``"<group>.<param>"`` (loads with weights_only)."""
-        out: dict[str, torch.Tensor] = {}
-        for name, group in self.groups.items():
-            for key, value in group.module.state_dict().items():
-                out[f"{name}.{key}"] = value.detach().cpu().clone()
-        return out
-
-    def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
-        """Inverse of :meth:`state_dict` (copies in place, keeping the flat-buffer views)."""
-        for name, group in self.groups.items():
-            prefix = f"{name}."
-            sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-            with torch.no_grad():
-                for key, tensor in group.module.state_dict().items():
-                    tensor.copy_(sub[key])

@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from drlmpi.algos.encoders import network, resolve_encoder
+from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target
-from drlmpi.algos.sync import GradSync
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.spec import EnvSpec
 
@@ -89,9 +89,9 @@ class DQN(OffPolicyAlgorithm):
                 actions[random_mask] = self.rng.integers(0, self.spec.n_actions, random_mask.sum())
         return actions.astype(np.float32)[:, None], None
 
-    def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
+    def learn(self, batch: Mapping[str, torch.Tensor], exchange: GradientExchange,
               synced: tuple[str, ...] = ("q",)) -> torch.Tensor:
-        """Double-DQN Huber loss on ``batch``, backward, ``sync("q")``; returns
+        """Double-DQN Huber loss on ``batch``, backward, ``exchange("q")``; returns
         ``[loss, mean Q(s, a)]`` (and the gradient norm, when clipping) as one tensor."""
         actions = batch["action"].long()
         q_taken = self.q(batch["obs"]).gather(1, actions).squeeze(1)
@@ -105,7 +105,7 @@ class DQN(OffPolicyAlgorithm):
             target = batch["reward"] + self.gamma * (1.0 - batch["terminated"]) * next_q
         loss = F.smooth_l1_loss(q_taken, target)
         self.policy.backward(loss)
-        sync("q", self.policy)
+        exchange("q", self.policy)
         return torch.stack((loss.detach(), q_taken.detach().mean(), *self._norms.values()))
 
     @torch.no_grad()

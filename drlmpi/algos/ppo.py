@@ -74,11 +74,10 @@ from drlmpi.algos.advantages import (
 )
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.encoders import resolve_encoder
+from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.params import ParamGroup
 from drlmpi.algos.rollouts import Rollout, RolloutStore
-from drlmpi.algos.sync import GradSync, local_sync
 from drlmpi.config.errors import ConfigError
-from drlmpi.device.metrics import Metrics
 from drlmpi.envs.spec import EnvSpec
 
 #: rows per forward pass when a rollout's values are computed (images: bounded activations)
@@ -313,10 +312,12 @@ class PPO(Algorithm):
         return cat(values), (cat(log_probs) if want_log_prob else None)
 
     # -- learning -----------------------------------------------------------------------------
-    def update(self, sync: GradSync = local_sync) -> Mapping[str, float]:
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """The current rollout's next minibatch (its values and advantages computed at its first
+        minibatch)."""
         rollout = self.store.current
         if rollout is None:
-            raise RuntimeError("PPO.update called with no complete rollout (see updates_due)")
+            raise RuntimeError("PPO update called with no complete rollout (see updates_due)")
         if rollout.table is None:
             self._start(rollout)
         rows = rollout.table.index_select(0, rollout.schedule[rollout.position])
@@ -324,10 +325,10 @@ class PPO(Algorithm):
         for name, cols in rollout.views.items():
             batch[name] = rows[:, cols] if name == "obs" or name == "action" else rows[:, cols.start]
         self.store.advance()
-        return self.update_on(batch, sync)
+        return batch
 
-    def update_on(self, batch: Mapping[str, torch.Tensor],
-                  sync: GradSync = local_sync) -> Mapping[str, float]:
+    def learn(self, batch: Mapping[str, torch.Tensor], exchange: GradientExchange,
+              synced: tuple[str, ...] = ("policy",)) -> torch.Tensor:
         """One gradient step on a minibatch with ``obs``, ``action``, ``log_prob`` (the
         behaviour's, or with V-trace the proximal policy's), ``advantage``, ``return``, ``value``
         (the rollout's ``V(obs)``) and, with V-trace, ``weight`` (``min(rho_clip, pi_prox/mu)``)."""
@@ -350,8 +351,7 @@ class PPO(Algorithm):
         entropy_mean = entropy.mean()
         loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
         self.policy.backward(loss)
-        sync("policy", self.policy)
-        self.updates += 1
+        exchange("policy", self.policy)
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator, >= 0
             clip_fraction = ((ratio - 1.0).abs() > self.clip_range).float().mean()
@@ -360,4 +360,4 @@ class PPO(Algorithm):
                 extra = (ratio.new_ones(()) if weight is None else weight.mean(),)
             values_out = torch.stack((policy_loss.detach(), value_loss.detach(), entropy_mean.detach(),
                                       approx_kl, clip_fraction, *extra, *self._norms.values()))
-        return Metrics(self.metric_names, values_out)
+        return values_out

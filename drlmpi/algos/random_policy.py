@@ -17,7 +17,6 @@ from torch import nn
 
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.params import ParamGroup
-from drlmpi.algos.sync import GradSync, local_sync
 from drlmpi.envs.spec import EnvSpec
 
 
@@ -49,5 +48,5 @@ class RandomPolicy(Algorithm):
     def updates_due(self, new_steps: int) -> int:
         return 0
 
-    def update(self, sync: GradSync = local_sync) -> dict[str, float]:
+    def next_batch(self) -> dict:
         raise RuntimeError("algo=random never learns: no update is ever due")

@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target, mlp
-from drlmpi.algos.sync import GradSync
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.spec import EnvSpec
 
@@ -174,7 +174,7 @@ class TD3(OffPolicyAlgorithm):
         q1, q2 = self.critic_target(next_obs, next_action)
         return reward + self.gamma * (1.0 - terminated) * torch.minimum(q1, q2)
 
-    def learn(self, batch: Mapping[str, torch.Tensor], sync: GradSync,
+    def learn(self, batch: Mapping[str, torch.Tensor], exchange: GradientExchange,
               synced: tuple[str, ...]) -> torch.Tensor:
         """A critic step on ``batch``, plus an actor step when ``synced`` names the actor
         (every ``policy_delay``-th update); returns ``[critic_loss, actor_loss, mean Q1]``
@@ -184,7 +184,7 @@ class TD3(OffPolicyAlgorithm):
         q1, q2 = self.critic(batch["obs"], batch["action"])
         critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
         critic_group.backward(critic_loss)
-        sync("critic", critic_group)
+        exchange("critic", critic_group)
         if "actor" in synced:
             self.critic.requires_grad_(False)  # the actor loss must not write critic gradients
             try:
@@ -192,7 +192,7 @@ class TD3(OffPolicyAlgorithm):
                 self.policy.backward(actor_loss)
             finally:
                 self.critic.requires_grad_(True)
-            sync("actor", self.policy)
+            exchange("actor", self.policy)
             self._last_actor_loss.copy_(actor_loss.detach())
         return torch.stack((critic_loss.detach(), self._last_actor_loss, q1.detach().mean(),
                             *self._norms.values()))

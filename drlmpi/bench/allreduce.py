@@ -6,9 +6,9 @@ Every rank builds the algorithm's learner networks (its defaults, e.g. DQN's 256
 on its device (``cuda``: GPU local rank mod GPUs) and times drlmpi's own gradient exchanges on
 their flat gradient buffers, in ONE invocation:
 
-* ``mpi``: :class:`~drlmpi.topologies.data_parallel.syncs.AllreduceSync` - device-to-host copy,
+* ``mpi``: :class:`~drlmpi.topologies.data_parallel.exchanges.AllreduceExchange` - device-to-host copy,
   ``Allreduce`` of host memory, host-to-device copy;
-* ``nccl`` (CUDA) or ``gloo`` (CPU): :class:`~drlmpi.topologies.data_parallel.backend.DistSync` - one
+* ``nccl`` (CUDA) or ``gloo`` (CPU): :class:`~drlmpi.topologies.data_parallel.backend.DistExchange` - one
   ``torch.distributed`` all-reduce where the gradients live.
 
 Each exchange is followed by a device synchronisation, so the time is the whole latency an
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     from drlmpi.config.schema import group_config
     from drlmpi.device.staging import synchronize
     from drlmpi.mpi.timed import TimedComm
-    from drlmpi.topologies.data_parallel.backend import DistGroup, DistSync, learner_device, place
-    from drlmpi.topologies.data_parallel.syncs import AllreduceSync
+    from drlmpi.topologies.data_parallel.backend import DistExchange, DistGroup, learner_device, place
+    from drlmpi.topologies.data_parallel.exchanges import AllreduceExchange
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algo", default="dqn", choices=("dqn", "td3", "ppo"))
@@ -54,12 +54,12 @@ def main(argv: list[str] | None = None) -> None:
         group.flat.grads.normal_()
     backend = "nccl" if device.startswith("cuda") else "gloo"
     dist_group = DistGroup(comm, backend, algo.device, placement)
-    syncs = {"mpi": AllreduceSync(comm), backend: DistSync(comm, dist_group)}
+    exchanges = {"mpi": AllreduceExchange(comm), backend: DistExchange(dist_group)}
     results: dict[str, float] = {}
-    for name, sync in syncs.items():
+    for name, exchange in exchanges.items():
         for _ in range(20):  # warm-up (NCCL builds its rings on the first calls)
             for gname, group in groups:
-                sync.exchange(gname, group)
+                exchange.exchange(gname, group)
         synchronize(algo.device)
         blocks = []
         for _ in range(args.repeats):
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.perf_counter()
             for _ in range(args.iters):
                 for gname, group in groups:
-                    sync.exchange(gname, group)
+                    exchange.exchange(gname, group)
                 synchronize(algo.device)
             blocks.append((time.perf_counter() - t0) / args.iters)
         results[name] = statistics.median(blocks) * 1e6

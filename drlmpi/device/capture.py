@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import torch
 
@@ -34,13 +35,38 @@ class CaptureError(RuntimeError):
     """Raised inside :class:`CapturedUpdate` when a body cannot be captured (then eager)."""
 
 
-def exchange_of(sync: object) -> Callable[[str, object], None] | None:
-    """The host part of a gradient sync that can be cut out of a captured update: a sync
-    with an ``exchange(name, group)`` method and a ``steps_locally`` flag (see
-    :class:`~drlmpi.topologies.data_parallel.syncs.ExchangeSync`); ``None`` for any other sync."""
-    if getattr(sync, "steps_locally", None) is None:
-        return None
-    return getattr(sync, "exchange", None)
+class Exchange(Protocol):
+    """What a captured body is handed between each network's backward and its step (drlmpi's
+    :class:`~drlmpi.algos.exchange.GradientExchange`): calling it exchanges and steps;
+    :meth:`exchange` is the part that crosses ranks, run on the host between captured segments
+    when :attr:`crosses_ranks`."""
+
+    steps_locally: bool
+    crosses_ranks: bool
+
+    def exchange(self, name: str, group: Any) -> None: ...
+
+    def end_update(self) -> None: ...
+
+    def __call__(self, name: str, group: Any) -> None: ...
+
+
+class _Cut:
+    """Handed to the body while its segments are captured: each call ends a segment, records the
+    exchange to run there, and starts the next segment (with the local step, if any)."""
+
+    def __init__(self, runner: CapturedUpdate, steps_locally: bool) -> None:
+        self.runner, self.steps_locally = runner, steps_locally
+        self.crosses_ranks = True
+
+    def exchange(self, name: str, group: Any) -> None:
+        raise CaptureError("a captured body calls its exchange, never exchange() itself")
+
+    def end_update(self) -> None:
+        """Nothing to check while capturing."""
+
+    def __call__(self, name: str, group: Any) -> None:
+        self.runner._cut(name, group, self.steps_locally)
 
 
 class CapturedUpdate:
@@ -52,14 +78,15 @@ class CapturedUpdate:
     of metrics. Every call ``runner(sync)`` runs the body's updates exactly once:
 
     * calls ``1..warmup``: ``body(sync)`` eagerly (on a side stream for ``graph``, as capture
-      needs: it also lets the optimizer allocate its state);
+      needs: it also lets the optimizer allocate its state); :meth:`runs_eagerly` says
+      beforehand whether the next call runs the body's Python;
     * call ``warmup + 1``: capture, then replay;
     * later calls: replay.
 
-    **Gradient collectives.** A local sync (one that steps the group itself) is captured with
-    the rest. A sync with a host part (:func:`exchange_of`: MPI ``Allreduce`` of the gradients,
-    a parameter server's round trip) cannot be inside a graph, so the body is captured as
-    *segments* cut at each ``sync`` call: segment 1 runs up to the first network's backward;
+    **Gradient collectives.** A local exchange is captured with the rest. An exchange that
+    :attr:`~Exchange.crosses_ranks` (MPI ``Allreduce`` of the gradients, a parameter server's
+    round trip, a NCCL all-reduce) cannot be inside a graph, so the body is captured as
+    *segments* cut at each exchange call: segment 1 runs up to the first network's backward;
     the exchange runs on the host; segment 2 starts with that network's optimizer step (if the
     sync ``steps_locally``) and runs to the next sync, and so on. Capturing executes nothing, so
     every segment is captured before the first replay, and a capture that fails has exchanged
@@ -81,7 +108,7 @@ class CapturedUpdate:
         warmup: eager calls before capturing.
     """
 
-    def __init__(self, body: Callable[[Callable], torch.Tensor], mode: str, device: torch.device,
+    def __init__(self, body: Callable[[Exchange], torch.Tensor], mode: str, device: torch.device,
                  name: str, generators: Sequence[torch.Generator] = (), warmup: int = 3) -> None:
         self.body = body
         self.mode = mode
@@ -97,19 +124,28 @@ class CapturedUpdate:
         self.compiled: Callable[[], torch.Tensor] | None = None
         self.static_out: torch.Tensor | None = None
         self.failure: str | None = None
+        self._capturing = False
 
     @property
     def captured(self) -> bool:
         """Whether later calls replay a capture (rather than run the body eagerly)."""
         return bool(self.graphs) or self.compiled is not None
 
-    def __call__(self, sync: Callable) -> torch.Tensor:
+    def runs_eagerly(self, sync: Exchange) -> bool:
+        """Whether the next call with ``sync`` runs the body eagerly (its Python runs, checks in
+        it included) rather than capturing or replaying."""
+        return self._eager_only(sync) or (not self.captured and self.calls < self.warmup)
+
+    def _eager_only(self, sync: Exchange) -> bool:
+        return (self.mode == "off" or self.failure is not None
+                or (sync.crosses_ranks and self.mode == "compile"))
+
+    def __call__(self, sync: Exchange) -> torch.Tensor:
         self.calls += 1
-        exchange = exchange_of(sync)
-        if self.mode == "off" or self.failure is not None or (exchange and self.mode == "compile"):
+        if self._eager_only(sync):
             return self.body(sync)
         if self.graphs:
-            return self._replay(exchange)
+            return self._replay(sync)
         if self.compiled is not None:
             return self._run_compiled(sync)
         if self.calls <= self.warmup:
@@ -117,7 +153,7 @@ class CapturedUpdate:
         try:
             if self.mode == "graph":
                 self._capture_graphs(sync)
-                return self._replay(exchange)
+                return self._replay(sync)
             if self.mode == "compile":
                 self.compiled = torch.compile(lambda: self.body(sync), mode="reduce-overhead",
                                               dynamic=False)
@@ -126,14 +162,14 @@ class CapturedUpdate:
         except Exception as exc:  # noqa: BLE001 (any failure: fall back, never crash)
             return self._fall_back(exc, sync)
 
-    def _replay(self, exchange: Callable | None) -> torch.Tensor:
+    def _replay(self, sync: Exchange) -> torch.Tensor:
         for index, graph in enumerate(self.graphs):
             if index:
-                exchange(*self.cuts[index - 1])
+                sync.exchange(*self.cuts[index - 1])
             graph.replay()
         return self.static_out.clone()
 
-    def _warm(self, sync: Callable) -> torch.Tensor:
+    def _warm(self, sync: Exchange) -> torch.Tensor:
         if self.device.type != "cuda" or self.mode != "graph":
             return self.body(sync)
         side = torch.cuda.Stream(self.device)
@@ -152,52 +188,51 @@ class CapturedUpdate:
             graph.register_generator_state(gen)
         return graph
 
-    def _capture_graphs(self, sync: Callable) -> None:
+    def _capture_graphs(self, sync: Exchange) -> None:
         """Capture the body as one graph, or as one graph per segment between exchanges."""
         if self.device.type != "cuda":
             raise CaptureError(f"CUDA graphs need a CUDA device, the learner is on {self.device}")
-        steps_locally = bool(getattr(sync, "steps_locally", True))
-        graphs: list[torch.cuda.CUDAGraph] = []
-        cuts: list[tuple[str, object]] = []
+        self._segments: list[torch.cuda.CUDAGraph] = []
+        self._cut_at: list[tuple[str, object]] = []
         torch.cuda.synchronize(self.device)
         entry = torch.cuda.current_stream(self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(entry)
-        capturing = False
-
-        def cut(name: str, group: object) -> None:
-            nonlocal capturing
-            graphs[-1].capture_end()
-            capturing = False
-            cuts.append((name, group))
-            graphs.append(self._new_graph())
-            graphs[-1].capture_begin()
-            capturing = True
-            if steps_locally:
-                group.apply_gradients()
-
         try:
             with torch.cuda.stream(side):
                 try:
-                    graphs.append(self._new_graph())
-                    graphs[-1].capture_begin()
-                    capturing = True
-                    out = self.body(cut if exchange_of(sync) else sync)
-                    graphs[-1].capture_end()
-                    capturing = False
+                    self._begin_segment()
+                    out = self.body(_Cut(self, sync.steps_locally) if sync.crosses_ranks else sync)
+                    self._segments[-1].capture_end()
+                    self._capturing = False
                 except BaseException:
-                    if capturing:  # end the broken capture (on its own stream) so CUDA works on
+                    if self._capturing:  # end the broken capture (on its own stream) so CUDA works on
                         try:
-                            graphs[-1].capture_end()
+                            self._segments[-1].capture_end()
                         except Exception:  # noqa: BLE001 (the capture's own error is raised)
                             pass
+                        self._capturing = False
                     raise
         finally:
             torch.cuda.set_stream(entry)
         entry.wait_stream(side)
-        self.graphs, self.cuts, self.static_out = graphs, cuts, out
+        self.graphs, self.cuts, self.static_out = self._segments, self._cut_at, out
 
-    def _run_compiled(self, sync: Callable) -> torch.Tensor:
+    def _begin_segment(self) -> None:
+        self._segments.append(self._new_graph())
+        self._segments[-1].capture_begin()
+        self._capturing = True
+
+    def _cut(self, name: str, group: Any, steps_locally: bool) -> None:
+        """End the segment being captured at an exchange of ``name`` and begin the next one."""
+        self._segments[-1].capture_end()
+        self._capturing = False
+        self._cut_at.append((name, group))
+        self._begin_segment()
+        if steps_locally:
+            group.apply_gradients()
+
+    def _run_compiled(self, sync: Exchange) -> torch.Tensor:
         try:
             mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None)
             if mark is not None:
@@ -206,7 +241,7 @@ class CapturedUpdate:
         except Exception as exc:  # noqa: BLE001
             return self._fall_back(exc, sync)
 
-    def _fall_back(self, exc: BaseException, sync: Callable) -> torch.Tensor:
+    def _fall_back(self, exc: BaseException, sync: Exchange) -> torch.Tensor:
         self.graphs, self.cuts, self.compiled, self.static_out = [], [], None, None
         first = (str(exc).strip().splitlines() or [""])[0][:160]
         self.failure = f"{type(exc).__name__}: {first}"

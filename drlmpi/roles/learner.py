@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from drlmpi.algos.base import Algorithm
-from drlmpi.algos.sync import GradSync, local_sync
+from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.mpi.watchdog import PROGRESS
 from drlmpi.roles.actor import episode_stats
 from drlmpi.roles.evaluate import evaluate
@@ -50,10 +50,11 @@ class Learner:
     * :meth:`store` + :meth:`count_steps` - data-parallel ranks store their own rows and count
       the job-wide steps the ranks agreed on;
     * :meth:`discard` - count and log experience without learning from it (too stale);
-    * :meth:`train` - run the updates the data entitles (gradients reduced by a ``sync``);
-      :meth:`train_free` - one update regardless (a free-running learner);
-      :meth:`apply_remote_updates` - updates whose gradients were computed on other ranks (a
-      parameter server);
+    * :meth:`train` - run the updates the data entitles; :meth:`train_free` - one update
+      regardless (a free-running learner); :meth:`train_exactly` - as many updates as the
+      ranks it averages with run (a parameter server, whose gradients come from its workers).
+      Every update goes through :meth:`~drlmpi.algos.base.Algorithm.run_updates` with the
+      learner's ``exchange``;
     * :meth:`policy_weights` - the flat policy parameters simulators need (one copy on a GPU).
 
     Args:
@@ -65,13 +66,18 @@ class Learner:
         seed: seeds evaluation episodes (``seed + run.eval_seed_offset + ...``).
         mpi_clock: seconds spent inside MPI so far on this rank: MPI time during updates
             (gradient collectives) is counted as MPI wait, not as learning.
+        exchange: how gradients reach the optimizers (the topology's: gradients averaged with
+            other learners, a parameter server's round trip; :data:`~drlmpi.algos.exchange.LOCAL`
+            for a single learner).
     """
 
     def __init__(self, algo: Algorithm, make_eval_envs: Callable[[], list[gym.Env]],
                  run: Any, reward_threshold: float | None,
                  log: Callable[..., None] | None = None, seed: int = 0,
-                 mpi_clock: Callable[[], float] | None = None) -> None:
+                 mpi_clock: Callable[[], float] | None = None,
+                 exchange: GradientExchange = LOCAL) -> None:
         self.algo = algo
+        self.exchange = exchange
         self._make_eval_envs = make_eval_envs
         self._eval_envs: list[gym.Env] | None = None
         self.max_env_steps = None if run.get("max_env_steps") is None else int(run["max_env_steps"])
@@ -196,39 +202,27 @@ class Learner:
             self.log("episode", return_=episode_return, length=length, rank=source_rank)
 
     # -- learning -----------------------------------------------------------------------------
-    def train(self, sync: GradSync = local_sync, max_updates: int | None = None) -> int:
+    def train(self, max_updates: int | None = None) -> int:
         """Run the updates the stored data entitles (at most ``max_updates``); returns count."""
         n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
-        self._run_updates(lambda k: self.algo.run_updates(k, sync), n)
+        self.train_exactly(n)
         self.pending_updates -= n
         return n
 
-    def train_free(self, sync: GradSync = local_sync) -> None:
+    def train_free(self) -> None:
         """One update regardless of what the data entitles (a free-running learner; the
         algorithm must be :meth:`~drlmpi.algos.base.Algorithm.ready_to_update`)."""
-        self._run_updates(lambda k: self.algo.checked_update(sync))
+        self.train_exactly(1)
 
-    def apply_remote_updates(self, n: int, sync: GradSync) -> None:
-        """``n`` updates whose gradients were computed on other ranks: for each network the
-        update's schedule names, ``sync`` brings the gradients in and steps; then the
-        algorithm's own after-update hooks run (target networks)."""
-        def updates(k: int) -> Mapping[str, float]:
-            metrics: Mapping[str, float] = {}
-            for _ in range(k):
-                metrics = self.algo.remote_update(sync)
-            return metrics
-
-        self._run_updates(updates, n)
-
-    def _run_updates(self, updates: Callable[[int], Mapping[str, float]], n: int = 1) -> None:
-        """Run ``n`` updates (``updates(k)`` runs ``k`` of them) and charge their time, less MPI,
-        to ``learn_s``.
-
-        The batch runs in parts of :data:`UPDATES_PER_PROGRESS` updates (a multiple of
-        ``algo.updates_per_graph``, so the updates run are the same), each of which is progress
-        for the watchdog; gradient collectives inside them are progress of their own."""
+    def train_exactly(self, n: int) -> None:
+        """``n`` updates (a parameter server runs as many as its workers: its exchange brings
+        their gradients in, steps and broadcasts; the algorithm's target networks follow)."""
         if n <= 0:
             return
+        # The batch runs in parts of UPDATES_PER_PROGRESS updates (a multiple of
+        # algo.updates_per_graph, so the updates run are the same), each of which is progress
+        # for the watchdog; gradient collectives inside them are progress of their own. Their
+        # time, less MPI, is charged to learn_s.
         self.algo.set_progress(self.budget_used())
         per_graph = self.algo.updates_per_graph
         part = per_graph * -(-UPDATES_PER_PROGRESS // per_graph)
@@ -236,7 +230,7 @@ class Learner:
         for first in range(0, n, part):
             k = min(part, n - first)
             PROGRESS.begin("learner updates (%d to %d of a batch of %d)", first + 1, first + k, n)
-            self.last_metrics = updates(k)
+            self.last_metrics = self.algo.run_updates(k, self.exchange)
             PROGRESS.done()
         PROGRESS.begin("learner updates (waiting for the device)")
         self.algo.synchronize()  # a device queues updates: count them when they are done

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from drlmpi.algos.base import Algorithm
+from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.make import env_make_kwargs, make_env
 from drlmpi.envs.spec import EnvSpec
@@ -157,13 +158,15 @@ class RunContext:
                 envs = SerialEnvs(made, dtype)
             return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
 
-    def make_learner(self, algo: Algorithm | None = None, log: bool = True) -> Learner:
+    def make_learner(self, algo: Algorithm | None = None, log: bool = True,
+                     exchange: GradientExchange = LOCAL) -> Learner:
         """The learner (with ``metrics.csv``, progress output and, with ``run.tensorboard``,
-        TensorBoard event files in ``tb/`` when ``log``)."""
+        TensorBoard event files in ``tb/`` when ``log``), its gradients reaching its optimizers
+        through ``exchange`` (the topology's: :mod:`drlmpi.topologies.data_parallel.exchanges`)."""
         with PROGRESS.paused("start-up: building the learner"):
-            return self._make_learner(algo, log)
+            return self._make_learner(algo, log, exchange)
 
-    def _make_learner(self, algo: Algorithm | None, log: bool) -> Learner:
+    def _make_learner(self, algo: Algorithm | None, log: bool, exchange: GradientExchange) -> Learner:
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
         run = self.cfg.run
@@ -180,7 +183,7 @@ class RunContext:
         run_log = (RunLog(self.run_dir, float(run.progress_every_s), tb_every, keep_rows=keep)
                    if log else None)
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"),
-                          log=run_log, seed=self.seed, mpi_clock=self.mpi_clock)
+                          log=run_log, seed=self.seed, mpi_clock=self.mpi_clock, exchange=exchange)
         if meta is not None:
             state = load_rank_state(self.run_dir, self.rank, meta)
             if state is None:

@@ -8,7 +8,7 @@ The server computes no gradients: it follows ``algo.sync_schedule`` to take part
 collectives as the workers (for TD3, the actor only every ``policy_delay`` updates) and runs the
 algorithm's after-update hooks, so its target networks (saved in ``policy.pt``) follow too.
 A worker whose update strays from that schedule stops the job with a clear error
-(:meth:`~drlmpi.algos.base.Algorithm.checked_update`) instead of leaving the server waiting.
+(:meth:`~drlmpi.algos.base.Algorithm.run_updates` checks every update) instead of leaving the server waiting.
 
 The workers share the job's batch by ``topology.batch_rule``
 (:mod:`drlmpi.topologies.data_parallel.batch_rule`,
@@ -35,8 +35,8 @@ from drlmpi.topologies.base import (
     sync_amount,
 )
 from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
+from drlmpi.topologies.data_parallel.exchanges import ServerExchange, WorkerExchange, broadcast_all_params
 from drlmpi.topologies.data_parallel.rounds import data_parallel_round
-from drlmpi.topologies.data_parallel.syncs import ParameterServerSync, ServerSync, broadcast_all_params
 
 SERVER = 0
 
@@ -62,8 +62,7 @@ class ParameterServer(DataParallelTopology):
         every, unit = sync_amount(self.cfg)
         rule = self.batch_rule(ctx.cfg, comm.size)
         algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg)
-        learner = ctx.make_learner(algo)
-        sync = ServerSync(comm, workers=comm.size - 1)
+        learner = ctx.make_learner(algo, exchange=ServerExchange(comm, workers=comm.size - 1))
         broadcast_all_params(comm, algo, root=SERVER)
         rounds = 0
         while True:
@@ -78,7 +77,7 @@ class ParameterServer(DataParallelTopology):
             n_updates = 0 if reason == "solved" else int(table[1:, RoundCounts.UPDATES_DUE].min())
             checkpoint = not stop and ctx.checkpoint_due()
             comm.Bcast(control_message(stop, learner, n_updates, checkpoint), root=SERVER, kind="control")
-            learner.apply_remote_updates(n_updates, sync)
+            learner.train_exactly(n_updates)
             if stop:
                 break
             if checkpoint:  # the server and every worker save at the end of this round
@@ -94,9 +93,8 @@ class ParameterServer(DataParallelTopology):
         workers = comm.size - 1
         algo = ctx.make_algo(learner=True, shared_init=True,
                              algo_cfg=self.batch_rule(ctx.cfg, comm.size).algo_cfg)
-        learner = ctx.make_learner(algo, log=False)
+        learner = ctx.make_learner(algo, log=False, exchange=WorkerExchange(comm, SERVER))
         actor = ctx.make_actor(simulator_index=comm.rank - 1)
-        sync = ParameterServerSync(comm, SERVER)
         broadcast_all_params(comm, algo, root=SERVER)
         actor.load_weights(learner.policy_weights())
         control = empty_control()
@@ -104,7 +102,7 @@ class ParameterServer(DataParallelTopology):
             actor.set_global_steps(int(control[Control.ENV_STEPS]), workers)
             data_parallel_round(comm, learner, actor, every, unit, SERVER)
             comm.Bcast(control, root=SERVER, kind="control")
-            learner.train(sync, max_updates=int(control[Control.N_UPDATES]))
+            learner.train(max_updates=int(control[Control.N_UPDATES]))
             if control[Control.STOP]:
                 break
             if control[Control.CHECKPOINT]:

@@ -30,11 +30,11 @@ import numpy as np
 import torch
 
 from drlmpi.algos.base import Algorithm
+from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.params import ParamGroup
 from drlmpi.config.errors import ConfigError
 from drlmpi.mpi.timed import TimedComm
-from drlmpi.topologies.data_parallel.syncs import (
-    ExchangeSync,
+from drlmpi.topologies.data_parallel.exchanges import (
     check_identical_params,
     param_checksums,
     verify_identical,
@@ -183,12 +183,11 @@ class DistGroup:
         return {"backend": self.backend, "calls": {k: list(v) for k, v in self.calls.items()}}
 
 
-class DistSync(ExchangeSync):
+class DistExchange(GradientExchange):
     """Average a network's flat gradients with one backend all-reduce where they live, then step
-    locally (an exchange: a captured update replays its segments around it)."""
+    locally (it crosses ranks: a captured update replays its segments around it)."""
 
-    def __init__(self, comm: TimedComm, group: DistGroup) -> None:
-        super().__init__(comm)
+    def __init__(self, group: DistGroup) -> None:
         self.group = group
 
     def exchange(self, name: str, group: ParamGroup) -> None:
@@ -196,7 +195,7 @@ class DistSync(ExchangeSync):
 
 
 def dist_checksums(group: DistGroup, algo: Algorithm) -> np.ndarray:
-    """Like :func:`~drlmpi.topologies.data_parallel.syncs.check_identical_params`, through the backend."""
+    """Like :func:`~drlmpi.topologies.data_parallel.exchanges.check_identical_params`, through the backend."""
     return verify_identical(group.all_gather(param_checksums(algo), kind="checksums"), algo)
 
 

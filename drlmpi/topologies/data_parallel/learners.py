@@ -15,18 +15,22 @@ from drlmpi.mpi.timed import TimedComm
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.base import RunContext
 from drlmpi.topologies.data_parallel.backend import (
+    DistExchange,
     DistGroup,
-    DistSync,
     check_params,
     learner_device,
     place,
     resolve_backend,
 )
 from drlmpi.topologies.data_parallel.batch_rule import BatchRule
-from drlmpi.topologies.data_parallel.syncs import AllgatherSync, AllreduceSync, broadcast_all_params
+from drlmpi.topologies.data_parallel.exchanges import (
+    AllgatherExchange,
+    AllreduceExchange,
+    broadcast_all_params,
+)
 
 #: ``topology.reduce``: how MPI averages the gradients (the other backends all-reduce)
-REDUCTIONS = {"allreduce": AllreduceSync, "allgather": AllgatherSync}
+REDUCTIONS = {"allreduce": AllreduceExchange, "allgather": AllgatherExchange}
 
 
 class DataParallelLearner:
@@ -49,13 +53,13 @@ class DataParallelLearner:
         self.backend = resolve_backend(str(topo_cfg.get("backend", "auto")), device, comm, placement)
         self.algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
                                   device=learner_device(device, placement))
-        self.learner: Learner = ctx.make_learner(self.algo, log=log)
-        self.learner.follow_steps_only()  # every learner must step with the same learning rate
         self.dist = (DistGroup(comm, self.backend, self.algo.device, placement)
                      if self.backend != "mpi" else None)
         #: ``topology.reduce`` as it applies (the other backends all-reduce)
         self.reduce = str(topo_cfg.get("reduce", "allreduce")) if self.dist is None else "allreduce"
-        self.sync = DistSync(comm, self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm)
+        exchange = DistExchange(self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm)
+        self.learner: Learner = ctx.make_learner(self.algo, log=log, exchange=exchange)
+        self.learner.follow_steps_only()  # every learner must step with the same learning rate
         broadcast_all_params(comm, self.algo, root=0)
         self.check_every = int(topo_cfg.get("check_every", 0))
         self.next_check = self.check_every
@@ -63,7 +67,7 @@ class DataParallelLearner:
     def train(self, updates: int) -> int:
         """``updates`` updates, each averaging every learner's gradients; the checksums every
         ``check_every`` updates. Returns the updates run."""
-        done = self.learner.train(self.sync, max_updates=updates)
+        done = self.learner.train(max_updates=updates)
         if self.check_every and self.learner.updates >= self.next_check:
             self.check()
             self.next_check = self.learner.updates + self.check_every

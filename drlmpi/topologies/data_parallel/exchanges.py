@@ -1,17 +1,22 @@
 """Gradient exchanges of the data-parallel topologies, and the parameter checks they share.
 
-Each :data:`~drlmpi.algos.sync.GradSync` here moves ONE flat buffer per network per update:
+Each :class:`~drlmpi.algos.exchange.GradientExchange` here moves ONE flat buffer per network per
+update; the topology hands it to the learner, and every update calls it between the network's
+backward and its step:
 
-* :class:`AllreduceSync` - ``Allreduce(SUM)`` of the flat gradients, divide by N, step locally.
-* :class:`AllgatherSync` - ``Allgather`` every rank's gradients, sum them in rank order, divide by
-  N, step locally. Every rank adds the same numbers in the same order, so parameters stay
-  bit-identical whatever order the MPI library reduces in (the TD3 slides' proposal).
-* :class:`ParameterServerSync` - a worker's side: ``Reduce(SUM)`` gradients to the server, then
-  receive the server's parameters with ``Bcast``; the worker's optimizer never steps.
-* :class:`ServerSync` - the server's side: ``Reduce(SUM)`` the workers' gradients, average,
-  step, ``Bcast`` the parameters. The server computes no gradients: it runs
-  :meth:`~drlmpi.roles.learner.Learner.apply_remote_updates`, which follows the algorithm's
-  ``sync_schedule`` (and runs its after-update hooks: target networks).
+* :class:`AllreduceExchange` - ``Allreduce(SUM)`` of the flat gradients, divide by N, step locally.
+* :class:`AllgatherExchange` - ``Allgather`` every rank's gradients, sum them in rank order,
+  divide by N, step locally. Every rank adds the same numbers in the same order, so parameters
+  stay bit-identical whatever order the MPI library reduces in (the TD3 slides' proposal).
+* :class:`WorkerExchange` - a parameter server's worker: ``Reduce(SUM)`` gradients to the
+  server, then receive the server's parameters with ``Bcast``; the worker's optimizer never steps.
+* :class:`ServerExchange` - the server: ``Reduce(SUM)`` the workers' gradients, average, step,
+  ``Bcast`` the parameters. The server computes no gradients (its updates follow the
+  algorithm's ``sync_schedule`` and run its target-network hooks:
+  :meth:`~drlmpi.algos.base.Algorithm.run_updates`).
+
+NCCL and gloo averaging (:class:`~drlmpi.topologies.data_parallel.backend.DistExchange`) is
+in :mod:`~drlmpi.topologies.data_parallel.backend`.
 """
 
 from __future__ import annotations
@@ -19,33 +24,19 @@ from __future__ import annotations
 import numpy as np
 
 from drlmpi.algos.base import Algorithm
+from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.params import ParamGroup
 from drlmpi.mpi.timed import TimedComm
 
 
-class ExchangeSync:
-    """A :data:`~drlmpi.algos.base.GradSync` in two parts: :meth:`exchange` moves data through
-    MPI (host buffers; it can never be inside a captured CUDA graph), then, if
-    :attr:`steps_locally`, the group's own optimizer steps (device work, which a captured update
-    records in the segment after the exchange: see :class:`~drlmpi.device.capture.CapturedUpdate`)."""
-
-    #: whether the local optimizer steps after :meth:`exchange` (False: the exchange brought
-    #: the new parameters themselves).
-    steps_locally = True
+class MPIExchange(GradientExchange):
+    """An exchange through this run's (timed) MPI communicator."""
 
     def __init__(self, comm: TimedComm) -> None:
         self.comm = comm
 
-    def exchange(self, name: str, group: ParamGroup) -> None:
-        raise NotImplementedError
 
-    def __call__(self, name: str, group: ParamGroup) -> None:
-        self.exchange(name, group)
-        if self.steps_locally:
-            group.apply_gradients()
-
-
-class AllreduceSync(ExchangeSync):
+class AllreduceExchange(MPIExchange):
     """Average gradients with one ``Allreduce`` per network, then step on every rank."""
 
     def exchange(self, name: str, group: ParamGroup) -> None:
@@ -57,7 +48,7 @@ class AllreduceSync(ExchangeSync):
         group.flat.load_grads(grads)
 
 
-class AllgatherSync(ExchangeSync):
+class AllgatherExchange(MPIExchange):
     """Gather every rank's gradients with one ``Allgather`` per network, average in rank order."""
 
     def __init__(self, comm: TimedComm) -> None:
@@ -77,8 +68,9 @@ class AllgatherSync(ExchangeSync):
         group.flat.load_grads(total)
 
 
-class ParameterServerSync(ExchangeSync):
-    """A worker's sync: send gradients to the server, receive the parameters it computed."""
+class WorkerExchange(MPIExchange):
+    """A parameter server's worker: send gradients to the server, receive the parameters it
+    computed."""
 
     steps_locally = False
 
@@ -96,15 +88,17 @@ class ParameterServerSync(ExchangeSync):
         group.flat.load_params(params)
 
 
-class ServerSync:
-    """The parameter server's sync: sum the workers' gradients (``Reduce``), average, step,
-    broadcast the new parameters."""
+class ServerExchange(MPIExchange):
+    """The parameter server: sum the workers' gradients (``Reduce``), average, step, broadcast
+    the new parameters."""
+
+    computes_gradients = False
 
     def __init__(self, comm: TimedComm, workers: int) -> None:
-        self.comm = comm
+        super().__init__(comm)
         self.workers = workers
 
-    def __call__(self, name: str, group: ParamGroup) -> None:
+    def exchange(self, name: str, group: ParamGroup) -> None:
         from mpi4py import MPI
 
         grads = group.flat.grads_numpy()
@@ -112,7 +106,8 @@ class ServerSync:
         self.comm.Reduce(MPI.IN_PLACE, grads, op=MPI.SUM, root=self.comm.rank, kind="gradients")
         grads /= self.workers
         group.flat.load_grads(grads)
-        group.apply_gradients()
+
+    def after_step(self, name: str, group: ParamGroup) -> None:
         self.comm.Bcast(group.flat.params_numpy(), root=self.comm.rank, kind="weights")
 
 
