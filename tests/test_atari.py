@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from ale_py.vector_env import AtariVectorEnv
 
+from drlmpi.algos.ppo import PPO
 from drlmpi.algos.random_policy import RandomPolicy
+from drlmpi.config.schema import group_config
 from drlmpi.envs.atari import ATARI_DEFAULTS, action_set, ale_settings, check_ale_kwargs, check_atari_options
 from drlmpi.envs.atari_bank import AleBank
 from drlmpi.envs.make import env_make_kwargs, make_env, probe_spec
@@ -221,6 +223,24 @@ def test_experience_rows_record_the_fire_sent_after_a_lost_life():
     assert (column("action")[1:][lost[:-1]] == FIRE).all()
     lengths = column("episode_length")
     assert (lengths > 0).sum() == actor.episodes >= 1  # whole games, not lives
+    actor.close()
+
+
+def test_ppo_rows_carry_the_log_probability_of_the_fire_sent():
+    """PPO's behaviour log-probability in a row whose action the environment replaced (FIRE
+    after a lost life) is that of FIRE, so the rollout's ratio is the recorded action's."""
+    envs = [make_env("ALE/Breakout-v5") for _ in range(2)]
+    algo = PPO(env_spec(envs[0]), group_config("algo", "ppo"), seed=0, learner=False)
+    actor = Actor(envs, algo, stream_base=0, seed=0)
+    rows = actor.collect(300)
+    layout = actor.layout
+    lost = (layout.column(rows, "terminated")[:, 0] > 0) & (layout.column(rows, "episode_length")[:, 0] == 0)
+    forced = np.nonzero(lost[:-2])[0] + 2  # rows: step-major, env-minor (2 envs)
+    assert len(forced) >= 3 and (layout.column(rows, "action")[forced, 0] == FIRE).all()
+    obs = layout.obs_array(rows, "obs")[forced]
+    fire = np.full((len(forced), 1), FIRE, dtype=np.float32)
+    expected = algo.extras_for(obs, fire)[:, 0]
+    np.testing.assert_allclose(layout.column(rows, "log_prob")[forced, 0], expected, rtol=1e-5)
     actor.close()
 
 

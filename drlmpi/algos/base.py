@@ -194,6 +194,12 @@ class Algorithm(TrainingState, ABC):
             extra columns ``(n_envs, sum of extra widths)`` or ``None``.
         """
 
+    def extras_for(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
+        """The extra columns :meth:`act` would have filled had it chosen ``actions`` for ``obs``
+        (an environment that overrides the policy's action: FIRE after a lost life in Atari);
+        ``None`` for algorithms without extra columns."""
+        return None
+
     def obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
         """A batch of observations as a tensor on this instance's device: float32 vectors, or
         uint8 images as they are (the encoder converts them on the device)."""

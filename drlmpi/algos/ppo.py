@@ -205,6 +205,15 @@ class PPO(Algorithm):
         return (actions.float().cpu().numpy().astype(np.float32),
                 log_prob.float().cpu().numpy()[:, None].astype(np.float32))
 
+    @torch.no_grad()
+    def extras_for(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """The behaviour log-probabilities of ``actions`` (actions the environment sent in place
+        of the policy's), so the rollout's ratio is that of the action the row records."""
+        dist = self.net.distribution(self.obs_tensor(obs))
+        taken = torch.as_tensor(np.asarray(actions, dtype=np.float32), device=self.device)
+        log_prob, _ = self.net.log_prob_entropy(dist, taken)
+        return log_prob.float().cpu().numpy()[:, None].astype(np.float32)
+
     def env_action(self, action_row: np.ndarray) -> Any:
         if self.spec.discrete:
             return int(action_row[0])

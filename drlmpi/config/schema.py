@@ -127,7 +127,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                       nullable=True),
         "num_envs": _int(1, "environments stepped in lock step by each simulator"),
         "vector": _str("sync", "how a simulator steps its num_envs environments: sync (one after "
-                               "another in its own process) or async (one worker process each)",
+                               "another in its own process; ALE/ ids: one AtariVectorEnv on "
+                               "num_threads threads) or async (one worker process each; not ALE/ ids)",
                        "sync", "async"),
         "num_threads": _int(1, "ALE/ ids: threads stepping a simulator's num_envs environments (one "
                                "AtariVectorEnv); at most the cores each rank may use"),
