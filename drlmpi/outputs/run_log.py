@@ -1,0 +1,126 @@
+"""``metrics.csv`` and the progress lines, written by the learner rank.
+
+``metrics.csv`` has one row per finished training episode (``kind=episode``, ``rank`` = the
+simulator that ran it) and one per greedy evaluation (``kind=eval``, ``rank=-1``, ``return`` =
+the mean over ``run.eval_episodes`` episodes). Columns: ``kind, train_seconds, wall_seconds,
+env_steps, updates, return, return_std, length, rank``. ``train_seconds`` excludes evaluation.
+"""
+
+from __future__ import annotations
+
+from drlmpi.outputs.tensorboard_log import TensorBoardLog
+import csv
+import json
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from drlmpi.device.metrics import mean_metrics
+from drlmpi.outputs.event_file import EventWriter
+
+
+logger = logging.getLogger("drlmpi")
+
+METRIC_COLUMNS = ("kind", "train_seconds", "wall_seconds", "env_steps", "updates", "return",
+                  "return_std", "length", "rank")
+
+
+class RunLog:
+    """Appends metric rows to ``metrics.csv`` and logs throttled progress lines.
+
+    Args:
+        run_dir: the run directory.
+        learner: the :class:`drlmpi.roles.Learner` whose counters are logged (set later with
+            :meth:`attach` because the learner needs the log's callback at construction).
+        progress_every_s: seconds between progress lines (0 disables them; evaluations are
+            still logged).
+    """
+
+    def __init__(self, run_dir: Path, progress_every_s: float = 5.0,
+                 tensorboard_every_s: float | None = None, keep_rows: int | None = None):
+        self.path = Path(run_dir) / "metrics.csv"
+        kept: list[list[str]] = []
+        if keep_rows is not None and self.path.exists():
+            # Resuming: keep the rows the checkpoint counted, drop any written after it (their
+            # episodes are not in the restored state), and append from there.
+            with open(self.path, newline="") as fh:
+                kept = list(csv.reader(fh))[1 : 1 + keep_rows]
+        self._file = open(self.path, "w", newline="")  # noqa: SIM115 (closed in close())
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(METRIC_COLUMNS)
+        self._writer.writerows(kept)
+        self.rows = len(kept)
+        self.progress_every_s = progress_every_s
+        self._last_progress = time.perf_counter()
+        self.learner: Any = None
+        self.tensorboard = (TensorBoardLog(run_dir, tensorboard_every_s)
+                            if tensorboard_every_s is not None else None)
+
+    def flush(self) -> int:
+        """Write buffered rows to disk; returns the number of rows written so far."""
+        self._file.flush()
+        return self.rows
+
+    def attach(self, learner: Any) -> None:
+        """Bind the learner whose counters each row records."""
+        self.learner = learner
+        if self.tensorboard is not None:
+            self.tensorboard.attach(learner)
+
+    def __call__(self, kind: str, return_: float, length: int, rank: int,
+                 return_std: float | None = None) -> None:
+        learner = self.learner
+        self.rows += 1
+        self._writer.writerow([
+            kind,
+            f"{learner.clock.elapsed():.4f}",
+            f"{learner.clock.wall():.4f}",
+            learner.env_steps,
+            learner.updates,
+            f"{return_:.4f}",
+            "" if return_std is None else f"{return_std:.4f}",
+            length,
+            rank,
+        ])
+        if self.tensorboard is not None:
+            if kind == "eval":
+                self.tensorboard.evaluation(return_, return_std)
+            else:
+                self.tensorboard.episode(return_, length, rank)
+        if kind == "eval":
+            self._file.flush()
+            self._print(f"eval: mean return {return_:.1f}"
+                        + (f" (threshold {learner.reward_threshold:g})"
+                           if learner.reward_threshold is not None else ""))
+
+    def progress(self, force: bool = False) -> None:
+        """Print one progress line if ``progress_every_s`` has passed since the last one (and
+        let the TensorBoard log sample the update metrics and write its interval, when due)."""
+        if self.tensorboard is not None:
+            self.tensorboard.poll()
+        now = time.perf_counter()
+        if not force and (self.progress_every_s <= 0 or now - self._last_progress < self.progress_every_s):
+            return
+        self._last_progress = now
+        recent = self.learner.recent_returns
+        recent_txt = f"{sum(recent) / len(recent):8.1f}" if recent else "     n/a"
+        self._print(f"steps {self.learner.env_steps:>9,d} | updates {self.learner.updates:>8,d} | "
+                    f"recent return {recent_txt} | episodes {self.learner.episodes:>6,d}")
+
+    def _print(self, text: str) -> None:
+        elapsed = self.learner.clock.elapsed() if self.learner else 0.0
+        logger.info(f"[{elapsed:7.1f}s] {text}")
+
+    def close(self) -> None:
+        """Flush and close ``metrics.csv``; write the last TensorBoard interval to disk (the
+        event file stays open for :meth:`finish`)."""
+        self._file.close()
+        if self.tensorboard is not None:
+            self.tensorboard.flush()
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """After the summary: add its figures to the event file and close it."""
+        if self.tensorboard is not None:
+            self.tensorboard.finish(summary)

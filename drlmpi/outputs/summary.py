@@ -1,0 +1,57 @@
+"""``summary.json`` (built by :func:`drlmpi.run.summary.build_summary`; docs/configuration.md
+explains every field), written by rank 0, and the short summary it prints."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """Write ``summary.json`` (indented, keys in insertion order)."""
+    path = Path(run_dir) / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    return path
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A short human summary of a finished run (printed by rank 0)."""
+    solved = summary["solved"]
+    lines = [
+        f"{summary['algo']} on {summary['env_id']} | topology {summary['topology']} | "
+        f"{summary['world_size']} rank(s)",
+        ("SOLVED" if solved else "NOT SOLVED")
+        + f" (threshold {summary['reward_threshold']}, best eval {summary['best_eval_return']})"
+        if summary.get("reward_threshold") is not None
+        else f"no reward threshold (best eval {summary['best_eval_return']})",
+    ]
+    if solved:
+        lines.append(
+            f"  to threshold: {summary['train_seconds_to_threshold']:.1f} s training, "
+            f"{summary['env_steps_to_threshold']:,} env steps, "
+            f"{summary['updates_to_threshold']:,} updates"
+        )
+    lines += [
+        f"  total: {summary['env_steps']:,} env steps, {summary['updates']:,} updates, "
+        f"{summary['train_seconds']:.1f} s training ({summary['wall_seconds']:.1f} s wall), "
+        f"stopped by {summary['stop_reason']}",
+        f"  throughput: {summary['env_steps_per_s']:,.0f} env steps/s, "
+        f"{summary['updates_per_s']:,.0f} updates/s, MPI wait share "
+        f"{summary['mpi_wait_share']:.1%}",
+        f"  outputs: {summary['run_dir']}",
+    ]
+    if summary.get("idle_ranks"):
+        lines.append(f"  warning: rank(s) {summary['idle_ranks']} were busy less than "
+                     f"{summary.get('idle_busy_share', 0.2):.0%} of the time "
+                     f"(see per_rank busy_share and mpi_wait_share in summary.json)")
+    return "\n".join(lines)
+
+
+
+
