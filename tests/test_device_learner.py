@@ -234,6 +234,43 @@ def test_a_failed_segmented_capture_falls_back_with_each_exchange_once(steps_loc
 
 
 @pytest.mark.parametrize("name", ["dqn", "td3"])
+def test_a_segmented_capture_body_runs_on_the_cut_exchange(name, cartpole, pendulum):
+    """What a segmented CUDA capture hands the update body (``_Cut``: each exchange ends a
+    segment) is run here on the CPU with a recording runner in place of the graphs: the body
+    takes it, cuts at each scheduled network in order, steps locally at each cut, and learns
+    what eager updates learn. (On CUDA the capture itself: tests/test_capture.py.)"""
+    from drlmpi.device.capture import _Cut
+
+    if name == "dqn":
+        cls, spec, cfg = DQN, cartpole, cfg_for("dqn", target_update_every=2)
+    else:
+        cls, spec, cfg = TD3, pendulum, cfg_for("td3", policy_delay=2, tau=0.1)
+    eager, cut = twin(cls, spec, cfg, "off"), twin(cls, spec, cfg, "graph")
+
+    class Runner:  # stands in for CapturedUpdate: records where its segments would end
+        cuts: list[str] = []
+
+        def _cut(self, name, group, steps_locally):
+            self.cuts.append(name)
+            if steps_locally:
+                group.apply_gradients()
+
+    runner, expected = Runner(), []
+    torch.manual_seed(5)
+    for _ in range(4):
+        eager.update()
+    torch.manual_seed(5)
+    for index in range(4):
+        schedules = (tuple(cut.sync_schedule(index)),)
+        expected += schedules[0]
+        cut.update_number.fill_(index)
+        cut._runner(schedules, HostExchange(True)).body(_Cut(runner, steps_locally=True))
+        cut.updates += 1
+    assert runner.cuts == expected and len(expected) >= 4
+    assert_same_learners(eager, cut)
+
+
+@pytest.mark.parametrize("name", ["dqn", "td3"])
 def test_updates_per_graph_blocks_learn_what_single_updates_learn(name, cartpole, pendulum):
     """``run_updates(7)`` with ``updates_per_graph=3``: two 3-update bodies and one single
     update (the capture falls back on the CPU, so the same bodies run eagerly), with the hard

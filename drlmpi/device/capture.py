@@ -43,6 +43,7 @@ class Exchange(Protocol):
 
     steps_locally: bool
     crosses_ranks: bool
+    computes_gradients: bool
 
     def exchange(self, name: str, group: Any) -> None: ...
 
@@ -58,6 +59,7 @@ class _Cut:
     def __init__(self, runner: CapturedUpdate, steps_locally: bool) -> None:
         self.runner, self.steps_locally = runner, steps_locally
         self.crosses_ranks = True
+        self.computes_gradients = True  # only updates that compute gradients are captured
 
     def exchange(self, name: str, group: Any) -> None:
         raise CaptureError("a captured body calls its exchange, never exchange() itself")
