@@ -21,7 +21,7 @@ from drlmpi.algos.ppo import PPO
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.schema import group_config
 from drlmpi.run.command_line import _launch_time_resolver
-from drlmpi.run.experiment import validate
+from drlmpi.run.plan import make_plan
 from drlmpi.topologies.allgather import Allgather
 from drlmpi.topologies.data_parallel.batch_rule import per_rank_algo_config
 from drlmpi.topologies.param_server import ParameterServer
@@ -133,16 +133,16 @@ def _compose(*overrides: str):
 def test_refusals_come_from_validate_before_any_rank_starts():
     cfg = _compose("topology=allgather", "algo.batch_size=8")
     with pytest.raises(ConfigError, match="divisible by the 5 data-parallel ranks"):
-        validate(cfg, 5)
+        make_plan(cfg, 5)
     # A parameter server's rank 0 samples nothing: N is the workers.
     cfg = _compose("topology=parameter_server", "algo.batch_size=8")
     with pytest.raises(ConfigError, match="divisible by the 5 data-parallel ranks"):
-        validate(cfg, 6)
-    validate(cfg, 5)  # 4 workers: 2 each
-    validate(_compose("topology=allgather", "algo.batch_size=8", "topology.batch_rule=per_rank"), 5)
+        make_plan(cfg, 6)
+    make_plan(cfg, 5)  # 4 workers: 2 each
+    make_plan(_compose("topology=allgather", "algo.batch_size=8", "topology.batch_rule=per_rank"), 5)
     with pytest.raises(ConfigError, match="topology.lr_scale=sqrt scales the learning rate"):
-        validate(_compose("topology=allgather", "topology.lr_scale=sqrt"), 2)
-    validate(_compose("topology=allgather", "topology.lr_scale=sqrt", "topology.batch_rule=per_rank"), 2)
+        make_plan(_compose("topology=allgather", "topology.lr_scale=sqrt"), 2)
+    make_plan(_compose("topology=allgather", "topology.lr_scale=sqrt", "topology.batch_rule=per_rank"), 2)
     assert ParameterServer.data_ranks(3) == 2 and Allgather.data_ranks(3) == 3
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
+from omegaconf.errors import ReadonlyConfigError
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.schema import defaults, group_config
 from drlmpi.run.command_line import _launch_time_resolver
-from drlmpi.run.experiment import validate
+from drlmpi.run.plan import make_plan
 from tests.conftest import CONF
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -54,15 +55,14 @@ def test_every_option_file_composes_and_validates(group):
         cfg = _compose(f"{group}={option}")
         assert cfg[group].name == option
         if group == "topology":
-            _, topology_cls, _ = validate(cfg, world_size=cfg_ranks(cfg))
-            assert topology_cls.name == option
+            assert make_plan(cfg, world_size=cfg_ranks(cfg)).topology_cls.name == option
             continue
         # At least one algorithm x environment pair with it runs; the others are refused cleanly.
         partner = "env" if group == "algo" else "algo"
         accepted = []
         for other in _options(partner):
             try:
-                validate(_compose(f"{group}={option}", f"{partner}={other}"), world_size=1)
+                make_plan(_compose(f"{group}={option}", f"{partner}={other}"), world_size=1)
                 accepted.append(other)
             except ConfigError as exc:
                 assert "needs" in str(exc)
@@ -70,7 +70,7 @@ def test_every_option_file_composes_and_validates(group):
 
 
 def cfg_ranks(cfg) -> int:
-    from drlmpi.run.experiment import resolve_classes
+    from drlmpi.run.plan import resolve_classes
 
     _, topology_cls = resolve_classes(cfg)
     return topology_cls.fixed_world_size() or topology_cls.smallest_world(cfg.topology)
@@ -104,21 +104,37 @@ def test_every_tuned_file_applies_to_its_pair(pair, monkeypatch):
             # A key the option's own file does not define would be silently ignored (a typo).
             assert key in base[section], f"{pair}: {section}.{key} is not an option of {section}"
             assert cfg[section][key] == value, f"{pair}: {section}.{key}"
-    validate(cfg, world_size=1)
+    make_plan(cfg, world_size=1)
 
 
 def test_validate_accepts_and_refuses():
-    algo_cls, topology_cls, spec = validate(_compose(), world_size=1)
-    assert spec.n_actions == 2 and topology_cls.name == "sequential"
+    plan = make_plan(_compose(), world_size=1)
+    assert plan.spec.n_actions == 2 and plan.topology_cls.name == "sequential"
     with pytest.raises(ConfigError, match="topology=p2p needs exactly 2 ranks, but the job has 4"):
-        validate(_compose("topology=p2p"), world_size=4)
+        make_plan(_compose("topology=p2p"), world_size=4)
     with pytest.raises(ConfigError, match="algo=dqn needs a discrete action space"):
-        validate(_compose("env=pendulum"), world_size=1)
+        make_plan(_compose("env=pendulum"), world_size=1)
     with pytest.raises(ConfigError, match="world_size=3 was asked for but this job has 1"):
-        validate(_compose("world_size=3"), world_size=1)
+        make_plan(_compose("world_size=3"), world_size=1)
     with pytest.raises(ConfigError, match="env.num_envs must be >= 1"):
-        validate(_compose("env.num_envs=0"), world_size=1)
+        make_plan(_compose("env.num_envs=0"), world_size=1)
     with pytest.raises(ConfigError, match="device must be cpu, cuda, cuda:N or auto, got 'gpu'"):
-        validate(_compose("device=gpu"), world_size=1)
+        make_plan(_compose("device=gpu"), world_size=1)
     with pytest.raises(ConfigError, match="cannot be imported"):
-        validate(_compose("topology._target_=drlmpi.topologies.nope.Nope"), world_size=1)
+        make_plan(_compose("topology._target_=drlmpi.topologies.nope.Nope"), world_size=1)
+
+
+def test_the_plan_resolves_once_and_freezes_a_copy_of_the_config():
+    """``device=auto`` is resolved in the plan, never written back; what flows down is a
+    read-only copy, so nothing below the plan can change what was checked."""
+    import torch
+
+    cfg = _compose("device=auto", "topology=groups", "topology.learners=2")
+    plan = make_plan(cfg, world_size=4)
+    assert plan.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert cfg.device == "auto" and plan.cfg.device == "auto"
+    assert plan.with_world(2).world_size == 2 and plan.world_size == 4
+    with pytest.raises(ReadonlyConfigError):
+        plan.cfg.algo.lr = 1.0
+    cfg.algo.lr = 1.0  # the caller's own config stays its own
+    assert plan.cfg.algo.lr != 1.0

@@ -69,3 +69,23 @@ def test_no_module_over_400_lines_and_few_at_the_top():
     assert not long, long
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 5, top
+
+
+#: what resolves a job from its raw config: only the run plan (drlmpi/run/plan.py) calls these
+RESOLVERS = {"probe_spec", "read_meta", "get_class", "check_config", "resolve_device"}
+
+
+def test_only_the_run_plan_resolves_the_config():
+    """The roles and topologies get the environment's spaces, the classes, the device and the
+    checkpoint to resume from the :class:`~drlmpi.topologies.base.RunPlan`; none of them probes
+    an environment, reads a checkpoint's meta, imports a ``_target_`` or checks the config again."""
+    found = []
+    for path in _modules():
+        if path.relative_to(PACKAGE).parts[0] not in ("roles", "topologies"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name in RESOLVERS:
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} calls {name}")
+    assert not found, "\n".join(found)

@@ -23,7 +23,7 @@ from drlmpi.config.schema import SCHEMA
 from drlmpi.mpi.abort import HANG_EXIT
 from drlmpi.mpi.watchdog import BOARD_DIR, ProgressBoard, ProgressClock, Watchdog, grace_for
 from drlmpi.run.command_line import _launch_time_resolver
-from drlmpi.run.experiment import validate
+from drlmpi.run.plan import make_plan
 from tests.conftest import CONF
 from tests.mpirun import start_job
 from tests.shared_runs import declare
@@ -158,7 +158,7 @@ def test_a_bad_rank_timeout_is_refused():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["run.rank_timeout_s=-1"])
     with pytest.raises(ConfigError, match=r"^run\.rank_timeout_s must be >= 0, got -1$"):
-        validate(cfg, world_size=1)
+        make_plan(cfg, world_size=1)
     option = SCHEMA["run"]["rank_timeout_s"]  # the schema owns the option's type and range
     for bad, problem in (("soon", "must be a number"), (float("nan"), "must be finite"),
                          (True, "must be a number")):

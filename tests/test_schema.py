@@ -18,7 +18,7 @@ from drlmpi.config.reference import reference_table, shown_default
 from drlmpi.config.schema import SCHEMA, defaults, group_config
 from drlmpi.run.arguments import check_writable
 from drlmpi.run.command_line import _launch_time_resolver, main
-from drlmpi.run.experiment import validate
+from drlmpi.run.plan import make_plan
 from tests.conftest import CONF, REPO
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -151,7 +151,7 @@ def test_composed_values_are_checked_too():
     cfg = _compose("algo=ppo", "topology=async")
     cfg.algo.gae_lambda = 1.2
     with pytest.raises(ConfigError, match=r"^algo.gae_lambda must be in \[0, 1\], got 1.2$"):
-        validate(cfg, world_size=3)
+        make_plan(cfg, world_size=3)
     cfg = _compose()
     cfg.run.max_env_steps = None
     with pytest.raises(ConfigError, match="set at least one budget"):

@@ -173,6 +173,7 @@ PRESETS = {
     "ppo_tetris_grid": (["world_size=2"], 6, 6, {}, 30),
     "learning_matrix": (["seed=0", "+experiment/pair=dqn_cartpole,ppo_pendulum"], 12, 12, {}, 108),
     "ddp_cartpole": (["device=cpu"], 6, 6, {}, 6),  # on CPU: allgather's backend auto is mpi
+    "soak_async": ([], 1, 1, {}, 1),  # one job of 9 ranks, checked by the report (test_report_checks)
     "topology_throughput": (["env.sim_cost_ms=5", "world_size=1,16"], 16, 10,
                             {"topology=sequential needs exactly 1 rank": 2,
                              "topology=star needs at least 2 ranks": 2,
@@ -243,7 +244,7 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
 def test_sweeping_process_never_initialises_mpi():
     code = ("import sys\n"
             "from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher, job_ranks\n"
-            "from drlmpi.run.experiment import validate\n"
+            "from drlmpi.run.plan import make_plan\n"
             "import drlmpi.topologies.star, drlmpi.topologies.asynchronous, drlmpi.topologies.allgather\n"
             "import drlmpi.algos.random_policy, drlmpi.report\n"
             "assert 'mpi4py.MPI' not in sys.modules, 'MPI imported'\n")

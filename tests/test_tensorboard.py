@@ -31,7 +31,7 @@ from drlmpi.report import build_report
 from drlmpi.report.plots import TRAINING_METRICS
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
-from drlmpi.run.experiment import validate
+from drlmpi.run.plan import make_plan
 from drlmpi.topologies.base import RunContext
 from tests.test_config import _compose
 from tests.test_report import PNG_SIGNATURE, make_run
@@ -177,7 +177,7 @@ def test_star_run_writes_each_simulator_rank_and_the_mpi_wait(runs):
 def test_run_tensorboard_switches_the_event_file(tmp_path, cartpole, enabled):
     """``run.tensorboard=false``: the learner's log writes no ``tb/`` folder at all."""
     cfg = _compose(f"run.tensorboard={str(enabled).lower()}", "run.tensorboard_every_s=7")
-    ctx = RunContext(cfg, SimpleNamespace(rank=0, size=1, wait_s=0.0), tmp_path, cartpole, DQN)
+    ctx = RunContext(make_plan(cfg, world_size=1), SimpleNamespace(rank=0, size=1, wait_s=0.0), tmp_path)
     ctx.make_learner()
     ctx.log.close()
     ctx.log.finish({"env_steps": 0, "mpi_wait_share": 0.0, "per_rank": []})
@@ -262,15 +262,15 @@ def test_dqn_without_clipping_has_no_grad_norm(cartpole):
 def test_tensorboard_options_are_validated():
     cfg = _compose()
     assert cfg.run.tensorboard is True and cfg.run.tensorboard_every_s > 0
-    validate(_compose("run.tensorboard=false", "run.tensorboard_every_s=0.5"), world_size=1)
+    make_plan(_compose("run.tensorboard=false", "run.tensorboard_every_s=0.5"), world_size=1)
     with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be > 0, got 0$"):
-        validate(_compose("run.tensorboard_every_s=0"), world_size=1)
+        make_plan(_compose("run.tensorboard_every_s=0"), world_size=1)
     with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be > 0, got -1.5$"):
-        validate(_compose("run.tensorboard_every_s=-1.5"), world_size=1)
+        make_plan(_compose("run.tensorboard_every_s=-1.5"), world_size=1)
     with pytest.raises(ConfigError, match=r"^run.tensorboard_every_s must be a number, got 'x'$"):
-        validate(_compose("run.tensorboard_every_s=x"), world_size=1)
+        make_plan(_compose("run.tensorboard_every_s=x"), world_size=1)
     with pytest.raises(ConfigError, match=r"^run.tensorboard must be true or false, got 'yes'$"):
-        validate(_compose("run.tensorboard=yes"), world_size=1)
+        make_plan(_compose("run.tensorboard=yes"), world_size=1)
 
 
 # -- the report -------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ _BACKEND = _str("auto", "what averages the learners' gradients: mpi (host buffer
 SCHEMA: dict[str, dict[str, Option]] = {
     "": {
         "seed": _int(0, "base seed; rank r uses seed + 10000 * r", low=0),
-        "device": _str("cpu", "learner device: cpu | cuda | cuda:N | auto (checked by run.validate)"),
+        "device": _str("cpu", "learner device: cpu | cuda | cuda:N | auto (checked by run.plan)"),
         "threads_per_rank": _int(1, "torch, OpenMP and MKL threads per rank"),
         "world_size": _int(None, "the number of ranks the job must have (null: any)", nullable=True),
         "budget_env_steps": _int(None, "the step budget the report judges 'budget met' by "
@@ -116,6 +116,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                             "averaged over each)"),
         "rank_timeout_s": _float(120, "a rank without progress (MPI, env step, updates) this long ends "
                                       "the job (0 or null: no watchdog)", low=0, nullable=True),
+        "memory_sample_s": _float(0, "every rank records its resident memory this often into "
+                                     "summary.json's per_rank rss_kib, for the report's memory check "
+                                     "(0: off)", low=0),
     },
     "env": {
         "name": Option("str", "the environment's short name (run directories, report)"),

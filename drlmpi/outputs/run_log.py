@@ -8,18 +8,13 @@ env_steps, updates, return, return_std, length, rank``. ``train_seconds`` exclud
 
 from __future__ import annotations
 
-from drlmpi.outputs.tensorboard_log import TensorBoardLog
 import csv
-import json
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from drlmpi.device.metrics import mean_metrics
-from drlmpi.outputs.event_file import EventWriter
 
+from drlmpi.outputs.tensorboard_log import TensorBoardLog
 
 logger = logging.getLogger("drlmpi")
 

@@ -4,13 +4,8 @@ explains every field), written by rank 0, and the short summary it prints."""
 from __future__ import annotations
 
 import json
-import platform
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
-
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:

@@ -5,17 +5,14 @@ the end, the MPI wait share and policy lag; docs/report.md lists the tags.
 
 from __future__ import annotations
 
-import csv
-import json
-import logging
 import time
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
 from drlmpi.device.metrics import mean_metrics
 from drlmpi.outputs.event_file import EventWriter
-
 
 TB_DIR = "tb"
 

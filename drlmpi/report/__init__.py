@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from drlmpi.report.checks import Check, check_section, run_checks
 from drlmpi.report.jobs import Job
 from drlmpi.report.markdown import render
 from drlmpi.report.plots import plot_scaling, write_plots
@@ -42,6 +43,11 @@ class Report:
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     grids: list[Grid] = field(default_factory=list)   # the ranks x envs-per-rank scaling grids
+    checks: list[Check] = field(default_factory=list)  # the health checks (report.md's last section)
+
+    @property
+    def failed_checks(self) -> list[Check]:
+        return [c for c in self.checks if not c.ok]
 
     def text_summary(self) -> str:
         rs = self.runset
@@ -63,6 +69,8 @@ class Report:
                          "one env+algo): see report.md")
         for warning in rs.warnings:
             lines.append(f"  warning: {warning}")
+        lines.append(f"  checks: {len(self.checks) - len(self.failed_checks)} passed, "
+                     f"{len(self.failed_checks)} failed (report.md, Health checks)")
         return "\n".join(lines)
 
 
@@ -95,5 +103,7 @@ def build_report(paths: list[Path], out: Path | None = None, baseline: str = "se
     notes = comparability_notes(groups)
     text = render(groups, runset, baselines, baseline, notes, paths, grids,
                   {key: path.name for key, path in scaling_plots.items()})
-    files[0].write_text(text + "\n")
-    return Report(out=out, runset=runset, groups=groups, rows=rows, files=files, notes=notes, grids=grids)
+    checks = run_checks(runset)
+    files[0].write_text("\n".join([text, *check_section(checks)]) + "\n")
+    return Report(out=out, runset=runset, groups=groups, rows=rows, files=files, notes=notes, grids=grids,
+                  checks=checks)

@@ -1,6 +1,7 @@
-"""``python -m drlmpi.report PATH [PATH ...] [--out DIR] [--baseline sequential]``.
+"""``python -m drlmpi.report PATH [PATH ...] [--out DIR] [--baseline sequential] [--check]``.
 
-Exit status 0 when the report was written, 2 (one line on stderr) when no run is found.
+Exit status 0 when the report was written, 2 (one line on stderr) when no run is found; with
+``--check``, every health check is printed as PASS/FAIL and a failed one makes the status 1.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: <first PATH>/report)")
     parser.add_argument("--baseline", default="sequential",
                         help="topology label that speedups are relative to (default: sequential)")
+    parser.add_argument("--check", action="store_true",
+                        help="print each health check (finished, memory flat, lag bound, chunks) as "
+                             "PASS/FAIL and exit with status 1 if one failed")
     return parser.parse_args(argv)
 
 
@@ -32,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"drlmpi.report: {exc}", file=sys.stderr)
         return 2
     print(report.text_summary())
+    if args.check:
+        print("\n".join(c.line() for c in report.checks))
+        return 1 if report.failed_checks else 0
     return 0
 
 

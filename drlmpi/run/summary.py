@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlmpi.topologies.base import Topology
+from drlmpi.topologies.base import RunPlan
 
 
 def versions() -> dict[str, str]:
@@ -31,9 +31,10 @@ def versions() -> dict[str, str]:
     }
 
 
-def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learner: Any,
-                  world_size: int, topology_cls: type[Topology]) -> dict[str, Any]:
+def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
+                  learner: Any) -> dict[str, Any]:
     """The ``summary.json`` contents (see docs/configuration.md for each field)."""
+    cfg, world_size, topology_cls = plan.cfg, plan.world_size, plan.topology_cls
     if learner is None:
         raise RuntimeError("rank 0 must hold the learner to write the summary")
     topology_stats = reports[0].get("topology_stats") or {}
@@ -87,7 +88,7 @@ def build_summary(cfg: Any, run_dir: Path, reports: list[dict[str, Any]], learne
         "seed": int(cfg.seed),
         "sim_cost_ms": float(cfg.env.sim_cost_ms),
         "num_envs": int(cfg.env.num_envs),
-        "device": str(cfg.device),
+        "device": plan.device,
         "threads_per_rank": int(cfg.threads_per_rank),
         "run_dir": str(run_dir),
         "per_rank": per_rank,

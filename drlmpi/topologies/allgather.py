@@ -50,9 +50,9 @@ class Allgather(DataParallelTopology):
     report_variants = {"reduce": "allreduce", "batch_rule": "global", "backend": "mpi"}
 
     @classmethod
-    def check(cls, world_size, algo_cls, cfg) -> None:
-        super().check(world_size, algo_cls, cfg)
-        check_backend(cfg.topology, str(cfg.device))
+    def check(cls, plan) -> None:
+        super().check(plan)
+        check_backend(plan.cfg.topology, plan.device)
 
     def run(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm

@@ -81,8 +81,9 @@ class Asynchronous(Topology):
     report_variants = {"utd_mode": "ratio"}
 
     @classmethod
-    def check(cls, world_size, algo_cls, cfg) -> None:
-        super().check(world_size, algo_cls, cfg)
+    def check(cls, plan) -> None:
+        super().check(plan)
+        cfg, algo_cls = plan.cfg, plan.algo_cls
         topo = cfg.topology
         if topo.get("sync_unit", "steps") != "steps":
             raise ConfigError("topology=async sends fixed-size chunks: use topology.sync_unit=steps")

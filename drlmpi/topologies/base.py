@@ -11,7 +11,7 @@ import copy
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,13 +27,42 @@ from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.watchdog import PROGRESS
 from drlmpi.mpi.wire import Control, int64_message
-from drlmpi.outputs.checkpoint import Checkpointer, load_rank_state, read_meta
+from drlmpi.outputs.checkpoint import Checkpointer, load_rank_state
 from drlmpi.outputs.run_log import RunLog
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
 
 SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
 RESUME_STRIDE = 1_000_003  # a run resumed from checkpoint generation g adds g * RESUME_STRIDE
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One job, checked and resolved once before any rank talks (:func:`drlmpi.run.plan.make_plan`):
+    what flows down to the topology and its roles, which read nothing of the config but this.
+
+    Attributes:
+        cfg: a read-only copy of the composed config (its sections: ``algo``, ``env``,
+            ``topology``, ``run``...), checked by the schema and by every check of the plan.
+        world_size: the ranks of the job.
+        algo_cls: the algorithm class (``algo._target_``).
+        topology_cls: the topology class (``topology._target_``).
+        spec: the environment's spaces (probed once).
+        device: the learner device, resolved (``auto`` is ``cuda`` or ``cpu``).
+        resume_meta: the checkpoint this run continues (its ``meta.json``), or ``None``.
+    """
+
+    cfg: Any
+    world_size: int
+    algo_cls: type[Algorithm]
+    topology_cls: type[Topology]
+    spec: EnvSpec
+    device: str
+    resume_meta: dict[str, Any] | None = None
+
+    def with_world(self, world_size: int) -> RunPlan:
+        """This plan for a part of the job (a group of ``topology=groups``) of ``world_size`` ranks."""
+        return replace(self, world_size=world_size)
 
 
 @dataclass
@@ -61,16 +90,18 @@ class RunContext:
     """Everything a topology needs to build its roles on this rank.
 
     Attributes:
-        cfg: the composed config (``cfg.algo``, ``cfg.env``, ``cfg.topology``, ``cfg.run``...).
+        plan: the job's :class:`RunPlan` (config, classes, spaces, device, resume).
+        cfg: ``plan.cfg``, the read-only composed config.
         comm: this run's communicator (a timed ``Dup`` of COMM_WORLD).
         run_dir: the run directory shared by all ranks.
         spec: the environment's spaces.
         algo_cls: the algorithm class.
+        device: the learner device (resolved).
     """
 
-    def __init__(self, cfg: Any, comm: TimedComm, run_dir: Path, spec: EnvSpec,
-                 algo_cls: type[Algorithm]) -> None:
-        self.cfg = cfg
+    def __init__(self, plan: RunPlan, comm: TimedComm, run_dir: Path) -> None:
+        self.plan = plan
+        self.cfg = plan.cfg
         self.comm = comm
         #: this rank in the job (``comm.rank``, also in a :meth:`subcontext` over a part of it):
         #: seeds, per-rank simulation costs and checkpoint files follow it.
@@ -78,15 +109,15 @@ class RunContext:
         #: seconds this rank has waited in MPI so far (a learner charges updates the rest).
         self.mpi_clock: Callable[[], float] = lambda: comm.wait_s
         self.run_dir = Path(run_dir)
-        self.spec = spec
-        self.algo_cls = algo_cls
+        self.spec = plan.spec
+        self.algo_cls = plan.algo_cls
+        self.device = plan.device
         # The run's log, shared with every subcontext (a group's learner may be the one that
         # writes it; the run closes and finishes it through the top context).
         self._shared: dict[str, Any] = {"log": None}
         #: the checkpoint this run resumes from (``checkpoint/meta.json``), or ``None``.
-        self.resume_meta: dict[str, Any] | None = None
-        if cfg.get("resume"):
-            self.resume_meta = read_meta(self.run_dir)
+        self.resume_meta = plan.resume_meta
+        cfg = plan.cfg
         self.checkpointer = Checkpointer(
             self.run_dir, comm.rank, comm.size, cfg.run,
             {"topology": str(cfg.topology.name), "algo": str(cfg.algo.name), "env": str(cfg.env.id)},
@@ -123,7 +154,7 @@ class RunContext:
         config than ``cfg.algo`` (a data-parallel rank's share of the job's batch:
         :mod:`drlmpi.topologies.data_parallel.batch_rule`).
         """
-        device = device or (self.cfg.device if learner else "cpu")
+        device = device or (self.device if learner else "cpu")
         init_seed = int(self.cfg.seed) if shared_init else self.seed
         with PROGRESS.paused("start-up: building the %s", "learner" if learner else "acting policy"):
             algo = self.algo_cls(self.spec, self.cfg.algo if algo_cfg is None else algo_cfg,
@@ -285,15 +316,17 @@ class Topology(ABC):
         return f"{cls.min_ranks} to {cls.max_ranks} ranks"
 
     @classmethod
-    def check(cls, world_size: int, algo_cls: type[Algorithm], cfg: Any) -> None:
-        """Raise :class:`ConfigError` if this topology cannot run this job."""
+    def check(cls, plan: RunPlan) -> None:
+        """Raise :class:`ConfigError` if this topology cannot run ``plan`` (called once, by
+        :func:`~drlmpi.run.plan.make_plan`, before any rank talks)."""
+        world_size = plan.world_size
         if world_size < cls.min_ranks or (cls.max_ranks is not None and world_size > cls.max_ranks):
             example = cls.min_ranks if cls.min_ranks > 1 else 1
             raise ConfigError(
                 f"topology={cls.name} needs {cls.sizes_text()}, but the job has {world_size}: "
                 f"launch it with 'mpiexec -n {example} python -m mpi4py -m drlmpi topology={cls.name}'"
             )
-        sync_amount(cfg.topology)  # every rank checks the exchange size before any message
+        sync_amount(plan.cfg.topology)  # every rank checks the exchange size before any message
 
     @abstractmethod
     def run(self, ctx: RunContext) -> RankReport:

@@ -92,8 +92,8 @@ class Groups(DataParallelTopology):
                                     str(topo.get("lr_scale", DEFAULT_LR_SCALE)))
 
     @classmethod
-    def check(cls, world_size, algo_cls, cfg) -> None:
-        topo = cfg.topology
+    def check(cls, plan) -> None:
+        world_size, topo = plan.world_size, plan.cfg.topology
         learners = cls.learners(topo)
         if learners < 1 or world_size % learners or world_size // learners < 2:
             fits = group_sizes_hint(world_size)
@@ -107,9 +107,9 @@ class Groups(DataParallelTopology):
         if str(topo.get("utd_mode", "ratio")) != "ratio":
             raise ConfigError("topology=groups trains what the learners agree on each meeting: "
                               "topology.utd_mode=free is not available there")
-        super().check(world_size, algo_cls, cfg)
-        WIRINGS[wiring].check(world_size // learners, algo_cls, cfg)
-        check_backend(topo, str(cfg.device))
+        super().check(plan)
+        WIRINGS[wiring].check(plan.with_world(world_size // learners))
+        check_backend(topo, plan.device)
 
     def run(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm

@@ -47,10 +47,9 @@ from typing import Any, ClassVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from drlmpi.algos.base import Algorithm
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.schema import SCHEMA
-from drlmpi.topologies.base import Topology
+from drlmpi.topologies.base import RunPlan, Topology
 
 _OPTIONS = SCHEMA["topology/allgather"]  # choices and defaults live in the schema
 BATCH_RULES = _OPTIONS["batch_rule"].choices
@@ -183,6 +182,6 @@ class DataParallelTopology(Topology):
                                     str(topo.get("lr_scale", DEFAULT_LR_SCALE)))
 
     @classmethod
-    def check(cls, world_size: int, algo_cls: type[Algorithm], cfg: Any) -> None:
-        super().check(world_size, algo_cls, cfg)
-        cls.batch_rule(cfg, world_size)
+    def check(cls, plan: RunPlan) -> None:
+        super().check(plan)
+        cls.batch_rule(plan.cfg, plan.world_size)

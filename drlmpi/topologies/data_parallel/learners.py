@@ -48,7 +48,7 @@ class DataParallelLearner:
         self.comm = comm
         self.rule = rule
         placement = place(comm)
-        device = str(ctx.cfg.device)
+        device = ctx.device
         #: the backend that averages the gradients (``auto`` resolved)
         self.backend = resolve_backend(str(topo_cfg.get("backend", "auto")), device, comm, placement)
         self.algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,

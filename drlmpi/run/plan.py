@@ -1,0 +1,154 @@
+"""One validated run plan: every check of a job and every value resolved from its config, once.
+
+:func:`make_plan` is called by every rank right after Hydra composed the config and before any
+communication (and by the sweep launcher for each job before it starts), so a bad combination
+(p2p on 3 ranks, DQN on Pendulum) ends every rank with the same one-line message and a non-zero
+exit - never a hang. What it returns, a :class:`~drlmpi.topologies.base.RunPlan`, is what flows
+down to the topology and its roles: the classes, the environment's spaces, the resolved device,
+the world size, the checkpoint to resume and a read-only copy of the config.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+from drlmpi.algos.base import Algorithm
+from drlmpi.config.checks import check_config
+from drlmpi.config.errors import ConfigError
+from drlmpi.envs.make import env_make_kwargs, is_atari, probe_spec
+from drlmpi.outputs.checkpoint import read_meta
+from drlmpi.topologies.base import RunPlan, Topology
+
+
+def make_plan(cfg: Any, world_size: int) -> RunPlan:
+    """Check the whole job before it starts and resolve what it runs with; raise
+    :class:`ConfigError` with one clear line. The caller's ``cfg`` is not modified."""
+    check_config(cfg)  # types and ranges of every option (drlmpi.config.schema)
+    resume_meta = check_resume(cfg, world_size) if cfg.get("resume") else None
+    algo_cls, topology_cls = resolve_classes(cfg)
+    if cfg.get("world_size") is not None and int(cfg.world_size) != world_size:
+        raise ConfigError(
+            f"world_size={cfg.world_size} was asked for but this job has {world_size} rank(s)"
+        )
+    check_env_options(cfg.env)
+    check_sim_costs(cfg.env, world_size)
+    try:
+        spec = probe_spec(cfg.env.id, **env_make_kwargs(cfg.env))
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (gymnasium raises many kinds for a bad id)
+        raise ConfigError(f"env.id={cfg.env.id!r} cannot be made: {exc}") from exc
+    algo_cls.check_spec(spec)
+    try:  # an acting-only instance is cheap and runs the algorithm's own checks of its config
+        algo_cls(spec, cfg.algo, device="cpu", seed=0, learner=False)
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"algo={cfg.algo.name}: invalid configuration: {exc}") from exc
+    device = resolve_device(str(cfg.device))
+    # Storage that cannot fit on the learner's device is refused now, with its size.
+    algo_cls.check_storage(spec, cfg.algo, device)
+    frozen = copy.deepcopy(cfg) if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+    OmegaConf.set_readonly(frozen, True)  # nothing below the plan can change what was checked
+    plan = RunPlan(cfg=frozen, world_size=world_size, algo_cls=algo_cls, topology_cls=topology_cls,
+                   spec=spec, device=device, resume_meta=resume_meta)
+    topology_cls.check(plan)
+    return plan
+
+
+def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
+    """The algorithm and topology classes named by ``cfg.algo._target_`` and
+    ``cfg.topology._target_``."""
+    try:
+        algo_cls = get_class(cfg.algo._target_)
+    except Exception as exc:  # noqa: BLE001 (Hydra raises several kinds)
+        raise ConfigError(f"algo._target_={cfg.algo._target_!r} cannot be imported: {exc}") from exc
+    try:
+        topology_cls = get_class(cfg.topology._target_)
+    except Exception as exc:  # noqa: BLE001
+        raise ConfigError(f"topology._target_={cfg.topology._target_!r} cannot be imported: {exc}") from exc
+    return algo_cls, topology_cls
+
+
+def check_env_options(env: Any) -> None:
+    """Refuse, in one line, Atari options or threads for a non-ALE id, worker processes for an
+    ALE id, bad ``env.atari`` values or ``env.kwargs`` of an ALE id, and an ALE id without
+    ale-py installed."""
+    atari = env.get("atari")
+    threads = env.get("num_threads") or 1
+    if not is_atari(env.id):
+        if atari is not None:
+            raise ConfigError(f"env.atari is for ALE/ ids (env=tetris, env.id=ALE/Pong-v5), but env.id="
+                              f"{env.id}: remove env.atari, got env.atari={dict(atari)}")
+        if threads > 1:
+            raise ConfigError(f"env.num_threads is for ALE/ ids (the threads of their AtariVectorEnv), but "
+                              f"env.id={env.id}: use env.vector=async to step its environments in "
+                              f"parallel, got env.num_threads={threads}")
+        return
+    if env.get("vector", "sync") == "async":
+        raise ConfigError(f"env.vector=async is not for ALE/ ids: a simulator's env.num_envs environments "
+                          f"step in one AtariVectorEnv; use env.num_threads=N to step them in N threads, "
+                          f"got env.vector=async with env.id={env.id}")
+    try:
+        import ale_py  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"env.id={env.id} needs ale-py (pip install ale-py; it ships the game ROMs): "
+                          f"{exc}") from exc
+    from drlmpi.envs.atari import check_ale_kwargs, check_atari_options
+
+    try:
+        check_atari_options(atari)
+        check_ale_kwargs(env.get("kwargs"))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def check_sim_costs(env: Any, world_size: int) -> None:
+    """Refuse, in one line, an ``env.sim_cost_ms_by_rank`` entry for a rank this job does not
+    have, or a cost that is not a number >= 0 (it would be ignored, or fail mid-run)."""
+    by_rank = env.get("sim_cost_ms_by_rank") or {}
+    shown = f"env.sim_cost_ms_by_rank={dict(by_rank)}"
+    for rank, cost in by_rank.items():
+        if not str(rank).isdigit() or int(rank) >= world_size:
+            raise ConfigError(f"env.sim_cost_ms_by_rank names rank {rank!r}, but the job has {world_size} "
+                              f"rank(s), 0 to {world_size - 1}: use ranks of this job, got {shown}")
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not cost >= 0:
+            raise ConfigError(f"env.sim_cost_ms_by_rank: the cost of rank {rank} must be a number of "
+                              f"milliseconds >= 0, got {shown}")
+
+
+def check_resume(cfg: Any, world_size: int) -> dict[str, Any]:
+    """The checkpoint ``cfg.resume`` names (its ``meta.json``); refuse, in one line, one this job
+    cannot continue (another world size, topology, algorithm or environment)."""
+    meta = read_meta(cfg.resume)
+    if meta is None:
+        raise ConfigError(f"resume: {cfg.resume} has no checkpoint (checkpoint/meta.json), got {cfg.resume}")
+    if int(meta["world_size"]) != world_size:
+        raise ConfigError(f"resume: the checkpoint was written by {meta['world_size']} rank(s) and this "
+                          f"job has {world_size}: launch it with mpiexec -n {meta['world_size']}, "
+                          f"got {world_size}")
+    for key, now in (("topology", cfg.topology.name), ("algo", cfg.algo.name), ("env", cfg.env.id)):
+        if str(meta.get(key)) != str(now):
+            raise ConfigError(f"resume: the checkpoint was written with {key}={meta.get(key)}, "
+                              f"got {key}={now}")
+    return meta
+
+
+def resolve_device(device: str) -> str:
+    """The learner device ``device`` names, checked: ``auto`` is CUDA when torch sees one."""
+    if device not in ("cpu", "auto", "cuda") and not device.startswith("cuda:"):
+        raise ConfigError(f"device must be cpu, cuda, cuda:N or auto, got {device!r}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device=cuda was asked for but torch sees no CUDA device: use device=cpu")
+    if device.startswith("cuda:") and not (device[5:].isdigit()
+                                           and int(device[5:]) < torch.cuda.device_count()):
+        raise ConfigError(f"device={device} does not name one of the "
+                          f"{torch.cuda.device_count()} CUDA device(s) torch sees")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
