@@ -109,6 +109,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "idle_busy_share": _unit(0.2, "a rank busy less than this share of its wall time is reported idle"),
         "checkpoint_every_s": _float(300, "seconds between checkpoints (0 or null: none)", low=0,
                                      nullable=True),
+        "checkpoint_on_signal": _bool(True, "SIGTERM, SIGUSR1 or Ctrl-C stops the run at the next safe "
+                                            "point with a checkpoint, summary and policy (exit code 4)"),
         "checkpoint_replay": _bool(True, "checkpoints include the replay or rollout contents "
                                          "(skipped above 2 GiB)"),
         "tensorboard": _bool(True, "rank 0 writes TensorBoard event files to <run dir>/tb/"),

@@ -198,6 +198,14 @@ class TimedComm:
         """Pickling ``gather`` of small Python objects (once per run: per-rank reports)."""
         return self._blocking(("gather %s (root %d)", kind, root), "gather", self.comm.gather, obj, root=root)
 
+    def allgather_objects(self, obj: Any, kind: str) -> list[Any]:
+        """Pickling ``allgather`` of small Python objects (once per run)."""
+        return self._blocking(("allgather %s", kind), "allgather", self.comm.allgather, obj)
+
+    def bcast_object(self, obj: Any, root: int, kind: str) -> Any:
+        """Pickling ``bcast`` of a small Python object (once per run)."""
+        return self._blocking(("bcast %s (root %d)", kind, root), "bcast", self.comm.bcast, obj, root=root)
+
     # -- nonblocking point-to-point -----------------------------------------------------------
     def Isend(self, buf: np.ndarray, dest: int, tag: int, kind: str) -> Request:  # noqa: N802
         self._count(self.sent, kind, buf.nbytes, 1)

@@ -113,6 +113,7 @@ class Checkpointer:
         every = run.get("checkpoint_every_s")
         self.every_s = float(every) if every else 0.0
         self.with_storage = bool(run.get("checkpoint_replay", True))
+        self._with_storage = self.with_storage  # what the last written state held
         self.description = description
         self.generation = generation
         self.last = time.monotonic()
@@ -130,15 +131,41 @@ class Checkpointer:
         small Allreduce before rank 0 publishes the generation in ``meta.json``."""
         t0 = time.perf_counter()
         generation = self.generation + 1
-        checkpoint_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
-        algo = learner.algo
-        with_storage = self.with_storage and algo.storage_bytes(algo.spec, algo.cfg) <= MAX_STORAGE_BYTES
-        atomic_save(learner.checkpoint_state(with_storage), rank_file(self.run_dir, self.rank, generation))
+        self._write(learner, generation)
         if comm is not None:
             from mpi4py import MPI
 
             done = np.ones(1, dtype=np.int64)
             comm.Allreduce(MPI.IN_PLACE, done, op=MPI.SUM, kind="checkpoint")
+        self._publish(learner, generation, ranks_with_state, metrics_rows)
+        self.seconds += time.perf_counter() - t0
+
+    def save_final(self, learner: Any, comm: Any, ranks_with_state: list[int],
+                   metrics_rows: int | None) -> None:
+        """Every rank of ``comm`` calls this once the run stopped (a signal stop): the ranks that
+        hold a learner write their state, all meet in one small Allreduce, then rank 0 (which
+        holds the deciding learner) publishes the generation."""
+        t0 = time.perf_counter()
+        generation = self.generation + 1
+        if learner is not None:
+            self._write(learner, generation)
+        from mpi4py import MPI
+
+        done = np.ones(1, dtype=np.int64)
+        comm.Allreduce(MPI.IN_PLACE, done, op=MPI.SUM, kind="checkpoint")
+        self._publish(learner, generation, ranks_with_state, metrics_rows)
+        self.seconds += time.perf_counter() - t0
+
+    def _write(self, learner: Any, generation: int) -> None:
+        checkpoint_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
+        algo = learner.algo
+        fits = algo.storage_bytes(algo.spec, algo.cfg) <= MAX_STORAGE_BYTES
+        self._with_storage = self.with_storage and fits
+        atomic_save(learner.checkpoint_state(self._with_storage),
+                    rank_file(self.run_dir, self.rank, generation))
+
+    def _publish(self, learner: Any, generation: int, ranks_with_state: list[int] | None,
+                 metrics_rows: int | None) -> None:
         if self.rank == 0:
             meta = {
                 "generation": generation,
@@ -148,7 +175,7 @@ class Checkpointer:
                 "updates": learner.updates,
                 "train_seconds": learner.clock.elapsed(),
                 "metrics_rows": metrics_rows,
-                "with_storage": with_storage,
+                "with_storage": self._with_storage,
                 "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                 **self.description,
             }
@@ -157,4 +184,3 @@ class Checkpointer:
         self.generation = generation
         self.last = time.monotonic()
         self.saved += 1
-        self.seconds += time.perf_counter() - t0

@@ -1,5 +1,8 @@
 """``metrics.csv`` and the progress lines, written by the learner rank.
 
+Rows reach the disk at every progress interval (``run.progress_every_s``, else every 5 s) and at
+each evaluation, so a job killed at any moment loses at most the rows of the last interval.
+
 ``metrics.csv`` has one row per finished training episode (``kind=episode``, ``rank`` = the
 simulator that ran it) and one per greedy evaluation (``kind=eval``, ``rank=-1``, ``return`` =
 the mean over ``run.eval_episodes`` episodes). Columns: ``kind, train_seconds, wall_seconds,
@@ -18,6 +21,8 @@ from drlmpi.outputs.tensorboard_log import TensorBoardLog
 
 logger = logging.getLogger("drlmpi")
 
+#: seconds between flushes of metrics.csv when progress lines are off (run.progress_every_s=0)
+FLUSH_EVERY_S = 5.0
 METRIC_COLUMNS = ("kind", "train_seconds", "wall_seconds", "env_steps", "updates", "return",
                   "return_std", "length", "rank")
 
@@ -49,6 +54,9 @@ class RunLog:
         self.rows = len(kept)
         self.progress_every_s = progress_every_s
         self._last_progress = time.perf_counter()
+        #: rows reach the disk at least this often, whatever later ends the job
+        self.flush_every_s = progress_every_s if progress_every_s > 0 else FLUSH_EVERY_S
+        self._last_flush = self._last_progress
         self.learner: Any = None
         self.tensorboard = (TensorBoardLog(run_dir, tensorboard_every_s)
                             if tensorboard_every_s is not None else None)
@@ -96,6 +104,9 @@ class RunLog:
         if self.tensorboard is not None:
             self.tensorboard.poll()
         now = time.perf_counter()
+        if now - self._last_flush >= self.flush_every_s:
+            self._last_flush = now
+            self._file.flush()
         if not force and (self.progress_every_s <= 0 or now - self._last_progress < self.progress_every_s):
             return
         self._last_progress = now

@@ -75,8 +75,12 @@ class Learner:
                  run: Any, reward_threshold: float | None,
                  log: Callable[..., None] | None = None, seed: int = 0,
                  mpi_clock: Callable[[], float] | None = None,
-                 exchange: GradientExchange = LOCAL) -> None:
+                 exchange: GradientExchange = LOCAL,
+                 stop_request: Callable[[], str | None] | None = None) -> None:
         self.algo = algo
+        #: asks whether a signal wants the run stopped (the deciding learner only:
+        #: :data:`drlmpi.mpi.stop.STOP` on rank 0 with ``run.checkpoint_on_signal``)
+        self.stop_request = stop_request
         self.exchange = exchange
         self._make_eval_envs = make_eval_envs
         self._eval_envs: list[gym.Env] | None = None
@@ -312,6 +316,8 @@ class Learner:
             return "max_episodes"
         if self.max_train_seconds is not None and self.clock.elapsed() >= float(self.max_train_seconds):
             return "max_train_seconds"
+        if self.stop_request is not None and self.stop_request() is not None:
+            return "signal"
         return None
 
     def close(self) -> None:

@@ -21,13 +21,21 @@ import time
 import traceback
 from datetime import datetime
 from pathlib import Path
+from typing import NoReturn
 
 from drlmpi.config.overrides import find, parse, value_text, values
 from drlmpi.config.reference import help_lines
 
 # Importing the schema registers every option's default with Hydra (conf/ builds on them).
 from drlmpi.config.schema import CONF_DIR
-from drlmpi.mpi.abort import CONFIG_ERROR_EXIT, CONFIG_ERROR_GRACE_S, CRASH_EXIT, HANG_EXIT, end_job
+from drlmpi.mpi.abort import (
+    CONFIG_ERROR_EXIT,
+    CONFIG_ERROR_GRACE_S,
+    CRASH_EXIT,
+    HANG_EXIT,
+    SIGNAL_EXIT,
+    end_job,
+)
 from drlmpi.mpi.process import set_thread_counts, under_mpi_launcher, yield_when_oversubscribed
 from drlmpi.run.arguments import check_command_line, check_output_directories, resume_arguments
 
@@ -127,7 +135,27 @@ def _task(cfg) -> int:
             raise
         end_job(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
                 CRASH_EXIT, abort=world.Get_size() > 1)
+    from drlmpi.mpi.stop import STOP
+
+    if STOP.stopped_run:  # stopped by a signal, checkpoint written: a documented exit status
+        _exit_after_signal_stop()
     return 0
+
+
+def _exit_after_signal_stop() -> NoReturn:
+    """End this rank with :data:`SIGNAL_EXIT` after a clean MPI finalize: a non-zero
+    ``sys.exit`` under ``python -m mpi4py`` would call ``MPI_Abort`` and the launcher would
+    report an abnormal termination."""
+    import logging
+
+    from mpi4py import MPI
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        MPI.Finalize()
+    os._exit(SIGNAL_EXIT)
 
 
 USAGE = """\

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from drlmpi.mpi.stop import STOP, stopped_by_signal_line
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.watchdog import PROGRESS, start_watchdog
 from drlmpi.outputs.summary import format_summary, write_summary
@@ -30,6 +31,9 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> di
     """
     plan = make_plan(cfg, world.Get_size())
     torch.set_num_threads(int(plan.cfg.threads_per_rank))
+    on_signal = bool(plan.cfg.run.get("checkpoint_on_signal", True))
+    if on_signal:  # before the first collective: a stale request of an earlier part is gone
+        STOP.install(run_dir, world.Get_rank())
     # The first collective waits for every rank to finish validating (start-up skew); the
     # watchdog counts from when all are connected.
     comm = TimedComm(world.Dup())
@@ -41,6 +45,8 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> di
     finally:
         if watchdog is not None:
             watchdog.stop()
+        if on_signal:
+            STOP.uninstall()
 
 
 def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
@@ -50,10 +56,18 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
     topology = plan.topology_cls(plan.cfg.topology)
     report = topology.run(ctx)
     report.wall_s = time.perf_counter() - start
+    learner = report.learner
+    by_signal = False
+    if plan.cfg.run.get("checkpoint_on_signal", True):
+        decided = learner.stop_reason() if comm.rank == 0 and learner is not None else None
+        by_signal = comm.bcast_object(decided == "signal", root=0, kind="stop")
+        if by_signal:
+            ctx.final_checkpoint(learner)
+            STOP.clear_file()
+    STOP.stopped_run = by_signal
     report.extra.update(comm.stats())
     if memory is not None:
         report.extra["rss_kib"] = memory.stop()
-    learner = report.learner
     if learner is not None:
         if comm.rank == 0:
             PROGRESS.begin("writing %s", POLICY_FILE)
@@ -72,5 +86,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
             ctx.log.finish(summary)
         PROGRESS.done()
         print(format_summary(summary), flush=True)
+        if by_signal:
+            print(stopped_by_signal_line(STOP.requested() or "a signal", run_dir), flush=True)
     comm.free()
     return summary

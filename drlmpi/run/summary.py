@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drlmpi.mpi.stop import STOP
 from drlmpi.topologies.base import RunPlan
 
 
@@ -60,6 +61,7 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
         "last_eval_return": learner.last_eval,
         "evaluations": learner.evaluations,
         "stop_reason": learner.stop_reason() or "unknown",
+        "stop_signal": STOP.requested() if learner.stop_reason() == "signal" else None,
         "env_steps": learner.env_steps,
         "episodes": learner.episodes,
         "updates": learner.updates,

@@ -24,6 +24,7 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.envs.make import env_make_kwargs, make_env
 from drlmpi.envs.spec import EnvSpec
 from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
+from drlmpi.mpi.stop import STOP
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.watchdog import PROGRESS
 from drlmpi.mpi.wire import Control, int64_message
@@ -213,8 +214,11 @@ class RunContext:
         tb_every = float(run.get("tensorboard_every_s", 2.0)) if run.get("tensorboard", True) else None
         run_log = (RunLog(self.run_dir, float(run.progress_every_s), tb_every, keep_rows=keep)
                    if log else None)
-        learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"),
-                          log=run_log, seed=self.seed, mpi_clock=self.mpi_clock, exchange=exchange)
+        # A signal's stop is decided by the job's rank 0 alone and reaches the others in the
+        # topology's control messages (drlmpi.mpi.stop).
+        stop = STOP.requested if self.rank == 0 and run.get("checkpoint_on_signal", True) else None
+        learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"), log=run_log,
+                          seed=self.seed, mpi_clock=self.mpi_clock, exchange=exchange, stop_request=stop)
         if meta is not None:
             state = load_rank_state(self.run_dir, self.rank, meta)
             if state is None:
@@ -246,6 +250,15 @@ class RunContext:
             self.checkpointer.save(learner, (comm or self.comm) if collective else None,
                                    ranks_with_state, rows)
         learner.clock.paused_s += time.perf_counter() - start
+
+    def final_checkpoint(self, learner: Learner | None) -> None:
+        """Every rank, once the topology stopped on a signal: the ranks holding a learner write
+        their state and rank 0 publishes the generation (``resume=`` continues from it)."""
+        holders = self.comm.allgather_objects(learner is not None, kind="checkpoint")
+        rows = self.log.flush() if self.log is not None else None
+        with PROGRESS.paused("writing the checkpoint of the stop"):
+            self.checkpointer.save_final(learner, self.comm, [r for r, has in enumerate(holders) if has],
+                                         rows)
 
     def progress(self) -> None:
         """Print a progress line if one is due (learner rank only)."""
