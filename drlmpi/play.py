@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from drlmpi.envs.make import env_make_kwargs, is_atari, make_env
 from drlmpi.envs.spec import env_spec
+from drlmpi.outputs.checkpoint import DamagedFileError, load_tensors
 from drlmpi.roles.evaluate import evaluate
 from drlmpi.run.experiment import POLICY_FILE
 
@@ -36,8 +36,7 @@ def load_policy(run_dir: Path):
     spec = env_spec(probe)
     probe.close()
     algo = get_class(cfg.algo._target_)(spec, cfg.algo, device="cpu", seed=0, learner=False)
-    state = torch.load(policy_path, map_location="cpu", weights_only=True)
-    algo.load_state_dict(state)
+    algo.load_state_dict(load_tensors(policy_path))
     return cfg, algo
 
 
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg, algo = load_policy(args.run_dir)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, DamagedFileError) as exc:
         print(f"drlmpi.play: error: {exc}", file=sys.stderr)
         return 2
     kwargs = env_make_kwargs(cfg.env)  # as the run made its evaluation environments

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +86,44 @@ def read_meta(run_dir: Path | str) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
+class DamagedFileError(ValueError):
+    """A checkpoint or policy file that exists but cannot be read back (truncated, corrupted)."""
+
+
+def load_tensors(path: Path | str) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU; a file that cannot be read raises
+    :class:`DamagedFileError` with one line naming it (torch's own advice to unpickle code with
+    ``weights_only=False`` is wrong for a damaged file)."""
+    path = Path(path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (zip, pickle, EOF and I/O errors alike)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise DamagedFileError(f"{path} cannot be read: it is damaged or incomplete ({first})") from None
+
+
+def check_rank_files(run_dir: Path | str, meta: dict[str, Any]) -> str | None:
+    """Why the generation ``meta`` names cannot be resumed (a rank file missing, or not a
+    complete archive: a truncated write), or ``None``. Cheap: opens each file's directory only."""
+    for rank in meta["ranks_with_state"]:
+        path = rank_file(run_dir, rank, int(meta["generation"]))
+        if not path.is_file():
+            return f"{path} is missing"
+        try:
+            with zipfile.ZipFile(path):
+                pass
+        except (zipfile.BadZipFile, OSError) as exc:
+            return f"{path} cannot be read: it is damaged or incomplete ({exc})"
+    return None
+
+
 def load_rank_state(run_dir: Path | str, rank: int, meta: dict[str, Any]) -> dict[str, Any] | None:
     """Rank ``rank``'s state of the generation ``meta`` names (``None``: it saved none)."""
     if rank not in meta["ranks_with_state"]:
         return None
-    path = rank_file(run_dir, rank, int(meta["generation"]))
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return load_tensors(rank_file(run_dir, rank, int(meta["generation"])))
 
 
 class Checkpointer:

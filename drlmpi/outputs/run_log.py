@@ -14,6 +14,8 @@ from __future__ import annotations
 import csv
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,18 @@ logger = logging.getLogger("drlmpi")
 FLUSH_EVERY_S = 5.0
 METRIC_COLUMNS = ("kind", "train_seconds", "wall_seconds", "env_steps", "updates", "return",
                   "return_std", "length", "rank")
+
+
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """Re-raise an ``OSError`` of writing ``path`` (a full disk fails at a flush, with no file
+    name) with the path in it, so the job's one line can name it."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
 
 
 class RunLog:
@@ -63,7 +77,8 @@ class RunLog:
 
     def flush(self) -> int:
         """Write buffered rows to disk; returns the number of rows written so far."""
-        self._file.flush()
+        with naming(self.path):
+            self._file.flush()
         return self.rows
 
     def attach(self, learner: Any) -> None:
@@ -76,6 +91,22 @@ class RunLog:
                  return_std: float | None = None) -> None:
         learner = self.learner
         self.rows += 1
+        with naming(self.path):
+            self._write_row(kind, return_, length, rank, return_std)
+        if self.tensorboard is not None:
+            if kind == "eval":
+                self.tensorboard.evaluation(return_, return_std)
+            else:
+                self.tensorboard.episode(return_, length, rank)
+        if kind == "eval":
+            self.flush()
+            self._print(f"eval: mean return {return_:.1f}"
+                        + (f" (threshold {learner.reward_threshold:g})"
+                           if learner.reward_threshold is not None else ""))
+
+    def _write_row(self, kind: str, return_: float, length: int, rank: int,
+                   return_std: float | None) -> None:
+        learner = self.learner
         self._writer.writerow([
             kind,
             f"{learner.clock.elapsed():.4f}",
@@ -87,16 +118,6 @@ class RunLog:
             length,
             rank,
         ])
-        if self.tensorboard is not None:
-            if kind == "eval":
-                self.tensorboard.evaluation(return_, return_std)
-            else:
-                self.tensorboard.episode(return_, length, rank)
-        if kind == "eval":
-            self._file.flush()
-            self._print(f"eval: mean return {return_:.1f}"
-                        + (f" (threshold {learner.reward_threshold:g})"
-                           if learner.reward_threshold is not None else ""))
 
     def progress(self, force: bool = False) -> None:
         """Print one progress line if ``progress_every_s`` has passed since the last one (and
@@ -106,7 +127,7 @@ class RunLog:
         now = time.perf_counter()
         if now - self._last_flush >= self.flush_every_s:
             self._last_flush = now
-            self._file.flush()
+            self.flush()
         if not force and (self.progress_every_s <= 0 or now - self._last_progress < self.progress_every_s):
             return
         self._last_progress = now
@@ -122,7 +143,8 @@ class RunLog:
     def close(self) -> None:
         """Flush and close ``metrics.csv``; write the last TensorBoard interval to disk (the
         event file stays open for :meth:`finish`)."""
-        self._file.close()
+        with naming(self.path):
+            self._file.close()
         if self.tensorboard is not None:
             self.tensorboard.flush()
 

@@ -15,6 +15,7 @@ prints one line and aborts the job with exit code 3.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -104,6 +105,9 @@ def _prepare_single_run(argv: list[str]) -> list[str]:
         extra.append("hydra.output_subdir=null")
     return extra + argv  # before the user's overrides (argparse stops at options such as --cfg)
 
+#: errors of writing that are the file system's, not drlmpi's: told in one line
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
 
 def _task(cfg) -> int:
     """Hydra's task function: run one experiment on COMM_WORLD."""
@@ -130,6 +134,13 @@ def _task(cfg) -> int:
             time.sleep(CONFIG_ERROR_GRACE_S)
         end_job(f"drlmpi: error: {exc}" if rank == 0 else f"drlmpi: error (rank {rank}): {exc}",
                 CONFIG_ERROR_EXIT, abort=world.Get_size() > 1)
+    except OSError as exc:
+        if exc.errno not in WRITE_FAILURES:
+            end_job(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+                    CRASH_EXIT, abort=world.Get_size() > 1)
+        # A full disk (or a read-only or over-quota one) is not a bug: one line, no traceback.
+        end_job(f"drlmpi: rank {rank} failed: cannot write {exc.filename or run_dir}: {exc.strerror}",
+                CRASH_EXIT, abort=world.Get_size() > 1)
     except BaseException as exc:  # noqa: BLE001 (any crash must take the whole job down)
         if isinstance(exc, SystemExit) and not exc.code:
             raise

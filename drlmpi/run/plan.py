@@ -21,7 +21,7 @@ from drlmpi.algos.base import Algorithm
 from drlmpi.config.checks import check_config
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.make import env_make_kwargs, is_atari, probe_spec
-from drlmpi.outputs.checkpoint import read_meta
+from drlmpi.outputs.checkpoint import check_rank_files, read_meta
 from drlmpi.topologies.base import RunPlan, Topology
 
 
@@ -136,6 +136,9 @@ def check_resume(cfg: Any, world_size: int) -> dict[str, Any]:
         if str(meta.get(key)) != str(now):
             raise ConfigError(f"resume: the checkpoint was written with {key}={meta.get(key)}, "
                               f"got {key}={now}")
+    damaged = check_rank_files(cfg.resume, meta)
+    if damaged is not None:
+        raise ConfigError(f"resume: checkpoint generation {meta['generation']}: {damaged}")
     return meta
 
 

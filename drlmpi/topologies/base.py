@@ -28,7 +28,7 @@ from drlmpi.mpi.stop import STOP
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.watchdog import PROGRESS
 from drlmpi.mpi.wire import Control, int64_message
-from drlmpi.outputs.checkpoint import Checkpointer, load_rank_state
+from drlmpi.outputs.checkpoint import Checkpointer, DamagedFileError, load_rank_state
 from drlmpi.outputs.run_log import RunLog
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
@@ -220,7 +220,10 @@ class RunContext:
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"), log=run_log,
                           seed=self.seed, mpi_clock=self.mpi_clock, exchange=exchange, stop_request=stop)
         if meta is not None:
-            state = load_rank_state(self.run_dir, self.rank, meta)
+            try:
+                state = load_rank_state(self.run_dir, self.rank, meta)
+            except DamagedFileError as exc:
+                raise ConfigError(f"resume: {exc}") from None
             if state is None:
                 raise ConfigError(f"resume: checkpoint generation {meta['generation']} holds no state "
                                   f"for rank {self.rank}, got ranks {meta['ranks_with_state']}")

@@ -1,0 +1,75 @@
+"""Failures a user meets, each told in one line without a traceback: a damaged checkpoint
+(refused before any rank starts, or when a rank loads it), a damaged policy file in play, and a
+run directory whose disk is full."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from drlmpi.outputs.checkpoint import DamagedFileError, load_rank_state, rank_file, read_meta
+from drlmpi.play import main as play
+from tests.conftest import REPO
+from tests.test_refusals import CHECKPOINTED, refusal
+
+
+@pytest.fixture
+def checkpointed_copy(runs, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(runs.get(CHECKPOINTED).run_dir, copy)
+    return copy
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_a_truncated_checkpoint_is_refused_in_one_line(checkpointed_copy):
+    meta = read_meta(checkpointed_copy)
+    path = rank_file(checkpointed_copy, 0, meta["generation"])
+    _truncate(path)
+    message = refusal(f"resume={checkpointed_copy}")
+    assert message.startswith(f"resume: checkpoint generation {meta['generation']}: {path} cannot be "
+                              f"read: it is damaged or incomplete")
+    path.unlink()
+    assert refusal(f"resume={checkpointed_copy}").endswith(f"{path} is missing")
+
+
+def test_a_damaged_archive_is_named_when_a_rank_loads_it(checkpointed_copy):
+    meta = read_meta(checkpointed_copy)
+    path = rank_file(checkpointed_copy, 0, meta["generation"])
+    with zipfile.ZipFile(path, "w") as archive:  # a complete archive holding no torch data
+        archive.writestr("data.pkl", b"not a pickle")
+    with pytest.raises(DamagedFileError, match=f"^{path} cannot be read: it is damaged or incomplete"):
+        load_rank_state(checkpointed_copy, 0, meta)
+
+
+def test_play_refuses_a_damaged_policy_in_one_line(checkpointed_copy, capsys):
+    _truncate(checkpointed_copy / "policy.pt")
+    assert play([str(checkpointed_copy), "--episodes", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"drlmpi.play: error: {checkpointed_copy / 'policy.pt'} cannot be read: it is "
+                          f"damaged or incomplete") and "\n" not in err
+    assert "weights_only" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+def test_a_full_disk_ends_the_run_in_one_line(tmp_path):
+    """metrics.csv on a device that is always full (/dev/full): the first flush fails."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.csv").symlink_to("/dev/full")
+    proc = subprocess.run([sys.executable, "-m", "drlmpi", f"hydra.run.dir={run_dir}", "run.max_env_steps=3000",
+                           "run.progress_every_s=0.2", "algo.hidden=[16]"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == \
+        f"drlmpi: rank 0 failed: cannot write {run_dir / 'metrics.csv'}: No space left on device"
+    assert "Traceback" not in proc.stderr and proc.stderr.count("drlmpi: rank 0 failed") == 1
