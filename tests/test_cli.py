@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -22,7 +23,7 @@ from tests.shared_runs import TINY_DQN
 def test_world_size_relaunches_under_mpiexec_and_writes_one_run_directory(tmp_path):
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "drlmpi", "topology=star", "world_size=3", *TINY_DQN,
-           "run.max_env_steps=600", f"hydra.run.dir={run_dir}"]
+           "run.max_env_steps=600", "run.progress_every_s=0.05", f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -35,6 +36,11 @@ def test_world_size_relaunches_under_mpiexec_and_writes_one_run_directory(tmp_pa
     assert sorted(p.name for p in run_dir.glob("rank*.log")) == ["rank0.log", "rank1.log", "rank2.log"]
     assert list(tmp_path.iterdir()) == [run_dir]
     assert (run_dir / "policy.pt").is_file() and (run_dir / "metrics.csv").is_file()
+    # What the run said: the banner first, then progress with the budget's share and an ETA.
+    log = (run_dir / "rank0.log").read_text()
+    assert f"drlmpi: dqn on tests.tiny_env:Cue-v0 | topology star, 3 rank(s) | device cpu | budget 600 " \
+           f"env steps | run directory {run_dir}" in log.splitlines()[0]
+    assert re.search(r"steps +\d+ +\d+% ETA +\d+s \| +[\d,]+ steps/s \| updates", log), log
 
 
 def test_crashed_simulator_brings_the_job_down(tmp_path):

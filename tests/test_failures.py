@@ -66,10 +66,56 @@ def test_a_full_disk_ends_the_run_in_one_line(tmp_path):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "metrics.csv").symlink_to("/dev/full")
-    proc = subprocess.run([sys.executable, "-m", "drlmpi", f"hydra.run.dir={run_dir}", "run.max_env_steps=3000",
-                           "run.progress_every_s=0.2", "algo.hidden=[16]"], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "drlmpi", f"hydra.run.dir={run_dir}",
+                           "run.max_env_steps=3000", "run.progress_every_s=0.2", "algo.hidden=[16]"],
+                          cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == \
         f"drlmpi: rank 0 failed: cannot write {run_dir / 'metrics.csv'}: No space left on device"
     assert "Traceback" not in proc.stderr and proc.stderr.count("drlmpi: rank 0 failed") == 1
+
+
+# -- what a run says at its start ---------------------------------------------------------------
+def test_the_budget_warnings_name_what_it_cannot_reach():
+    from drlmpi.run.plan import make_plan
+    from tests.pool_worker import compose
+
+    short = ["run.max_env_steps=2000", "algo.learning_starts=5000", "run.eval_every=4000"]
+    warned = make_plan(compose(short), 1)
+    assert warned.warnings == (
+        "run.max_env_steps=2,000 ends before algo.learning_starts=5,000 (steps before the first update): "
+        "no update will run; raise the budget or lower algo.learning_starts",
+        "run.max_env_steps=2,000 ends before the first evaluation (run.eval_every=4,000): the run will not "
+        "be evaluated")
+    ppo = make_plan(compose(["algo=ppo", "run.max_env_steps=1000", "algo.rollout_steps=1024"]), 1)
+    assert [w.split(" (")[0] for w in ppo.warnings] == [
+        "run.max_env_steps=1,000 ends before algo.rollout_steps=1,024", "run.max_env_steps=1,000 ends before "
+        "the first evaluation"]
+    # evaluation turned off on purpose, or a time budget only: nothing to say
+    assert make_plan(compose(["run.max_env_steps=20000", "run.eval_every=1000000000"]), 1).warnings == ()
+    assert make_plan(compose(["run.max_env_steps=null", "run.max_train_seconds=5"]), 1).warnings == ()
+
+
+def test_a_resumed_run_says_where_it_continues(tmp_path):
+    from dataclasses import replace
+
+    from drlmpi.run.experiment import start_lines
+    from drlmpi.run.plan import make_plan
+    from tests.pool_worker import compose
+
+    plan = make_plan(compose(["run.max_env_steps=20000", "run.max_train_seconds=90"]), 1)
+    meta = {"generation": 3, "env_steps": 12288, "updates": 5000, "train_seconds": 41.6,
+            "saved_at": "2026-11-27 03:50:00"}
+    lines = start_lines(replace(plan, resume_meta=meta), tmp_path)
+    assert lines[0] == (f"drlmpi: dqn on CartPole-v1 | topology sequential, 1 rank(s) | device cpu | budget "
+                        f"20,000 env steps or 90 s of training | run directory {tmp_path}")
+    assert lines[1] == ("drlmpi: resumed from checkpoint generation 3 at 12,288 env steps, 5,000 updates, "
+                        "42 s of training (saved 2026-11-27 03:50:00)")
+
+
+def test_durations_read_as_people_write_them():
+    from drlmpi.outputs.run_log import duration
+
+    assert [duration(s) for s in (0.4, 45, 60, 725, 3600, 12_000)] == ["0s", "45s", "1m00s", "12m05s",
+                                                                      "1h00m", "3h20m"]

@@ -29,6 +29,16 @@ METRIC_COLUMNS = ("kind", "train_seconds", "wall_seconds", "env_steps", "updates
                   "return_std", "length", "rank")
 
 
+def duration(seconds: float) -> str:
+    """Seconds for people: ``45s``, ``12m05s``, ``3h20m``."""
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
 @contextmanager
 def naming(path: Path) -> Iterator[None]:
     """Re-raise an ``OSError`` of writing ``path`` (a full disk fails at a flush, with no file
@@ -131,10 +141,15 @@ class RunLog:
         if not force and (self.progress_every_s <= 0 or now - self._last_progress < self.progress_every_s):
             return
         self._last_progress = now
-        recent = self.learner.recent_returns
+        learner = self.learner
+        recent = learner.recent_returns
         recent_txt = f"{sum(recent) / len(recent):8.1f}" if recent else "     n/a"
-        self._print(f"steps {self.learner.env_steps:>9,d} | updates {self.learner.updates:>8,d} | "
-                    f"recent return {recent_txt} | episodes {self.learner.episodes:>6,d}")
+        elapsed = learner.clock.elapsed()
+        share = learner.budget_used()
+        where = f" {100 * share:3.0f}% ETA {duration(elapsed * (1 - share) / share):>6}" if share > 0 else ""
+        rate = f" | {learner.env_steps / elapsed:7,.0f} steps/s" if elapsed > 0 else ""
+        self._print(f"steps {learner.env_steps:>9,d}{where}{rate} | updates {learner.updates:>8,d} | "
+                    f"recent return {recent_txt} | episodes {learner.episodes:>6,d}")
 
     def _print(self, text: str) -> None:
         elapsed = self.learner.clock.elapsed() if self.learner else 0.0

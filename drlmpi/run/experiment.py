@@ -5,6 +5,7 @@ rank that stops making progress for ``run.rank_timeout_s`` ends the job.
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from drlmpi.run.summary import build_summary
 from drlmpi.topologies.base import RunContext, RunPlan
 
 POLICY_FILE = "policy.pt"
+logger = logging.getLogger("drlmpi")
 
 
 def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> dict[str, Any] | None:
@@ -49,10 +51,34 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> di
             STOP.uninstall()
 
 
+def start_lines(plan: RunPlan, run_dir: Path) -> list[str]:
+    """What rank 0 says before training: the banner, the checkpoint a resumed run continues, and
+    what the budget cannot reach."""
+    cfg = plan.cfg
+    budgets = [f"{int(cfg.run[key]):,} {what}" for key, what in (
+        ("max_env_steps", "env steps"), ("max_train_seconds", "s of training"),
+        ("max_episodes", "episodes"))
+        if cfg.run.get(key) is not None]
+    label = plan.topology_cls.report_label(cfg.topology)
+    lines = [f"drlmpi: {cfg.algo.name} on {cfg.env.id} | topology {label}, {plan.world_size} rank(s) | "
+             f"device {plan.device} | budget {' or '.join(budgets) or 'none'} | "
+             f"run directory {Path(run_dir).resolve()}"]
+    meta = plan.resume_meta
+    if meta is not None:
+        lines.append(f"drlmpi: resumed from checkpoint generation {meta['generation']} at "
+                     f"{int(meta['env_steps']):,} env steps, {int(meta['updates']):,} updates, "
+                     f"{float(meta['train_seconds']):.0f} s of training (saved {meta.get('saved_at', '?')})")
+    lines += [f"drlmpi: warning: {text}" for text in plan.warnings]
+    return lines
+
+
 def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
          memory: MemorySampler | None) -> dict[str, Any] | None:
     start = time.perf_counter()
     ctx = RunContext(plan, comm, run_dir)
+    if comm.rank == 0:
+        for line in start_lines(plan, run_dir):
+            logger.info(line)
     topology = plan.topology_cls(plan.cfg.topology)
     report = topology.run(ctx)
     report.wall_s = time.perf_counter() - start

@@ -56,9 +56,32 @@ def make_plan(cfg: Any, world_size: int) -> RunPlan:
     frozen = copy.deepcopy(cfg) if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     OmegaConf.set_readonly(frozen, True)  # nothing below the plan can change what was checked
     plan = RunPlan(cfg=frozen, world_size=world_size, algo_cls=algo_cls, topology_cls=topology_cls,
-                   spec=spec, device=device, resume_meta=resume_meta)
+                   spec=spec, device=device, resume_meta=resume_meta, warnings=budget_warnings(cfg))
     topology_cls.check(plan)
     return plan
+
+
+#: run.eval_every at or above this is the presets' way of turning evaluation off (no warning)
+NO_EVALUATION = 100_000_000
+
+
+def budget_warnings(cfg: Any) -> tuple[str, ...]:
+    """What a step budget cannot reach: the first update (``algo.learning_starts`` of an
+    off-policy algorithm, one rollout of an on-policy one) or the first evaluation."""
+    budget = cfg.run.get("max_env_steps")
+    if budget is None:
+        return ()
+    budget, out = int(budget), []
+    for key, what in (("learning_starts", "steps before the first update"),
+                      ("rollout_steps", "rows of the first rollout")):
+        need = cfg.algo.get(key)
+        if need is not None and int(need) >= budget:
+            out.append(f"run.max_env_steps={budget:,} ends before algo.{key}={int(need):,} ({what}): "
+                       f"no update will run; raise the budget or lower algo.{key}")
+    if budget < int(cfg.run.eval_every) < NO_EVALUATION:
+        out.append(f"run.max_env_steps={budget:,} ends before the first evaluation "
+                   f"(run.eval_every={int(cfg.run.eval_every):,}): the run will not be evaluated")
+    return tuple(out)
 
 
 def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:

@@ -51,6 +51,7 @@ class RunPlan:
         spec: the environment's spaces (probed once).
         device: the learner device, resolved (``auto`` is ``cuda`` or ``cpu``).
         resume_meta: the checkpoint this run continues (its ``meta.json``), or ``None``.
+        warnings: one line each for what the budget cannot reach.
     """
 
     cfg: Any
@@ -60,6 +61,8 @@ class RunPlan:
     spec: EnvSpec
     device: str
     resume_meta: dict[str, Any] | None = None
+    #: what the budget cannot reach (the first update, the first evaluation): said at the start
+    warnings: tuple[str, ...] = ()
 
     def with_world(self, world_size: int) -> RunPlan:
         """This plan for a part of the job (a group of ``topology=groups``) of ``world_size`` ranks."""
