@@ -76,6 +76,9 @@ def check_writable(option: str, path: str) -> None:
 #: overrides a resumed run may change (budgets and reporting; anything else would change the run).
 RESUME_MAY_CHANGE = ("run.max_env_steps", "run.max_train_seconds", "run.max_episodes",
                      "run.checkpoint_every_s", "run.progress_every_s", "run.stop_on_solve")
+#: accepted beside resume= without changing the run: the sweep launcher resumes a job of a
+#: preset that sets MULTIRUN as one run
+RESUME_PASS_THROUGH = ("hydra.mode",)
 
 
 def resume_arguments(argv: list[str]) -> tuple[list[str], int]:
@@ -94,7 +97,7 @@ def resume_arguments(argv: list[str]) -> tuple[list[str], int]:
     run_dir = Path(value).expanduser().absolute()
     extra = [a for a in argv if a.startswith("-") or parse([a])[0].key_or_group != "resume"]
     for arg in extra:
-        if arg.startswith("-") or parse([arg])[0].key_or_group not in RESUME_MAY_CHANGE:
+        if arg.startswith("-") or parse([arg])[0].key_or_group not in RESUME_MAY_CHANGE + RESUME_PASS_THROUGH:
             raise ConfigError(f"resume=DIR continues a run with its own configuration; only "
                               f"{', '.join(RESUME_MAY_CHANGE)} may be changed, got {arg}")
     overrides_file = run_dir / ".hydra" / "overrides.yaml"

@@ -19,6 +19,7 @@ from typing import Any  # noqa: UP035 (OmegaConf needs typing generics)
 
 from hydra.core.utils import JobStatus
 
+from drlmpi.mpi.abort import SIGNAL_EXIT
 from drlmpi.sweep.jobs import read_summary, tail
 
 POLL_S = 0.2
@@ -125,6 +126,8 @@ class SweepJob:
     started: float = 0.0
     slots: list[int] = field(default_factory=list)
     log_file: Any = None
+    #: the job continues its run directory from a checkpoint (it was stopped by a signal)
+    resumes: bool = False
 
 
 def cpu_list(cpus: list[int]) -> str:
@@ -203,7 +206,7 @@ class Scheduler:
     def _start(self, job: SweepJob, slots: list[int]) -> bool:
         """Start a job on ``slots``; ``False`` (the job recorded as failed) if it cannot start."""
         run_dir = job.run_dir
-        if run_dir.exists() and self.sweep_dir.resolve() in run_dir.resolve().parents:
+        if not job.resumes and run_dir.exists() and self.sweep_dir.resolve() in run_dir.resolve().parents:
             shutil.rmtree(run_dir)  # an unfinished earlier attempt: start clean
         run_dir.mkdir(parents=True, exist_ok=True)
         job.slots = slots
@@ -212,7 +215,7 @@ class Scheduler:
         if self.pin:
             job.record["cpus"] = cpu_list(cpus)
             where = f" on CPUs {job.record['cpus']}"
-        job.log_file = open(run_dir / "job.log", "w")  # noqa: SIM115 (closed in _finish)
+        job.log_file = open(run_dir / "job.log", "a" if job.resumes else "w")  # noqa: SIM115 (closed in _finish)
         job.log_file.write("$ " + " ".join(job.cmd) + "\n")
         job.log_file.flush()
         affinity = (lambda: os.sched_setaffinity(0, cpus)) if self.pin else None
@@ -254,6 +257,13 @@ class Scheduler:
             return
         log_tail = tail(job.run_dir / "job.log")
         job.record.update(status="failed", log_tail=log_tail)
+        if returncode == SIGNAL_EXIT:
+            job.record["reason"] = ("stopped by a signal with a checkpoint: re-run the same command "
+                                    "with the same hydra.sweep.dir to resume it")
+            log.error(f"{tag}: {job.record['reason']}")
+            job.status = JobStatus.FAILED
+            job.value = JobFailedError(f"job {job.idx} ({job.label}): {job.record['reason']}")
+            return
         log.error(f"{tag}: FAILED with exit code {returncode} after {seconds:.1f} s; last lines of "
                   f"{job.run_dir / 'job.log'}:\n{log_tail}")
         job.status = JobStatus.FAILED

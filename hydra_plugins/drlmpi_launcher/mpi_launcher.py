@@ -156,6 +156,12 @@ class MPILauncher(Launcher):
                 "-m", "mpi4py", "-m", "drlmpi", *overrides, f"hydra.run.dir={run_dir}",
                 "hydra.mode=RUN"]  # a preset may set MULTIRUN: the job itself is one run
 
+    def resume_command(self, ranks: int, run_dir: Path) -> list[str]:
+        """The command line of a job that continues ``run_dir`` from its checkpoint."""
+        binding = NO_BIND_ARGS.get(mpi_flavour(self.mpiexec[0]), []) if self.pin else []
+        return [*self.mpiexec, self.ranks_flag, str(ranks), *binding, *self.extra_args, self.python,
+                "-m", "mpi4py", "-m", "drlmpi", f"resume={run_dir}", "hydra.mode=RUN"]
+
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
         started = time.monotonic()  # deadline_s counts from here, composing the jobs included
@@ -223,6 +229,9 @@ class MPILauncher(Launcher):
         job.record["ranks"] = job.ranks
         job.cost = job_cost(cfg, job.ranks)
         summary = read_summary(run_dir) if self.resume else None
+        stopped = summary is not None and summary.get("stop_reason") == "signal"
+        if stopped:  # stopped by a signal with a checkpoint: the job continues from it
+            summary = None
         if summary is not None:
             made_with = recorded_overrides(run_dir)
             if made_with is not None and made_with != overrides:
@@ -239,6 +248,9 @@ class MPILauncher(Launcher):
             log.info(f"{tag}: reused (finished earlier, {outcome})")
             return job
         cmd = self.command(overrides, job.ranks, run_dir)
+        if stopped and recorded_overrides(run_dir) == overrides:
+            cmd, job.resumes = self.resume_command(job.ranks, run_dir), True
+            log.info(f"{tag}: stopped by a signal earlier: resuming it from its checkpoint")
         job.record["command"] = cmd
         if self.dry_run:
             job.record.update(status="dry_run", returncode=None)
