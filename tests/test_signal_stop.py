@@ -18,8 +18,8 @@ import pytest
 
 from drlmpi.mpi.abort import SIGNAL_EXIT
 from drlmpi.outputs.checkpoint import rank_file, read_meta
-from tests.mpirun import REPO
-from tests.test_resume import FAST, MORE_STEPS, NEVER_REACHED, episode_rows, start
+from tests.mpirun import REPO, mpiexec_command
+from tests.test_resume import FAST, MORE_STEPS, NEVER_REACHED, episode_rows
 
 #: topology -> (ranks, the signal, the rank it is sent to: None = the launcher)
 CASES = {
@@ -34,6 +34,14 @@ CASES = {
 #: no periodic checkpoint: the one resumed from is the stop's; rows flushed every 0.2 s
 SIGNAL_RUN = [*[o for o in FAST if not o.startswith(("run.checkpoint_every_s", "run.progress_every_s"))],
               "run.checkpoint_every_s=0", "run.progress_every_s=0.2"]
+
+
+def start(ranks: int, overrides: list[str], run_dir: Path) -> subprocess.Popen:
+    cmd = [*mpiexec_command(ranks), sys.executable, "-m", "mpi4py", "-m", "drlmpi", *overrides,
+           f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPIEXEC_TIMEOUT": "200"}
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
 
 
 def rank_pid(marker: str, rank: int) -> int | None:
@@ -81,13 +89,13 @@ def test_a_signal_stops_with_a_checkpoint_and_resume_finishes(pool, topology, tm
         assert pid is not None, f"rank {target} not found"
         sent = time.monotonic()
         os.kill(pid, signum)
-        _, stderr = proc.communicate(timeout=60)
+        stdout, stderr = proc.communicate(timeout=60)
         took = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == SIGNAL_EXIT, stderr[-3000:]
+    assert proc.returncode == SIGNAL_EXIT, (stdout[-3000:], stderr[-3000:])
     assert "Traceback" not in stderr and took < 30
     name = signal.Signals(signum).name
     if target is None:  # rank 0 got it and says so once
