@@ -105,8 +105,6 @@ def _prepare_single_run(argv: list[str]) -> list[str]:
         extra.append("hydra.output_subdir=null")
     return extra + argv  # before the user's overrides (argparse stops at options such as --cfg)
 
-#: rank 0 exits with SIGNAL_EXIT this long after the others exited with 0
-SIGNAL_EXIT_DELAY_S = 0.5
 #: errors of writing that are the file system's, not drlmpi's: told in one line
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
@@ -156,10 +154,9 @@ def _task(cfg) -> int:
 
 
 def _exit_after_signal_stop() -> NoReturn:
-    """End the job with :data:`SIGNAL_EXIT` after a clean MPI finalize (a non-zero ``sys.exit``
-    under ``python -m mpi4py`` would call ``MPI_Abort``). Only rank 0 exits with it, a moment
-    after the others exited with 0: a launcher kills the ranks still running when one exits
-    non-zero, and a rank killed while finalizing would turn the job's code into 9."""
+    """End this rank with :data:`SIGNAL_EXIT` after a barrier and a clean MPI finalize (a
+    non-zero ``sys.exit`` under ``python -m mpi4py`` would call ``MPI_Abort``; a rank leaving
+    before the others reach the barrier could get them killed while they finish, exit 9)."""
     import logging
 
     from mpi4py import MPI
@@ -167,7 +164,6 @@ def _exit_after_signal_stop() -> NoReturn:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    rank = MPI.COMM_WORLD.Get_rank() if MPI.Is_initialized() and not MPI.Is_finalized() else 0
     if MPI.Is_initialized() and not MPI.Is_finalized():
         MPI.COMM_WORLD.Barrier()
         MPI.Finalize()
