@@ -222,13 +222,13 @@ BUSY_LEARNER_TIMEOUT_S = 2
 BUSY_LEARNER = declare("star-busy-learner", 3, [
     "topology=star", BLOCKING_ENV, "+env.kwargs.slow_rank=0", "+env.kwargs.slow_step_s=0.004",
     "env.max_episode_steps=20", f"run.rank_timeout_s={BUSY_LEARNER_TIMEOUT_S}", "run.max_env_steps=1024",
-    "run.eval_every=1024", "run.eval_episodes=80", "run.stop_on_solve=false", "algo.learning_starts=256",
+    "run.eval_every=1024", "run.eval_episodes=120", "run.stop_on_solve=false", "algo.learning_starts=256",
     "algo.hidden=[32,32]", "run.progress_every_s=0"])
 
 
 def test_ranks_waiting_for_a_busy_peer_are_not_a_hang(runs):
-    """Star with a 2 s timeout: while the learner evaluates (80 greedy episodes of at most 20
-    steps on environments slowed to 4 ms a step: 3 to 7 s) the simulators sit in one collective
+    """Star with a 2 s timeout: while the learner evaluates (120 greedy episodes of at most 20
+    steps on environments slowed to 4 ms a step: 4 to 10 s) the simulators sit in one collective
     for longer than the timeout and its grace period - legitimately, since the learner's rank
     makes progress all along - and the run ends normally (in the MPI pool: a watchdog that
     fired would end the pool and fail the test)."""

@@ -47,7 +47,8 @@ from typing import Any
 from drlmpi.mpi.abort import ABORT_FLUSH_S, end_job
 
 GRACE_MAX_S = 10.0  # a rank waiting in MPI waits this much longer at most...
-GRACE_SHARE = 0.25  # ...or this share of the timeout, whichever is smaller
+GRACE_SHARE = 0.25  # ...or this share of the timeout, whichever is smaller,
+GRACE_MIN_S = 1.0  # ...but at least this long: the stuck rank's own line and abort land first
 # Before MPI_Abort kills the job, give the launcher a moment to forward the line just printed
 # (as drlmpi.__main__ does for a crash).
 BOARD_DIR = ".watchdog"  # in the run directory: one progress file per rank
@@ -118,7 +119,7 @@ PROGRESS = ProgressClock()
 
 def grace_for(timeout_s: float) -> float:
     """How much longer a rank waiting inside an MPI call waits than a computing one."""
-    return min(GRACE_MAX_S, GRACE_SHARE * timeout_s)
+    return min(GRACE_MAX_S, max(GRACE_MIN_S, GRACE_SHARE * timeout_s))
 
 
 class ProgressBoard:
