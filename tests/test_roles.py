@@ -96,3 +96,22 @@ def test_time_to_threshold_excludes_the_evaluation_that_reached_it():
     # The solving evaluation's time is off the clock, and so is every earlier second of it.
     assert learner.solved_at["train_seconds"] < learner.clock.wall() - 0.9 * eval_wall
     assert learner.clock.paused_s >= 0.9 * eval_wall
+
+
+def test_the_first_stop_reason_is_the_run_s():
+    """A signal stops the run; the time budget running out during the last updates and the
+    checkpoint that follow does not change why it stopped (the summary and the decision to
+    write the signal's checkpoint read it afterwards)."""
+    asked: list[str | None] = [None]
+    run = {"max_env_steps": None, "max_train_seconds": 30.0, "eval_every": 1000, "eval_episodes": 1,
+           "stop_on_solve": True}
+    learner = Learner(_algo(), lambda: [], run, reward_threshold=None, stop_request=lambda: asked[0])
+    assert learner.stop_reason() is None
+    asked[0] = "SIGTERM"
+    assert learner.stop_reason() == "signal"
+    learner.clock.start -= 60.0  # the time budget is now spent as well
+    asked[0] = None
+    assert learner.stop_reason() == "signal"
+    fresh = Learner(_algo(), lambda: [], run, reward_threshold=None)
+    fresh.clock.start -= 60.0
+    assert fresh.stop_reason() == "max_train_seconds"

@@ -81,6 +81,7 @@ class Learner:
         #: asks whether a signal wants the run stopped (the deciding learner only:
         #: :data:`drlmpi.mpi.stop.STOP` on rank 0 with ``run.checkpoint_on_signal``)
         self.stop_request = stop_request
+        self._stopped_by: str | None = None  # the reason the run stopped, once it has
         self.exchange = exchange
         self._make_eval_envs = make_eval_envs
         self._eval_envs: list[gym.Env] | None = None
@@ -307,7 +308,14 @@ class Learner:
         return True
 
     def stop_reason(self) -> str | None:
-        """Why the run should stop now (``None``: keep going)."""
+        """Why the run should stop now (``None``: keep going). The first reason found is kept:
+        a run stops once, for one reason, and what comes after the stop (the last updates, the
+        signal's checkpoint, the summary) reads that reason even if a budget runs out meanwhile."""
+        if self._stopped_by is None:
+            self._stopped_by = self._find_stop_reason()
+        return self._stopped_by
+
+    def _find_stop_reason(self) -> str | None:
         if self.stop_on_solve and self.solved_at is not None:
             return "solved"
         if self.max_env_steps is not None and self.env_steps >= self.max_env_steps:

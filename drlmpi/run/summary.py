@@ -38,6 +38,7 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
     cfg, world_size, topology_cls = plan.cfg, plan.world_size, plan.topology_cls
     if learner is None:
         raise RuntimeError("rank 0 must hold the learner to write the summary")
+    stop_reason = learner.stop_reason()
     topology_stats = reports[0].get("topology_stats") or {}
     idle_share = float(cfg.run.get("idle_busy_share", 0.2))
     train_s = learner.clock.elapsed()
@@ -60,8 +61,8 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
         "best_eval_return": learner.best_eval,
         "last_eval_return": learner.last_eval,
         "evaluations": learner.evaluations,
-        "stop_reason": learner.stop_reason() or "unknown",
-        "stop_signal": STOP.requested() if learner.stop_reason() == "signal" else None,
+        "stop_reason": stop_reason or "unknown",
+        "stop_signal": STOP.requested() if stop_reason == "signal" else None,
         "env_steps": learner.env_steps,
         "episodes": learner.episodes,
         "updates": learner.updates,
