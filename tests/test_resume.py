@@ -30,11 +30,11 @@ NEVER_REACHED = 1_000_000
 MORE_STEPS = 600
 
 
-def start(ranks: int, overrides: list[str], run_dir) -> subprocess.Popen:
+def start(ranks: int, overrides: list[str], run_dir, stdout: int = subprocess.DEVNULL) -> subprocess.Popen:
     cmd = [*mpiexec_command(ranks), sys.executable, "-m", "mpi4py", "-m", "drlmpi", *overrides,
            f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPIEXEC_TIMEOUT": "200"}
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=stdout, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
 
 

@@ -18,8 +18,8 @@ import pytest
 
 from drlmpi.mpi.abort import SIGNAL_EXIT
 from drlmpi.outputs.checkpoint import rank_file, read_meta
-from tests.mpirun import REPO, mpiexec_command
-from tests.test_resume import FAST, MORE_STEPS, NEVER_REACHED, episode_rows
+from tests.mpirun import REPO
+from tests.test_resume import FAST, MORE_STEPS, NEVER_REACHED, episode_rows, start
 
 #: topology -> (ranks, the signal, the rank it is sent to: None = the launcher)
 CASES = {
@@ -34,14 +34,6 @@ CASES = {
 #: no periodic checkpoint: the one resumed from is the stop's; rows flushed every 0.2 s
 SIGNAL_RUN = [*[o for o in FAST if not o.startswith(("run.checkpoint_every_s", "run.progress_every_s"))],
               "run.checkpoint_every_s=0", "run.progress_every_s=0.2"]
-
-
-def start(ranks: int, overrides: list[str], run_dir: Path) -> subprocess.Popen:
-    cmd = [*mpiexec_command(ranks), sys.executable, "-m", "mpi4py", "-m", "drlmpi", *overrides,
-           f"hydra.run.dir={run_dir}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPIEXEC_TIMEOUT": "200"}
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
 
 
 def rank_pid(marker: str, rank: int) -> int | None:
@@ -82,7 +74,7 @@ def test_a_signal_stops_with_a_checkpoint_and_resume_finishes(pool, topology, tm
     extra = [f"topology={topology}", f"run.max_env_steps={NEVER_REACHED}", *SIGNAL_RUN]
     if topology == "async":
         extra.append("topology.max_policy_lag=64")
-    proc = start(ranks, extra, run_dir)
+    proc = start(ranks, extra, run_dir, stdout=subprocess.PIPE)
     try:
         wait_for_episodes(proc, run_dir)
         pid = proc.pid if target is None else rank_pid(str(run_dir), target)

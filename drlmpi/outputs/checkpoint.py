@@ -159,46 +159,25 @@ class Checkpointer:
 
     def save(self, learner: Any, comm: Any = None, ranks_with_state: list[int] | None = None,
              metrics_rows: int | None = None) -> None:
-        """Write this rank's state for the next generation. ``comm`` (collective topologies):
-        every rank in ``ranks_with_state`` calls this at the same point and they meet in one
-        small Allreduce before rank 0 publishes the generation in ``meta.json``."""
+        """Write this rank's state for the next generation. ``comm`` (collective checkpoints):
+        every rank of ``comm`` calls this at the same point - a rank without learning state with
+        ``learner=None`` (the final checkpoint of a signal stop, where simulators meet too) - and
+        they meet in one small Allreduce before rank 0 publishes the generation in
+        ``meta.json``."""
         t0 = time.perf_counter()
         generation = self.generation + 1
-        self._write(learner, generation)
+        if learner is not None:
+            checkpoint_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
+            algo = learner.algo
+            fits = algo.storage_bytes(algo.spec, algo.cfg) <= MAX_STORAGE_BYTES
+            self._with_storage = self.with_storage and fits
+            atomic_save(learner.checkpoint_state(self._with_storage),
+                        rank_file(self.run_dir, self.rank, generation))
         if comm is not None:
             from mpi4py import MPI
 
             done = np.ones(1, dtype=np.int64)
             comm.Allreduce(MPI.IN_PLACE, done, op=MPI.SUM, kind="checkpoint")
-        self._publish(learner, generation, ranks_with_state, metrics_rows)
-        self.seconds += time.perf_counter() - t0
-
-    def save_final(self, learner: Any, comm: Any, ranks_with_state: list[int],
-                   metrics_rows: int | None) -> None:
-        """Every rank of ``comm`` calls this once the run stopped (a signal stop): the ranks that
-        hold a learner write their state, all meet in one small Allreduce, then rank 0 (which
-        holds the deciding learner) publishes the generation."""
-        t0 = time.perf_counter()
-        generation = self.generation + 1
-        if learner is not None:
-            self._write(learner, generation)
-        from mpi4py import MPI
-
-        done = np.ones(1, dtype=np.int64)
-        comm.Allreduce(MPI.IN_PLACE, done, op=MPI.SUM, kind="checkpoint")
-        self._publish(learner, generation, ranks_with_state, metrics_rows)
-        self.seconds += time.perf_counter() - t0
-
-    def _write(self, learner: Any, generation: int) -> None:
-        checkpoint_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
-        algo = learner.algo
-        fits = algo.storage_bytes(algo.spec, algo.cfg) <= MAX_STORAGE_BYTES
-        self._with_storage = self.with_storage and fits
-        atomic_save(learner.checkpoint_state(self._with_storage),
-                    rank_file(self.run_dir, self.rank, generation))
-
-    def _publish(self, learner: Any, generation: int, ranks_with_state: list[int] | None,
-                 metrics_rows: int | None) -> None:
         if self.rank == 0:
             meta = {
                 "generation": generation,
@@ -217,3 +196,4 @@ class Checkpointer:
         self.generation = generation
         self.last = time.monotonic()
         self.saved += 1
+        self.seconds += time.perf_counter() - t0

@@ -263,8 +263,7 @@ class RunContext:
         holders = self.comm.allgather_objects(learner is not None, kind="checkpoint")
         rows = self.log.flush() if self.log is not None else None
         with PROGRESS.paused("writing the checkpoint of the stop"):
-            self.checkpointer.save_final(learner, self.comm, [r for r, has in enumerate(holders) if has],
-                                         rows)
+            self.checkpointer.save(learner, self.comm, [r for r, has in enumerate(holders) if has], rows)
 
     def progress(self) -> None:
         """Print a progress line if one is due (learner rank only)."""
