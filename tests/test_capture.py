@@ -224,3 +224,83 @@ def test_updates_per_graph_on_the_device():
     assert {len(s) for s, *_ in blocked._captures} == {4, 1}
     assert all(r.captured for r in blocked._captures.values())
     assert_same_state(single, blocked)
+
+
+def ppo_pair(spec, cfg, rows: np.ndarray, rollouts: int = 2, schedule: bool = False):
+    """Eager and captured PPO learners from the same state on the same rollouts: every update of
+    ``rollouts`` rollouts (a fresh table each), the learning rate following a schedule."""
+    results = []
+    for capture in ("off", "graph"):
+        algo_cfg = cfg.copy()
+        algo_cfg.capture = capture
+        algo = PPO(spec, algo_cfg, device="cuda", seed=0)
+        metrics = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(rollouts):
+                algo.observe(rows)
+                due = algo.updates_due(len(rows))
+                for _ in range(due):
+                    if schedule:
+                        algo.set_progress((len(metrics) + 0.5) / (rollouts * due))
+                    metrics.append(algo.update())
+        torch.cuda.synchronize()
+        assert not [str(w.message) for w in caught if "drlmpi:" in str(w.message)]
+        results.append((algo, metrics))
+    (eager, m_eager), (captured, m_captured) = results
+    assert not eager._captures
+    assert len(captured._captures) == 1  # one graph serves every minibatch of every rollout
+    assert all(r.captured and r.failure is None for r in captured._captures.values())
+    return eager, captured, m_eager, m_captured
+
+
+@pytest.mark.parametrize("env_id,vtrace,schedule", [
+    ("CartPole-v1", True, False), ("CartPole-v1", False, True), ("Pendulum-v1", True, True)],
+    ids=["discrete_vtrace", "discrete_gae_linear_lr", "box_vtrace_linear_lr"])
+def test_ppo_graph_learns_what_eager_learns(env_id, vtrace, schedule):
+    """Captured PPO minibatch updates (the table gathered into one buffer per update, the fused
+    Adam step reading a device learning rate) learn what eager ones do, across two rollouts
+    (8 rows left over an epoch: 520 rows, batch 64)."""
+    spec = probe_spec(env_id)
+    cfg = cfg_for("ppo", rollout_steps=520, batch_size=64, epochs=2, vtrace=vtrace,
+                  lr_schedule="linear" if schedule else "constant")
+    rows = random_rows(PPO(spec, cfg, device="cpu", seed=0, learner=False), 520)
+    rows[:, PPO.experience_layout(spec).slices["log_prob"]] = -0.7
+    eager, captured, m_eager, m_captured = ppo_pair(spec, cfg, rows, schedule=schedule)
+    assert eager.updates == captured.updates == 2 * 2 * 8
+    assert_same_state(eager, captured, atol=1e-5)
+    for a, b in zip(m_eager, m_captured):
+        assert a["value_loss"] == pytest.approx(b["value_loss"], rel=1e-4, abs=1e-6)
+        assert a["approx_kl"] == pytest.approx(b["approx_kl"], rel=1e-3, abs=1e-6)
+    if schedule:  # the schedule reached the captured step: the rate fell, on the host and device
+        lr = captured.policy.optimizer.param_groups[0]["lr"]
+        assert isinstance(lr, torch.Tensor) and lr.is_cuda
+        assert float(lr) == pytest.approx(captured.policy.lr_value)
+        assert captured.policy.lr_value < captured.lr / 10
+
+
+def test_ppo_cnn_graph_learns_what_eager_learns():
+    """The same for the Nature CNN on uint8 frames packed in the table."""
+    from drlmpi.bench.learner import ATARI_SPEC
+
+    cfg = cfg_for("ppo", rollout_steps=96, batch_size=32, epochs=1, hidden=[64], activation="relu")
+    rows = random_rows(PPO(ATARI_SPEC, cfg, device="cpu", seed=0, learner=False), 96)
+    rows[:, PPO.experience_layout(ATARI_SPEC).slices["log_prob"]] = -1.4
+    eager, captured, *_ = ppo_pair(ATARI_SPEC, cfg, rows)
+    assert eager.updates == captured.updates == 6
+    assert_same_state(eager, captured, atol=1e-4)
+
+
+def test_ppo_learning_rate_tensor_survives_a_checkpoint():
+    """A scheduled rate is a device tensor the captured step reads: loading a checkpoint refills
+    that tensor (the graph keeps reading it) with the saved rate."""
+    spec = probe_spec("CartPole-v1")
+    cfg = cfg_for("ppo", lr_schedule="linear")
+    saved = PPO(spec, cfg, device="cuda", seed=0)
+    saved.set_progress(0.5)
+    state = saved.training_state(with_storage=False)
+    loaded = PPO(spec, cfg, device="cuda", seed=1)
+    tensor = loaded.policy.optimizer.param_groups[0]["lr"]
+    loaded.load_training_state(state)
+    assert loaded.policy.optimizer.param_groups[0]["lr"] is tensor
+    assert float(tensor) == pytest.approx(saved.lr * 0.5) == pytest.approx(loaded.policy.lr_value)

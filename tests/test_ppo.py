@@ -124,12 +124,48 @@ def test_rollout_accounting(cartpole):
         metrics = algo.update(exchange)
         assert set(metrics) >= {"policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"}
     assert len(rollout.schedule) == due
-    seen = np.bincount(np.concatenate(rollout.schedule), minlength=120)
-    assert (seen == 3).all()  # every row once per epoch
+    assert {len(part) for part in rollout.schedule} == {32}  # one shape: what a capture replays
+    per_epoch = due // 3
+    for epoch in range(3):  # 3 x 32 distinct rows an epoch, a different random 24 left over
+        seen = np.concatenate(rollout.schedule[epoch * per_epoch:(epoch + 1) * per_epoch])
+        assert len(np.unique(seen)) == 96 and seen.max() < 120
+    used = np.bincount(np.concatenate(rollout.schedule), minlength=120)
+    assert used.max() <= 3 and (used > 0).sum() > 96  # the left-over rows differ between epochs
     assert exchange.calls == ["policy"] * due and algo.updates == due
     assert algo.store.current is None and not algo.ready_to_update()  # cleared after the last minibatch
     with pytest.raises(RuntimeError):
         algo.update()
+
+
+def test_staged_minibatch_is_the_schedules_rows(cartpole):
+    """Each update reads the rows its schedule names, gathered into one reused buffer (the
+    buffer a captured update replays on): two learners from one state, one updating through
+    the staging, the other on minibatches gathered here from the same table and schedule."""
+    cfg = ppo_cfg(rollout_steps=100, batch_size=32, epochs=2, lr_schedule="linear")
+    staged, by_hand = PPO(cartpole, cfg, seed=3), PPO(cartpole, cfg, seed=3)
+    rows = collect_rows(staged, "CartPole-v1", 50)
+    for algo in (staged, by_hand):
+        algo.observe(rows)
+    due = staged.updates_due(100)
+    assert due == by_hand.updates_due(100) == 2 * 3
+    rollout = by_hand.store.current
+    by_hand._start(rollout)
+    buffers = set()
+    for step in range(due):
+        for algo in (staged, by_hand):
+            algo.set_progress(step / due)
+        got = staged.update()
+        buffers.add(staged._staged.data_ptr())
+        table = rollout.table[rollout.schedule[step]]
+        batch = {name: table[:, cols] if name in ("obs", "action") else table[:, cols.start]
+                 for name, cols in rollout.views.items()}
+        want = by_hand.update_on(batch)
+        assert got["policy_loss"] == pytest.approx(want["policy_loss"], rel=1e-6)
+    assert len(buffers) == 1 and staged.store.current is None
+    assert staged.policy.lr_value == pytest.approx(cfg.lr * (1 - (due - 1) / due))
+    assert staged.policy.optimizer.param_groups[0]["lr"] == pytest.approx(staged.policy.lr_value)
+    for a, b in zip(staged.net.parameters(), by_hand.net.parameters()):
+        assert torch.equal(a, b)
 
 
 def test_first_minibatch_ratio_is_one_with_fresh_log_probs(cartpole):

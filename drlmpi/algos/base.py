@@ -139,9 +139,7 @@ class Algorithm(TrainingState, ABC):
         out: dict[str, float] = {}
         for name, group in self.groups.items():
             if group.optimizer is not None:
-                lr = group.optimizer.param_groups[0]["lr"]
-                key = "lr" if len(self.groups) == 1 else f"{name}_lr"
-                out[key] = float(lr.item() if isinstance(lr, torch.Tensor) else lr)
+                out["lr" if len(self.groups) == 1 else f"{name}_lr"] = group.lr_value
         return out
 
     # -- checks ---------------------------------------------------------------------------
@@ -298,8 +296,10 @@ class Algorithm(TrainingState, ABC):
         checked = CheckedExchange(exchange, first, schedules, self._schedule_mismatch)
         self.update_number.fill_(first)
         runner = None
-        if batch is None and self.capturable and self.capture != "off" and exchange.computes_gradients:
-            runner = self._runner(schedules, exchange)
+        if batch is None and exchange.computes_gradients:
+            same_shapes = self.stage_block(k)
+            if same_shapes and self.capturable and self.capture != "off":
+                runner = self._runner(schedules, exchange)
         if runner is None:
             values = self._updates(schedules, checked, batch)
         elif runner.runs_eagerly(exchange):
@@ -339,6 +339,13 @@ class Algorithm(TrainingState, ABC):
             runner = self._captures[key] = CapturedUpdate(body, self.capture, self.device, label,
                                                           generators=self.capture_generators())
         return runner
+
+    def stage_block(self, k: int) -> bool:
+        """Host work before a block of ``k`` updates that draw their own minibatches, eager or
+        captured alike (PPO: start a rollout, gather the next minibatch into the buffer its
+        update reads). Returns whether the block's tensors have the shapes a capture of it may
+        replay (``False``: run this block eagerly)."""
+        return True
 
     def prepare_capture(self) -> None:
         """Host work due before the first capture (seeding a sampler)."""

@@ -22,17 +22,24 @@ class ParamGroup:
         max_grad_norm: clip the global gradient norm to this before stepping (``None``: no clip).
         adam_eps: Adam's epsilon.
         with_optimizer: ``False`` on ranks that only act (no optimizer state is allocated).
+        scheduled_lr: the learning rate will change during the run (:meth:`set_lr`). On CUDA it
+            is then a device tensor the fused optimizer reads, so a captured step follows the
+            schedule (a float would be baked into the graph at capture).
 
     On CUDA the optimizer is built with ``capturable=True`` (its step counter lives on the
     device), so the same optimizer state serves eager updates and captured ones.
     """
 
     def __init__(self, module: nn.Module, lr: float, max_grad_norm: float | None = None,
-                 adam_eps: float = 1e-8, with_optimizer: bool = True) -> None:
+                 adam_eps: float = 1e-8, with_optimizer: bool = True,
+                 scheduled_lr: bool = False) -> None:
         self.module = module
         self.flat = FlatParams(module)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.optimizer = None
+        #: the learning rate now, on the host (what logs read: no device synchronisation)
+        self.lr_value = float(lr)
+        self._lr_tensor: torch.Tensor | None = None
         #: the gradient norm before clipping of the latest step, a device scalar written in
         #: place by :meth:`apply_gradients` (so a captured update writes it too); ``None`` when
         #: the group does not clip (the norm is then never computed).
@@ -43,12 +50,36 @@ class ParamGroup:
             # network instead of a loop over its parameter tensors.
             self.flat.params.grad = self.flat.grads
             extra = {"capturable": True, "fused": True} if self.flat.params.is_cuda else {}
-            self.optimizer = torch.optim.Adam([self.flat.params], lr=float(lr), eps=float(adam_eps), **extra)
+            rate: float | torch.Tensor = float(lr)
+            if scheduled_lr and self.flat.params.is_cuda:
+                rate = self._lr_tensor = torch.tensor(float(lr), device=self.flat.params.device)
+            self.optimizer = torch.optim.Adam([self.flat.params], lr=rate, eps=float(adam_eps), **extra)
             # Eager steps of a capturable optimizer are intended here (warm-up before a capture,
             # updates with gradient collectives): silence torch's one-time advice against them.
             self.optimizer._warned_capturable_if_run_uncaptured = True
             if self.max_grad_norm is not None:
                 self.grad_norm = torch.full((), float("nan"), device=self.flat.params.device)
+
+    def set_lr(self, lr: float) -> None:
+        """Set the learning rate of later steps (into the device tensor a captured step reads,
+        when there is one)."""
+        self.lr_value = float(lr)
+        if self.optimizer is None:
+            return
+        if self._lr_tensor is not None:
+            self._lr_tensor.fill_(self.lr_value)
+        else:
+            self.optimizer.param_groups[0]["lr"] = self.lr_value
+
+    def load_optimizer_state(self, state: dict) -> None:
+        """Load an optimizer state (from :meth:`torch.optim.Optimizer.state_dict`, saved on any
+        device) keeping this group's learning-rate tensor, filled with the saved rate."""
+        self.optimizer.load_state_dict(state)
+        saved = self.optimizer.param_groups[0]["lr"]
+        self.lr_value = float(saved.item() if isinstance(saved, torch.Tensor) else saved)
+        if self._lr_tensor is not None:
+            self.optimizer.param_groups[0]["lr"] = self._lr_tensor
+        self.set_lr(self.lr_value)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Zero the flat gradients and backpropagate ``loss`` into them."""

@@ -37,8 +37,18 @@ lambda (:mod:`drlmpi.algos.advantages` derives both). Rows acted by ``pi_prox`` 
 give ``rho = 1``, ``c = lambda``: exactly GAE's advantages and targets. The recursions run on
 the device as a parallel scan (:func:`gae_tensor`, :func:`~drlmpi.algos.advantages.vtrace_tensor`;
 :func:`compute_gae`, :func:`~drlmpi.algos.advantages.compute_vtrace` are the plain references),
-so no transfer happens per rollout. Updates are never captured (``algo.capture`` has no
-effect): minibatch shapes follow each rollout's size.
+so no transfer happens per rollout.
+
+Minibatches. Each epoch draws a permutation of the rollout's ``n`` rows on the device and cuts
+``max(1, n // batch_size)`` minibatches of exactly ``batch_size`` rows from it (the ``n mod
+batch_size`` rows left over are a different random few each epoch; a rollout smaller than a
+batch is one minibatch of all its rows). Before each update, the host gathers the next
+minibatch from the rollout's table into one fixed buffer (:meth:`PPO.stage_block`: one device
+kernel, no synchronisation); the update reads that buffer. So every update of a run has the
+same shapes and, with ``algo.capture`` (``auto``: on CUDA), is replayed from one captured
+graph: loss, backward, clipping and the fused Adam step, with the learning rate a device
+tensor that ``lr_schedule=linear`` refills. A rollout smaller than ``batch_size`` updates
+eagerly.
 
 Each :meth:`PPO.update` is one minibatch step of::
 
@@ -59,7 +69,6 @@ the last minibatch of the last epoch. Observations and rewards are not normalise
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -109,6 +118,7 @@ class PPO(Algorithm):
     """
 
     kind = "on_policy"
+    capturable = True
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"
     metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -128,14 +138,15 @@ class PPO(Algorithm):
         activation = str(cfg.get("activation", "tanh"))  # the schema's choices: ACTIVATIONS
         #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
         self.encoder = resolve_encoder(spec, cfg, self.config_name(cfg))
+        self.lr_schedule = str(cfg.get("lr_schedule", "constant"))  # constant or linear
         self.net = ActorCritic(spec, tuple(int(h) for h in cfg["hidden"]), ACTIVATIONS[activation],
                                float(cfg.get("log_std_init", 0.0)), bool(cfg.get("ortho_init", True)),
                                self.layout, self.encoder).to(self.device)
         self.policy = ParamGroup(self.net, float(cfg["lr"]), cfg.get("max_grad_norm"),
-                                 adam_eps=float(cfg.get("adam_eps", 1e-5)), with_optimizer=learner)
+                                 adam_eps=float(cfg.get("adam_eps", 1e-5)), with_optimizer=learner,
+                                 scheduled_lr=self.lr_schedule != "constant")
         self.groups = {"policy": self.policy}
         self.lr = float(cfg["lr"])
-        self.lr_schedule = str(cfg.get("lr_schedule", "constant"))  # constant or linear
         self.gamma = float(cfg["gamma"])
         self.gae_lambda = float(cfg["gae_lambda"])
         self.rollout_steps = int(cfg["rollout_steps"])
@@ -163,12 +174,11 @@ class PPO(Algorithm):
                                   self.updates_per_rollout)
         self._generator = torch.Generator(device=self.device)  # minibatch permutations
         self._generator_seeded = False
-        asked = str(cfg.get("capture", "auto"))
-        if learner and self.capture != "off" and asked != "auto":
-            warnings.warn(f"drlmpi: algo=ppo updates are not captured (algo.capture={asked}): "
-                          f"minibatch shapes follow each rollout's size; running eager device updates",
-                          stacklevel=2)
-        self.capture = "off"
+        #: the minibatch the next update reads (:meth:`stage_block` gathers into it): a buffer
+        #: of ``batch_size`` table rows (captured updates read it), or a smaller one for a
+        #: rollout smaller than a batch
+        self._staged: torch.Tensor | None = None
+        self._batch: dict[str, torch.Tensor] = {}
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
 
@@ -183,7 +193,7 @@ class PPO(Algorithm):
         last updates of a budget still move."""
         if self.lr_schedule == "linear" and self.policy.optimizer is not None:
             scale = max(0.01, 1.0 - min(1.0, max(0.0, float(fraction))))
-            self.policy.optimizer.param_groups[0]["lr"] = self.lr * scale
+            self.policy.set_lr(self.lr * scale)
 
     # -- acting -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -222,7 +232,7 @@ class PPO(Algorithm):
     # -- rollout storage ----------------------------------------------------------------------
     def updates_per_rollout(self, n_rows: int) -> int:
         """Minibatch updates a rollout of ``n_rows`` rows gets: ``epochs`` passes of
-        ``max(1, n_rows // batch_size)`` minibatches."""
+        ``max(1, n_rows // batch_size)`` minibatches of ``batch_size`` rows."""
         return self.epochs * max(1, n_rows // self.batch_size)
 
     def rollout_updates(self) -> int:
@@ -295,10 +305,11 @@ class PPO(Algorithm):
         if not self._generator_seeded:  # from rng, which a topology may reseed per rank
             self._generator.manual_seed(int(self.rng.integers(2**62)))
             self._generator_seeded = True
-        sizes = [len(part) for part in np.array_split(np.arange(n), per_epoch)]
+        size = min(n, self.batch_size)
         rollout.schedule = [
             part for _ in range(self.epochs)
-            for part in torch.split(torch.randperm(n, generator=self._generator, device=self.device), sizes)
+            for part in torch.randperm(n, generator=self._generator, device=self.device)
+            [: per_epoch * size].split(size)
         ]
         rollout.rows = None  # the table holds what training needs
 
@@ -321,20 +332,35 @@ class PPO(Algorithm):
         return cat(values), (cat(log_probs) if want_log_prob else None)
 
     # -- learning -----------------------------------------------------------------------------
-    def next_batch(self) -> dict[str, torch.Tensor]:
-        """The current rollout's next minibatch (its values and advantages computed at its first
-        minibatch)."""
+    def stage_block(self, k: int) -> bool:
+        """Start the current rollout if this is its first update (values, advantages, the
+        minibatch schedule), gather its next minibatch into the buffer :meth:`next_batch`
+        returns views of, and advance. True when that is the ``batch_size`` buffer every
+        captured update reads."""
+        if k != 1:
+            raise ValueError(f"algo=ppo stages one update per block, got {k}")
         rollout = self.store.current
         if rollout is None:
             raise RuntimeError("PPO update called with no complete rollout (see updates_due)")
         if rollout.table is None:
             self._start(rollout)
-        rows = rollout.table.index_select(0, rollout.schedule[rollout.position])
-        batch = {}
-        for name, cols in rollout.views.items():
-            batch[name] = rows[:, cols] if name == "obs" or name == "action" else rows[:, cols.start]
+        index = rollout.schedule[rollout.position]
+        width = rollout.table.shape[1]
+        full = index.shape[0] == self.batch_size
+        staged = self._staged if full else None
+        if staged is None or staged.shape[1] != width:
+            staged = torch.empty((index.shape[0], width), dtype=rollout.table.dtype, device=self.device)
+            if full:
+                self._staged = staged
+        torch.index_select(rollout.table, 0, index, out=staged)
+        self._batch = {name: staged[:, cols] if name in ("obs", "action") else staged[:, cols.start]
+                       for name, cols in rollout.views.items()}
         self.store.advance()
-        return batch
+        return full
+
+    def next_batch(self) -> dict[str, torch.Tensor]:
+        """The minibatch :meth:`stage_block` gathered (views of its buffer: no device work)."""
+        return self._batch
 
     def learn(self, batch: Mapping[str, torch.Tensor], exchange: GradientExchange,
               synced: tuple[str, ...] = ("policy",)) -> torch.Tensor:

@@ -55,7 +55,7 @@ class TrainingState:
         """Inverse of :meth:`training_state` (a run saved without storage starts it empty)."""
         self.load_state_dict(state["networks"])
         for name, opt_state in state["optimizers"].items():
-            self.groups[name].optimizer.load_state_dict(opt_state)
+            self.groups[name].load_optimizer_state(opt_state)
         self.updates = int(state["updates"])
         self.rng.bit_generator.state = state["rng"]["numpy"]
         torch.set_rng_state(state["rng"]["torch"])
