@@ -56,6 +56,8 @@ CONTRACT: dict[str, tuple[list[str], int, list[int], str | None]] = {
     "allgather-n3": (["topology=allgather", "topology.check_every=50"], 3, [0, 1, 2], "gradients"),
     "allgather[reduce=allgather]-n4": (["topology=allgather", "topology.reduce=allgather"], 4,
                                        [0, 1, 2, 3], "gradients"),
+    # 3 environments per simulator: groups of 2 and 1 that take turns
+    "central-n3": (["topology=central", "env.num_envs=3"], 3, [1, 2], "observations"),
 }
 for _name, (_overrides, _ranks, _, _) in CONTRACT.items():
     declare(_name, _ranks, [*_overrides, *TINY_DQN])

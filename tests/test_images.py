@@ -182,6 +182,7 @@ CASES = [
     (["topology=parameter_server"], 3, "gradients"),
     (["topology=allgather"], 2, "gradients"),
     (["topology=groups"], 4, "experience"),
+    (["topology=central"], 3, "observations"),
 ]
 IMAGE_RUN = ["algo=dqn", IMAGE_ENV, "env.reward_threshold=null", "+env.kwargs.size=40",
              "+env.kwargs.channels=2", "run.max_env_steps=600", "run.eval_every=100000",
@@ -217,6 +218,13 @@ def test_image_contract_through_every_topology(runs, overrides, ranks, carrier):
                        if r["role"] != "simulator")
     elif carrier == "gradients":
         for rank in per_rank:
+            assert "experience" not in rank["sent"]
+    else:  # central: each step's new observations once (a first message per environment group),
+        # the action and 6 scalars, plus a final observation per ended episode; no rows
+        width = 4 * (800 + 1 + 6)
+        for rank in (r for r in per_rank if r["role"] == "simulator"):
+            nbytes = rank["sent"]["observations"][1]
+            assert nbytes == width * (rank["env_steps"] + 2 + rank["episodes"])
             assert "experience" not in rank["sent"]
     assert len(run.rows("episode")) >= 600 // 16 - 4
 

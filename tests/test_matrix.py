@@ -35,6 +35,9 @@ TOPOLOGIES = {
     "allgather": (2, ["topology=allgather"]),
     "groups": (4, ["topology=groups"]),  # 2 x (learner + simulator), star wiring
     "groups[async]": (4, ["topology=groups", "topology.group_wiring=async"]),
+    "central": (3, ["topology=central"]),  # PPO: 8 environments per simulator in 2 groups
+    # every rank acts with its learner's own network (on a GPU learner: on the device)
+    "allgather[act_device=learner]": (2, ["topology=allgather", "act_device=learner"]),
 }
 CELLS = [(algo, topology) for algo in sorted(PAIRS) for topology in sorted(TOPOLOGIES)]
 for _algo, _topology in CELLS:

@@ -549,3 +549,19 @@ def test_env_label_names_worker_process_environments():
     assert env_label("tetris", 0, {"vector": "async"}) == "tetris[vector=async]"
     assert env_label("tetris", 2, {"vector": "sync"}) == "tetris[sim=2ms]"
     assert env_label("cartpole", None, None) == "cartpole"
+
+
+def test_report_shows_how_the_central_learner_served(runs, tmp_path):
+    """A topology=central run: the report's Central inference table gives its serves, rows per
+    serve, the learner's inference and update shares and the simulators' round trip."""
+    run = runs.get("central-n3")
+    summary = run.summary()
+    stats = summary["topology_stats"]
+    text = (build_report([run.run_dir], tmp_path / "out").out / "report.md").read_text()
+    section = text.split("## Central inference", 1)[1].split("\n## ", 1)[0]
+    (row,) = [line for line in section.splitlines() if "central(3)" in line]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[4] == f"{stats['serves']:,}" and cells[5] == f"{stats['rows_per_serve']:.1f}"
+    trips = [r["round_trip_ms"] for r in summary["per_rank"] if "round_trip_ms" in r]
+    assert len(trips) == 2 and cells[8] == f"{sum(trips) / 2:.2f}"
+    assert cells[6].endswith("%") and cells[7].endswith("%")

@@ -115,3 +115,30 @@ def test_the_first_stop_reason_is_the_run_s():
     fresh = Learner(_algo(), lambda: [], run, reward_threshold=None)
     fresh.clock.start -= 60.0
     assert fresh.stop_reason() == "max_train_seconds"
+
+
+def test_a_rank_with_a_learner_acts_with_its_network_where_act_device_says(tmp_path):
+    """``act_device=learner``: the actor acts with the learner's own network (on a GPU learner,
+    on the device), so following it copies nothing; ``cpu`` (and ``auto`` for vector
+    observations): a CPU copy that follows the learner's weights."""
+    from hydra import compose, initialize_config_dir
+    from mpi4py import MPI
+
+    from drlmpi.mpi.timed import TimedComm
+    from drlmpi.run.plan import make_plan
+    from drlmpi.topologies.base import RunContext
+    from tests.conftest import CONF
+
+    for act_device, shared in (("learner", True), ("cpu", False), ("auto", False)):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[f"act_device={act_device}"])
+        ctx = RunContext(make_plan(cfg, 1), TimedComm(MPI.COMM_SELF), tmp_path)
+        learner = ctx.make_learner(log=False)
+        actor = ctx.make_local_actor(0, learner)
+        assert (actor.algo is learner.algo) == shared, act_device
+        learner.algo.policy.flat.params.data.add_(0.5)  # what a learner step does to the weights
+        assert np.array_equal(actor.weights, learner.policy_weights()) == shared
+        actor.follow(learner.algo)
+        assert np.array_equal(actor.weights, learner.policy_weights())
+        actor.close()
+        learner.close()

@@ -65,7 +65,8 @@ def test_every_default_passes_its_own_check():
 
 
 @pytest.mark.parametrize("algo", ["dqn", "td3", "ppo", "random"])
-@pytest.mark.parametrize("topology", ["sequential", "p2p", "star", "parameter_server", "async", "allgather"])
+@pytest.mark.parametrize("topology", ["sequential", "p2p", "star", "parameter_server", "async", "allgather",
+                                      "central"])
 def test_composing_a_group_gives_the_schema_defaults(algo, topology):
     cfg = _compose(f"algo={algo}", "env=pendulum", f"topology={topology}", "~tuned")  # untuned
     assert OmegaConf.to_container(cfg.algo) == defaults(f"algo/{algo}")
@@ -106,7 +107,7 @@ def test_an_option_without_a_default_must_be_set():
                                       ("ppo", "cartpole"), ("ppo", "lunarlander"), ("ppo", "pendulum"),
                                       ("random", "cartpole")])
 def test_every_shipped_default_and_tuned_value_passes(algo, env):
-    for topology in ("sequential", "p2p", "star", "parameter_server", "async", "allgather"):
+    for topology in ("sequential", "p2p", "star", "parameter_server", "async", "allgather", "central"):
         check_config(_compose(f"algo={algo}", f"env={env}", f"topology={topology}"))
 
 

@@ -30,6 +30,7 @@ CASES = {
     "allgather": (3, signal.SIGTERM, None),
     "parameter_server": (3, signal.SIGUSR1, 1),
     "groups": (4, signal.SIGTERM, 3),
+    "central": (3, signal.SIGUSR1, 2),
 }
 #: no periodic checkpoint: the one resumed from is the stop's; rows flushed every 0.2 s
 SIGNAL_RUN = [*[o for o in FAST if not o.startswith(("run.checkpoint_every_s", "run.progress_every_s"))],

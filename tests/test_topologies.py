@@ -20,6 +20,7 @@ from drlmpi.mpi.wire import ChunkHeader, WeightsHeader
 from tests.shared_runs import (
     BUDGET_STEPS,
     CONTRACT,
+    CUE,
     SAME_BUDGET,
     SAME_BUDGET_UPDATES,
     TINY_DQN,
@@ -105,6 +106,8 @@ def test_topology_contract(runs, name):
         for r in simulators:
             messages, nbytes = per_rank[r]["sent"]["gradients"]
             assert messages >= per_rank[r]["updates"] > 0
+    elif carrier == "observations":
+        assert_central_wire(summary, per_rank, simulators)
     else:
         assert per_rank[0]["received"] == {} and per_rank[0]["sent"] == {}
 
@@ -114,6 +117,44 @@ def test_topology_contract(runs, name):
     assert len(evals) >= 3 and max(evals) >= LEARNED_EVAL, evals
     first, last = learned(run.returns("episode"))
     assert first < RANDOM_AT_MOST and last > LEARNED_TRAINING, (first, last)
+
+
+def assert_central_wire(summary: dict, per_rank: dict, simulators: list[int]) -> None:
+    """topology=central: no experience rows and no weights move. Each environment group of a
+    simulator sends its first observations, then one message per step (a row per environment,
+    plus a final-observation row per ended episode), and gets exactly one answer per message
+    (actions, or the stop flag at the end): the bytes follow from the steps and episodes."""
+    from drlmpi.algos.dqn import DQN
+    from drlmpi.envs.make import probe_spec
+    from drlmpi.topologies.central import StepWire, env_groups
+
+    layout = DQN.experience_layout(probe_spec(CUE.split("=")[1]))
+    width = StepWire(layout).width
+    assert [count for _, count in env_groups(3, 2)] == [2, 1]
+    for rank in per_rank.values():
+        assert not {"experience", "weights"} & (rank["sent"].keys() | rank["received"].keys())
+    for r in simulators:
+        sim = per_rank[r]
+        messages, nbytes = sim["sent"]["observations"]
+        assert nbytes == 4 * width * (sim["env_steps"] + 3 + sim["episodes"])
+        answers, answer_bytes = sim["received"]["actions"]
+        assert answers == messages
+        # group A (2 environments) took k_a steps and group B (1) k_b, in turns: 1 + k messages
+        # each, answered by as many messages of 1 + n * action_dim floats
+        k_a = sim["env_steps"] - (messages - 2)
+        k_b = messages - 2 - k_a
+        assert k_a > 0 and abs(k_a - k_b) <= 1, (k_a, k_b)
+        dim = layout.action_dim
+        assert answer_bytes == 4 * ((1 + k_a) * (1 + 2 * dim) + (1 + k_b) * (1 + dim))
+        assert sim["round_trip_ms"] > 0
+    learner = per_rank[0]
+    for kind, direction in (("observations", "sent"), ("actions", "received")):
+        total = [sum(per_rank[r][direction][kind][i] for r in simulators) for i in (0, 1)]
+        assert total == learner["received" if direction == "sent" else "sent"][kind]
+    # every step was acted on by one of the learner's batched forward passes
+    stats = summary["topology_stats"]
+    assert stats["rows_served"] == summary["env_steps"] == sum(per_rank[r]["env_steps"] for r in simulators)
+    assert 0 < stats["serves"] < stats["rows_served"] and stats["inference_s"] > 0
 
 
 @pytest.mark.parametrize("name", [n for n, case in CONTRACT.items() if SAME_BUDGET[0] in case[0]])

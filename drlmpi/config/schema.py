@@ -86,6 +86,12 @@ SCHEMA: dict[str, dict[str, Option]] = {
     "": {
         "seed": _int(0, "base seed; rank r uses seed + 10000 * r", low=0),
         "device": _str("cpu", "learner device: cpu | cuda | cuda:N | auto (checked by run.plan)"),
+        "act_device": _str("auto", "where a rank that holds a learner and simulates (sequential, "
+                                   "allgather, parameter_server workers) acts: learner (with the learner's "
+                                   "own network, on its device: no weight copies), cpu (a CPU copy loaded "
+                                   "after each round), auto (learner for image observations on a CUDA "
+                                   "learner, else cpu)",
+                           "auto", "learner", "cpu"),
         "threads_per_rank": _int(1, "torch, OpenMP and MKL threads per rank"),
         "world_size": _int(None, "the number of ranks the job must have (null: any)", nullable=True),
         "budget_env_steps": _int(None, "the step budget the report judges 'budget met' by "
@@ -255,6 +261,17 @@ SCHEMA: dict[str, dict[str, Option]] = {
                          low=0),
         batch_rule=_BATCH_RULE, lr_scale=_LR_SCALE, backend=_BACKEND,
     ),
+    "topology/central": {
+        **_named("drlmpi.topologies.central.Central", "central", "topology"),
+        "env_groups": _int(2, "groups each simulator's environments step in, taking turns (2: one group "
+                              "steps while the learner acts for the other; at most env.num_envs, and 8)",
+                           high=8),
+        "updates_per_serve": _int(8, "updates the learner runs between two serves of the simulators while "
+                                     "updates are owed"),
+        "max_pending_updates": _int(None, "owed updates above which the learner trains them all before "
+                                          "serving again (null: twice one PPO rollout's updates, else twice "
+                                          "updates_per_serve)", nullable=True),
+    },
 }
 
 

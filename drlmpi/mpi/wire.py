@@ -19,6 +19,10 @@ class Tag(IntEnum):
     WEIGHTS = 21
     CONTROL = 22
     DONE = 41
+    #: central inference: a simulator's environment group g sends ``OBSERVATIONS + g`` and
+    #: receives ``ACTIONS + g`` (drlmpi.topologies.central; at most 8 groups)
+    OBSERVATIONS = 50
+    ACTIONS = 60
 
 
 # -- wire formats: the fields of int64 messages and headers ------------------------------------

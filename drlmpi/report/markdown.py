@@ -158,6 +158,31 @@ def paper_tables(groups: list[Group], baselines: dict, baseline: str) -> list[st
     return out
 
 
+def central_section(groups: list[Group]) -> list[str]:
+    """``## Central inference``: per ``topology=central`` run, how the learner served its
+    simulators (nothing when there is none)."""
+    rows = []
+    for g in groups:
+        for run in g.runs:
+            stats = run.summary.get("topology_stats") or {}
+            if not str(run.topology).startswith("central") or "serves" not in stats:
+                continue
+            wall = max(1e-9, float(run.get("train_seconds", 0.0)))
+            trips = [r["round_trip_ms"] for r in run.summary.get("per_rank", []) if "round_trip_ms" in r]
+            rows.append([f"{g.env} / {g.algo}", g.name, str(run.seed), fmt(run.get("env_steps_per_s"), 0),
+                         fmt(stats["serves"], 0), fmt(stats["rows_per_serve"], 1),
+                         percent(stats["inference_s"] / wall), percent(stats["update_s"] / wall),
+                         fmt(sum(trips) / len(trips), 2) if trips else "-"])
+    if not rows:
+        return []
+    return ["## Central inference", "",
+            "Per run: the learner's batched forward passes (serves) and the rows each acted on; its "
+            "inference and update seconds as shares of the training time; the simulators' mean round "
+            "trip (a group's observations sent to its actions received), in ms.", "",
+            *table(["env / algo", "topology", "seed", "env steps/s", "serves", "rows/serve", "inference",
+                    "updates", "round trip ms"], rows), ""]
+
+
 def percent(share: float) -> str:
     """A share as a percent: no decimals from 10 %, one below (so a small share is not 0%)."""
     return f"{100 * share:.0f}%" if share >= 0.1 else f"{100 * share:.1f}%"
@@ -321,6 +346,7 @@ def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
                 "highest env steps/s at this env and world size among runs that never updated "
                 "(`algo=random`).", ""]
         out += throughput_table(groups) + [""]
+    out += central_section(groups)
     out += scaling_section(grids or [], scaling_plots or {})
     if groups:
         out += paper_tables(groups, baselines, baseline)

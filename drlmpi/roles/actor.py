@@ -66,6 +66,12 @@ class Actor:
         acting policy."""
         self.algo.policy.flat.load_params(flat)
 
+    def follow(self, algo: Algorithm) -> None:
+        """Act with ``algo``'s current policy (a learner's on the same rank): its weights are
+        copied in, unless this actor acts with that very network already."""
+        if algo is not self.algo:
+            self.load_weights(algo.policy.flat.params_numpy())
+
     def set_global_steps(self, global_steps: int, simulators: int = 1) -> None:
         """Record the learner's job-wide step count; between syncs it is extrapolated as
         ``global + simulators * steps since``."""
@@ -107,12 +113,20 @@ class Actor:
         self.envs.close()
 
     def _step_all(self) -> tuple[np.ndarray, int]:
-        """One step of every environment; returns its rows and the episodes it finished."""
-        layout = self.layout
-        rows = layout.empty(self.n_envs)
+        """Act, then one step of every environment; returns its rows and the episodes it
+        finished."""
         PROGRESS.begin("acting (policy forward pass)")
         actions, extras = self.algo.act(self.obs, self.global_steps(), explore=True)
         PROGRESS.done()
+        return self.step(actions, extras)
+
+    def step(self, actions: np.ndarray, extras: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+        """One step of every environment with ``actions`` ``(n_envs, action_dim)`` (chosen here
+        or by a learner that acts for this simulator) and their ``extras`` columns, if any;
+        returns the packed rows and the episodes it finished. A row's action is the one the
+        environment took (Atari's FIRE after a lost life may replace the policy's)."""
+        layout = self.layout
+        rows = layout.empty(self.n_envs)
         layout.put_obs(rows, "obs", self.obs)
         layout.column(rows, "action")[:] = actions
         layout.column(rows, "stream")[:, 0] = self.streams

@@ -60,13 +60,12 @@ class Allgather(DataParallelTopology):
         is_root = comm.rank == ROOT
         peer = DataParallelLearner(ctx, comm, self.cfg, self.batch_rule(ctx.cfg, comm.size), log=is_root)
         learner = peer.learner
-        actor = ctx.make_actor(simulator_index=comm.rank)
-        actor.load_weights(learner.policy_weights())
+        actor = ctx.make_local_actor(comm.rank, learner)
         while True:
             actor.set_global_steps(learner.env_steps, comm.size)
             table = data_parallel_round(comm, learner, actor, every, unit, ROOT)
             peer.train(int(table[:, RoundCounts.UPDATES_DUE].min()))
-            actor.load_weights(learner.policy_weights())
+            actor.follow(learner.algo)
             stop = False
             if is_root:
                 learner.maybe_evaluate()

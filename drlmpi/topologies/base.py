@@ -174,24 +174,38 @@ class RunContext:
         cost = float(per_rank.get(self.rank, per_rank.get(str(self.rank), cost)))
         return {"sim_cost_ms": cost, **env_make_kwargs(env)}
 
-    def make_actor(self, simulator_index: int, algo: Algorithm | None = None) -> Actor:
+    def make_actor(self, simulator_index: int, algo: Algorithm | None = None,
+                   envs: tuple[int, int] | None = None) -> Actor:
         """A simulator with ``env.num_envs`` environments (stepped as ``env.vector`` says) and
-        its own acting algorithm."""
-        n_envs = int(self.cfg.env.num_envs)
+        its own acting algorithm; ``envs=(first, count)``: only that part of them (a simulator
+        that steps its environments in groups), with their own stream ids and seeds."""
+        total = int(self.cfg.env.num_envs)
+        first, n_envs = envs or (0, total)
         vector = str(self.cfg.env.get("vector", "sync"))
         kwargs = self._env_kwargs()
         with PROGRESS.paused("start-up: creating %d %s environment(s)", n_envs, self.cfg.env.id):
             algo = algo or self.make_algo(learner=False)
             dtype = algo.layout.obs_dtype
             if vector == "async":
-                envs = WorkerEnvs([partial(make_env, self.cfg.env.id, **kwargs) for _ in range(n_envs)],
+                bank = WorkerEnvs([partial(make_env, self.cfg.env.id, **kwargs) for _ in range(n_envs)],
                                   dtype)
             else:
                 made = [make_env(self.cfg.env.id, **kwargs) for _ in range(n_envs)]
                 for i, env in enumerate(made):
-                    env.action_space.seed(self.seed + i)
-                envs = SerialEnvs(made, dtype)
-            return Actor(envs, algo, stream_base=simulator_index * n_envs, seed=self.seed)
+                    env.action_space.seed(self.seed + first + i)
+                bank = SerialEnvs(made, dtype)
+            return Actor(bank, algo, stream_base=simulator_index * total + first, seed=self.seed + first)
+
+    def make_local_actor(self, simulator_index: int, learner: Learner) -> Actor:
+        """An actor on a rank that also holds ``learner``: it acts with the learner's own network
+        (on the learner's device) where ``act_device`` says so, else with a CPU copy; either way
+        :meth:`Actor.follow` keeps it on the learner's current policy."""
+        mode = str(self.cfg.get("act_device", "auto"))
+        on_learner = mode == "learner" or (mode == "auto" and self.spec.image
+                                           and str(self.device).startswith("cuda"))
+        actor = self.make_actor(simulator_index, algo=learner.algo if on_learner else None)
+        actor.follow(learner.algo)
+        return actor
 
     def make_learner(self, algo: Algorithm | None = None, log: bool = True,
                      exchange: GradientExchange = LOCAL) -> Learner:

@@ -94,9 +94,8 @@ class ParameterServer(DataParallelTopology):
         algo = ctx.make_algo(learner=True, shared_init=True,
                              algo_cfg=self.batch_rule(ctx.cfg, comm.size).algo_cfg)
         learner = ctx.make_learner(algo, log=False, exchange=WorkerExchange(comm, SERVER))
-        actor = ctx.make_actor(simulator_index=comm.rank - 1)
         broadcast_all_params(comm, algo, root=SERVER)
-        actor.load_weights(learner.policy_weights())
+        actor = ctx.make_local_actor(comm.rank - 1, learner)
         control = empty_control()
         while True:
             actor.set_global_steps(int(control[Control.ENV_STEPS]), workers)
@@ -107,6 +106,6 @@ class ParameterServer(DataParallelTopology):
                 break
             if control[Control.CHECKPOINT]:
                 ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
-            actor.load_weights(learner.policy_weights())
+            actor.follow(learner.algo)
         actor.close()
         return learner_report(comm.rank, learner, role="worker", actor=actor)

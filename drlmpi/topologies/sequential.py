@@ -26,13 +26,12 @@ class Sequential(Topology):
     def run(self, ctx: RunContext) -> RankReport:
         every, unit = sync_amount(self.cfg)
         learner = ctx.make_learner()
-        actor = ctx.make_actor(simulator_index=0)
-        actor.load_weights(learner.policy_weights())
+        actor = ctx.make_local_actor(0, learner)
         while learner.stop_reason() is None:
             actor.set_global_steps(learner.env_steps)
             learner.ingest(actor.collect(every, unit), source_rank=ctx.comm.rank)
             if learner.train():
-                actor.load_weights(learner.policy_weights())
+                actor.follow(learner.algo)
             learner.maybe_evaluate()
             ctx.maybe_checkpoint(learner)
             ctx.progress()

@@ -1,0 +1,283 @@
+"""Central inference: 1 learner + N simulators that only step environments (SEED RL's split).
+
+Simulators (ranks 1..N) hold no policy. Each steps its ``env.num_envs`` environments in
+``topology.env_groups`` groups that take turns (two: double buffering). For a group it sends a
+*step message* to the learner and waits for that group's actions, while its other groups step:
+
+* the observations to act on next (uint8 images as their bytes, as experience rows hold them);
+* what the previous step of the group did: the action each environment took (Atari's FIRE after
+  a lost life may differ from the one sent: a ``forced`` flag says so), the reward, the
+  terminated / truncated flags and, where an episode (an Atari game) ended, its return and
+  length;
+* for each environment whose episode ended, one extra row with its final observation (the
+  observation to act on is then the reset one).
+
+The learner (rank 0) keeps a receive posted for every group of every simulator and serves
+whichever have arrived (``Testsome``; ``Waitany`` when none has and no update is owed): ONE
+batched forward pass of the learning network on its device over every waiting group's
+observations, then the actions back with ``Isend``. It builds experience rows from what it already
+holds - the observations it acted on, its own log-probabilities (PPO) - and the step message,
+so nothing crosses the wire twice and no weights are ever sent. Between serves it runs at most
+``topology.updates_per_serve`` of the updates the data entitles (``algo.updates_per_step``, a
+PPO rollout's minibatches); when more than ``max_pending_updates`` are owed it trains them all
+before serving again, so simulators wait rather than the ratio drifting.
+
+The policy that acted is the learner's current one: the lag between acting and learning (in
+updates) is recorded as in ``async``. Shutdown: once the learner stops, each group's next
+message is answered with a stop flag instead of actions; every group is answered exactly once,
+so no request is left pending. The summary's ``topology_stats`` hold the serves, the rows per
+serve, the learner's inference and update seconds; each simulator reports its mean round trip
+(a group's message sent to its actions received).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from drlmpi.data.layout import ExperienceLayout
+from drlmpi.mpi.timed import Request, TimedComm
+from drlmpi.mpi.wire import Tag
+from drlmpi.roles.learner import Learner
+from drlmpi.topologies.base import RankReport, RunContext, Topology, learner_report
+
+LEARNER_RANK = 0
+STEP_COLUMNS = ("reward", "terminated", "truncated", "episode_return", "episode_length")
+
+
+class StepWire:
+    """The float32 columns of a step message: ``obs`` (the experience layout's packed slots),
+    ``action``, :data:`STEP_COLUMNS` and ``forced``; one row per environment of the group, then
+    one row per ended episode whose ``obs`` is that environment's final observation."""
+
+    def __init__(self, layout: ExperienceLayout) -> None:
+        if layout.slices["obs"].start != 0:
+            raise ValueError("the step message reuses the layout's obs packing: obs must come first")
+        self.layout = layout
+        self.slices: dict[str, slice] = {"obs": slice(0, layout.obs_slots)}
+        offset = layout.obs_slots
+        for name, width in (("action", layout.action_dim), *((c, 1) for c in STEP_COLUMNS), ("forced", 1)):
+            self.slices[name] = slice(offset, offset + width)
+            offset += width
+        self.width = offset
+
+    def capacity(self, n_envs: int) -> np.ndarray:
+        """A receive buffer for a group of ``n_envs`` (every episode may end at once)."""
+        return np.zeros((2 * n_envs, self.width), dtype=np.float32)
+
+    def first(self, obs: np.ndarray) -> np.ndarray:
+        """A group's first message: its reset observations, no step."""
+        msg = np.zeros((obs.shape[0], self.width), dtype=np.float32)
+        self.layout.put_obs(msg, "obs", obs)
+        return msg
+
+    def pack(self, rows: np.ndarray, obs: np.ndarray, sent: np.ndarray) -> np.ndarray:
+        """The message after a step: ``rows`` the actor's rows of that step, ``obs`` what the
+        group acts on next, ``sent`` the actions the learner sent."""
+        layout, n = self.layout, rows.shape[0]
+        ended = np.nonzero(self.ended(rows, layout.slices))[0]
+        msg = np.zeros((n + len(ended), self.width), dtype=np.float32)
+        layout.put_obs(msg[:n], "obs", obs)
+        for name in ("action", *STEP_COLUMNS):
+            msg[:n, self.slices[name]] = rows[:, layout.slices[name]]
+        msg[:n, self.slices["forced"]] = (rows[:, layout.slices["action"]] != sent).any(axis=1, keepdims=True)
+        msg[n:, self.slices["obs"]] = rows[ended, layout.slices["next_obs"]]
+        return msg
+
+    @staticmethod
+    def ended(rows: np.ndarray, slices: dict[str, slice]) -> np.ndarray:
+        """Which rows end an episode (terminated or truncated)."""
+        return (rows[:, slices["terminated"]][:, 0] + rows[:, slices["truncated"]][:, 0]) > 0
+
+
+class Group:
+    """The learner's view of one environment group of one simulator: its receive buffer and
+    request, the reply buffer and its send, and what the learner holds from its last serve."""
+
+    def __init__(self, source: int, index: int, n_envs: int, stream_base: int, wire: StepWire) -> None:
+        self.source, self.index, self.n = source, index, n_envs
+        self.streams = np.arange(stream_base, stream_base + n_envs, dtype=np.float32)
+        self.buffer = wire.capacity(n_envs)
+        self.reply = np.zeros(1 + n_envs * wire.layout.action_dim, dtype=np.float32)
+        self.receive: Request | None = None
+        self.send: Request | None = None
+        self.obs: np.ndarray | None = None  # packed slots acted on at the last serve
+        self.actions: np.ndarray | None = None
+        self.extras: np.ndarray | None = None
+        self.version = 0  # learner updates when it acted
+
+    def post(self, comm: TimedComm) -> Request:
+        self.receive = comm.Irecv(self.buffer, source=self.source, tag=Tag.OBSERVATIONS + self.index,
+                                  kind="observations")
+        return self.receive
+
+    def answer(self, comm: TimedComm, actions: np.ndarray | None) -> None:
+        """Send this group its actions, or the stop flag (``None``)."""
+        if self.send is not None:
+            comm.wait(self.send)  # the simulator took the previous reply before this message
+        self.reply[0] = 1.0 if actions is None else 0.0
+        if actions is not None:
+            self.reply[1:] = actions.reshape(-1)
+        self.send = comm.Isend(self.reply, dest=self.source, tag=Tag.ACTIONS + self.index, kind="actions")
+
+
+def env_groups(n_envs: int, groups: int) -> list[tuple[int, int]]:
+    """``(first, count)`` of each of the (at most ``n_envs``) groups of a simulator."""
+    parts = np.array_split(np.arange(n_envs), min(groups, n_envs))
+    return [(int(part[0]), len(part)) for part in parts]
+
+
+class Central(Topology):
+    """Rank 0 acts for every simulator and learns; ranks 1..N only step environments."""
+
+    name = "central"
+    min_ranks = 2
+    max_ranks = None
+    report_order = 45
+
+    def run(self, ctx: RunContext) -> RankReport:
+        if ctx.comm.rank == LEARNER_RANK:
+            return self._learn(ctx)
+        return self._simulate(ctx)
+
+    # -- learner ---------------------------------------------------------------------------------
+    def _learn(self, ctx: RunContext) -> RankReport:
+        learner = ctx.make_learner()
+        comm, layout = ctx.comm, learner.layout
+        wire = StepWire(layout)
+        n_envs = int(ctx.cfg.env.num_envs)
+        groups = [Group(source, g, count, (source - 1) * n_envs + first, wire)
+                  for source in range(1, comm.size)
+                  for g, (first, count) in enumerate(env_groups(n_envs, int(self.cfg.env_groups)))]
+        requests = [group.post(comm) for group in groups]
+        per_serve = int(self.cfg.updates_per_serve)
+        limit = self.cfg.get("max_pending_updates")
+        limit = int(limit) if limit is not None else 2 * (learner.algo.rollout_updates() or per_serve)
+        after = ctx.after_round(learner)
+        stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0,
+                 "env_groups": len(groups) // (comm.size - 1)}
+        while True:
+            ready = comm.testsome(requests)
+            if not ready and learner.pending_updates > 0:  # nothing to serve: train meanwhile
+                learner.train(per_serve)
+                after()
+                continue
+            if not ready:
+                ready = [comm.waitany(requests), *comm.testsome(requests)]
+            arrived = [groups[i] for i in ready]
+            for group in arrived:
+                self._take(group, learner, wire)
+            learner.maybe_evaluate()
+            if learner.stop_reason() is not None:
+                break
+            self._serve(comm, arrived, learner, stats)
+            for i in ready:
+                requests[i] = groups[i].post(comm)
+            owed = learner.pending_updates
+            learner.train(owed if owed > limit else per_serve)
+            after()
+        self._shut_down(comm, groups, requests, ready, learner, wire)
+        learner.finish()
+        stats["rows_per_serve"] = stats["rows_served"] / max(1, stats["serves"])
+        stats["update_s"] = learner.learn_s
+        return learner_report(comm.rank, learner, stats=stats)
+
+    @staticmethod
+    def _take(group: Group, learner: Learner, wire: StepWire) -> None:
+        """Experience rows from a group's step message and what was held from its last serve
+        (nothing the first time); the observations to act on next are kept."""
+        msg, n, layout = group.buffer, group.n, wire.layout
+        if group.obs is not None:
+            rows = layout.empty(n)
+            rows[:, layout.slices["obs"]] = group.obs
+            for name in ("action", *STEP_COLUMNS):
+                rows[:, layout.slices[name]] = msg[:n, wire.slices[name]]
+            rows[:, layout.slices["next_obs"]] = msg[:n, wire.slices["obs"]]
+            ended = np.nonzero(wire.ended(msg[:n], wire.slices))[0]
+            rows[ended, layout.slices["next_obs"]] = msg[n : n + len(ended), wire.slices["obs"]]
+            rows[:, layout.slices["stream"]] = group.streams[:, None]
+            if group.extras is not None:
+                start = layout.slices[learner.algo.extra_columns[0][0]].start
+                rows[:, start : start + group.extras.shape[1]] = group.extras
+                forced = np.nonzero(msg[:n, wire.slices["forced"]][:, 0])[0]
+                if len(forced):
+                    obs = layout.obs_array(rows[forced])
+                    redone = learner.algo.extras_for(obs, rows[forced][:, layout.slices["action"]])
+                    rows[forced, start : start + redone.shape[1]] = redone
+            learner.ingest(rows, source_rank=group.source, policy_lag=learner.updates - group.version)
+        group.obs = msg[:n, wire.slices["obs"]].copy()
+
+    @staticmethod
+    def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, stats: dict[str, Any]) -> None:
+        """One batched forward pass over every arrived group's observations; actions back."""
+        layout = learner.layout
+        slots = np.concatenate([group.obs for group in arrived]) if len(arrived) > 1 else arrived[0].obs
+        t0 = time.perf_counter()
+        actions, extras = learner.algo.act(layout.obs_array(slots), learner.env_steps, explore=True)
+        stats["inference_s"] += time.perf_counter() - t0
+        stats["serves"] += 1
+        stats["rows_served"] += slots.shape[0]
+        start = 0
+        for group in arrived:
+            part = slice(start, start + group.n)
+            group.actions = actions[part]
+            group.extras = None if extras is None else extras[part]
+            group.version = learner.updates
+            group.answer(comm, group.actions)
+            start += group.n
+
+    @staticmethod
+    def _shut_down(comm: TimedComm, groups: list[Group], requests: list[Request], ready: list[int],
+                   learner: Learner, wire: StepWire) -> None:
+        """Every group gets exactly one stop: the ones just arrived now, the others when their
+        next message arrives (taken in, as every step is counted). Then every reply is sent."""
+        for i in ready:
+            groups[i].answer(comm, None)
+        outstanding = [i for i in range(len(groups)) if i not in set(ready)]
+        while outstanding:
+            index = comm.waitany([requests[i] for i in outstanding])
+            i = outstanding.pop(index)
+            Central._take(groups[i], learner, wire)
+            groups[i].answer(comm, None)
+        for group in groups:
+            if group.send is not None:
+                comm.wait(group.send)
+
+    # -- simulators --------------------------------------------------------------------------------
+    def _simulate(self, ctx: RunContext) -> RankReport:
+        comm = ctx.comm
+        algo = ctx.make_algo(learner=False)  # the layout and action conversion; never acts
+        parts = env_groups(int(ctx.cfg.env.num_envs), int(self.cfg.env_groups))
+        actors = [ctx.make_actor(comm.rank - 1, algo=algo, envs=part) for part in parts]
+        wire = StepWire(algo.layout)
+        dim = algo.layout.action_dim
+        replies = [np.zeros(1 + count * dim, dtype=np.float32) for _, count in parts]
+        sent_at = []
+        for g, actor in enumerate(actors):
+            comm.Send(wire.first(actor.obs), dest=LEARNER_RANK, tag=Tag.OBSERVATIONS + g, kind="observations")
+            sent_at.append(time.perf_counter())
+        round_trip_s, round_trips = 0.0, 0
+        active = list(range(len(actors)))
+        while active:
+            for g in list(active):
+                comm.Recv(replies[g], source=LEARNER_RANK, tag=Tag.ACTIONS + g, kind="actions")
+                round_trip_s += time.perf_counter() - sent_at[g]
+                round_trips += 1
+                if replies[g][0]:
+                    active.remove(g)
+                    continue
+                actor = actors[g]
+                actions = replies[g][1:].reshape(actor.n_envs, dim)
+                t0 = time.perf_counter()
+                rows, _ = actor.step(actions)
+                actor.sim_s += time.perf_counter() - t0
+                comm.Send(wire.pack(rows, actor.obs, actions), dest=LEARNER_RANK,
+                          tag=Tag.OBSERVATIONS + g, kind="observations")
+                sent_at[g] = time.perf_counter()
+        for actor in actors:
+            actor.close()
+        return RankReport(rank=comm.rank, role="simulator", env_steps=sum(a.steps for a in actors),
+                          episodes=sum(a.episodes for a in actors), simulate_s=sum(a.sim_s for a in actors),
+                          extra={"round_trip_ms": 1000.0 * round_trip_s / max(1, round_trips)})

@@ -1,0 +1,85 @@
+"""topology=central's step messages: what a simulator sends after a step, and the experience rows
+the learner rebuilds from it and from what it held (the observations it acted on, its own
+log-probabilities), are exactly the rows an actor that acts for itself packs - bit for bit, image
+bytes whose float32 slots are NaN or subnormal patterns included. The wire and learning through
+real ranks: tests/test_topologies.py (the contract), tests/test_matrix.py, tests/test_images.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from drlmpi.algos.ppo import PPO
+from drlmpi.config.schema import group_config
+from drlmpi.envs.make import make_env
+from drlmpi.envs.spec import env_spec
+from drlmpi.roles.actor import Actor
+from drlmpi.topologies.central import Central, Group, StepWire, env_groups
+
+IMAGE = "tests.image_env:ImageSide-v0"
+
+
+class Taking:
+    """The part of a Learner that :meth:`Central._take` uses, recording what it ingests."""
+
+    def __init__(self, algo) -> None:
+        self.algo, self.layout, self.updates = algo, algo.layout, 0
+        self.ingested: list[tuple[np.ndarray, int, int]] = []
+
+    def ingest(self, rows, source_rank, policy_lag=None):
+        self.ingested.append((rows.copy(), source_rank, policy_lag))
+
+
+def test_env_groups_split_a_simulators_environments():
+    assert env_groups(8, 2) == [(0, 4), (4, 4)]
+    assert env_groups(3, 2) == [(0, 2), (2, 1)]
+    assert env_groups(1, 2) == [(0, 1)]  # one environment: no double buffering
+    assert env_groups(5, 3) == [(0, 2), (2, 2), (4, 1)]
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["as_sent", "env_forced_an_action"])
+def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
+    spec = env_spec(make_env(IMAGE, episode_steps=3, noise=255))
+    cfg = group_config("algo", "ppo")
+    cfg.hidden = [16]
+    algo = PPO(spec, cfg, seed=0)
+    envs = [make_env(IMAGE, episode_steps=3, noise=255) for _ in range(3)]
+    actor = Actor(envs, algo, stream_base=6, seed=1)
+    wire = StepWire(algo.layout)
+    group = Group(source=2, index=1, n_envs=3, stream_base=6, wire=wire)
+    learner = Taking(algo)
+    layout = algo.layout
+
+    def arrive(msg):
+        group.buffer[: len(msg)] = msg
+        Central._take(group, learner, wire)
+
+    arrive(wire.first(actor.obs))
+    assert learner.ingested == []  # a first message is observations only
+    ends = 0
+    for step in range(7):  # episodes of 3 steps: two steps end every episode at once
+        acted_on = actor.obs.copy()
+        actions, extras = algo.act(acted_on, 0, explore=True)
+        group.actions, group.extras, group.version = actions, extras, 0
+        learner.updates = step  # learner updates since it acted: the recorded policy lag
+        taken, taken_extras = actions, extras
+        if forced:  # the environment took another action than the learner sent (FIRE in Atari)
+            taken = actions.copy()
+            taken[1, 0] = 1 - actions[1, 0]
+            taken_extras = algo.extras_for(acted_on, taken)
+        rows, _ = actor.step(taken, taken_extras)  # what an actor acting for itself packs
+        msg = wire.pack(rows, actor.obs, actions)
+        assert msg.shape == (3 + 3 * int(wire.ended(rows, layout.slices).any()), wire.width)
+        arrive(msg)
+        got, source, lag = learner.ingested[-1]
+        assert source == 2 and lag == step
+        if forced:  # the learner recomputed the log-probability of the action taken
+            assert msg[1, wire.slices["forced"]][0] == 1 and msg[[0, 2], wire.slices["forced"]].sum() == 0
+            log_prob = layout.slices["log_prob"]
+            assert extras[1, 0] != pytest.approx(taken_extras[1, 0])
+            assert got[1, log_prob][0] == pytest.approx(taken_extras[1, 0], abs=1e-6)
+            got[1, log_prob] = rows[1, log_prob]  # (one row's forward pass may round differently)
+        assert np.array_equal(got.view(np.uint32), rows.view(np.uint32))  # every bit, NaN slots too
+        ends += int(wire.ended(rows, layout.slices).sum())
+    assert ends == 6 and np.isnan(got[:, layout.slices["obs"]]).any()
