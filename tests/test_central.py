@@ -21,14 +21,10 @@ IMAGE = "tests.image_env:ImageSide-v0"
 
 
 class Taking:
-    """The part of a Learner that :meth:`Central._take` uses, recording what it ingests."""
+    """The part of a Learner that :meth:`Central._take` reads."""
 
     def __init__(self, algo) -> None:
         self.algo, self.layout, self.updates = algo, algo.layout, 0
-        self.ingested: list[tuple[np.ndarray, int, int]] = []
-
-    def ingest(self, rows, source_rank, policy_lag=None):
-        self.ingested.append((rows.copy(), source_rank, policy_lag))
 
 
 def test_env_groups_split_a_simulators_environments():
@@ -53,10 +49,9 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
 
     def arrive(msg):
         group.buffer[: len(msg)] = msg
-        Central._take(group, learner, wire)
+        return Central._take(group, learner, wire)
 
-    arrive(wire.first(actor.obs))
-    assert learner.ingested == []  # a first message is observations only
+    assert arrive(wire.first(actor.obs))[0].shape[0] == 0  # a first message: observations only
     ends = 0
     for step in range(7):  # episodes of 3 steps: two steps end every episode at once
         acted_on = actor.obs.copy()
@@ -71,8 +66,7 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
         rows, _ = actor.step(taken, taken_extras)  # what an actor acting for itself packs
         msg = wire.pack(rows, actor.obs, actions)
         assert msg.shape == (3 + 3 * int(wire.ended(rows, layout.slices).any()), wire.width)
-        arrive(msg)
-        got, source, lag = learner.ingested[-1]
+        got, source, lag = arrive(msg)
         assert source == 2 and lag == step
         if forced:  # the learner recomputed the log-probability of the action taken
             assert msg[1, wire.slices["forced"]][0] == 1 and msg[[0, 2], wire.slices["forced"]].sum() == 0

@@ -212,8 +212,8 @@ class PPO(Algorithm):
             else:
                 actions = dist.mean
         log_prob, _ = self.net.log_prob_entropy(dist, actions)
-        return (actions.float().cpu().numpy().astype(np.float32),
-                log_prob.float().cpu().numpy()[:, None].astype(np.float32))
+        both = torch.cat((actions.float(), log_prob.float()[:, None]), dim=1).cpu().numpy()  # one copy
+        return both[:, :-1], both[:, -1:]
 
     @torch.no_grad()
     def extras_for(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:

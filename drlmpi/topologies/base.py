@@ -198,12 +198,11 @@ class RunContext:
 
     def make_local_actor(self, simulator_index: int, learner: Learner) -> Actor:
         """An actor on a rank that also holds ``learner``: it acts with the learner's own network
-        (on the learner's device) where ``act_device`` says so, else with a CPU copy; either way
-        :meth:`Actor.follow` keeps it on the learner's current policy."""
+        where ``act_device`` says so, else with a CPU copy (:meth:`Actor.follow` updates it)."""
         mode = str(self.cfg.get("act_device", "auto"))
-        on_learner = mode == "learner" or (mode == "auto" and self.spec.image
-                                           and str(self.device).startswith("cuda"))
-        actor = self.make_actor(simulator_index, algo=learner.algo if on_learner else None)
+        gpu_images = self.spec.image and str(self.device).startswith("cuda")
+        actor = self.make_actor(simulator_index, algo=learner.algo if mode == "learner" or (
+            mode == "auto" and gpu_images) else None)
         actor.follow(learner.algo)
         return actor
 

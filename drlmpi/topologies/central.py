@@ -167,8 +167,7 @@ class Central(Topology):
             if not ready:
                 ready = [comm.waitany(requests), *comm.testsome(requests)]
             arrived = [groups[i] for i in ready]
-            for group in arrived:
-                self._take(group, learner, wire)
+            learner.ingest_parts([self._take(group, learner, wire) for group in arrived])
             learner.maybe_evaluate()
             if learner.stop_reason() is not None:
                 break
@@ -185,10 +184,12 @@ class Central(Topology):
         return learner_report(comm.rank, learner, stats=stats)
 
     @staticmethod
-    def _take(group: Group, learner: Learner, wire: StepWire) -> None:
-        """Experience rows from a group's step message and what was held from its last serve
-        (nothing the first time); the observations to act on next are kept."""
+    def _take(group: Group, learner: Learner, wire: StepWire) -> tuple[np.ndarray, int, int]:
+        """``(rows, source rank, policy lag)``: the experience rows of a group's step message and
+        of what was held from its last serve (none the first time); the observations to act on
+        next are kept."""
         msg, n, layout = group.buffer, group.n, wire.layout
+        rows = layout.empty(0)
         if group.obs is not None:
             rows = layout.empty(n)
             rows[:, layout.slices["obs"]] = group.obs
@@ -206,8 +207,8 @@ class Central(Topology):
                     obs = layout.obs_array(rows[forced])
                     redone = learner.algo.extras_for(obs, rows[forced][:, layout.slices["action"]])
                     rows[forced, start : start + redone.shape[1]] = redone
-            learner.ingest(rows, source_rank=group.source, policy_lag=learner.updates - group.version)
         group.obs = msg[:n, wire.slices["obs"]].copy()
+        return rows, group.source, learner.updates - group.version
 
     @staticmethod
     def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, stats: dict[str, Any]) -> None:
@@ -239,7 +240,7 @@ class Central(Topology):
         while outstanding:
             index = comm.waitany([requests[i] for i in outstanding])
             i = outstanding.pop(index)
-            Central._take(groups[i], learner, wire)
+            learner.ingest_parts([Central._take(groups[i], learner, wire)])
             groups[i].answer(comm, None)
         for group in groups:
             if group.send is not None:
