@@ -26,6 +26,7 @@ Metrics come back as :class:`~drlmpi.device.metrics.Metrics`: one device tensor,
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -92,6 +93,8 @@ class Algorithm(TrainingState, ABC):
         #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved;
         #: the schema refuses any other value of ``algo.capture``).
         self.capture = resolve_capture(str(cfg.get("capture", "auto")), self.device) if learner else "off"
+        if self.device.type == "cuda" and spec.image and os.environ.get("DRLMPI_CUDNN_BENCHMARK", "1") != "0":
+            torch.backends.cudnn.benchmark = True  # a CNN on fixed shapes: cuDNN picks its fastest
         #: the number of updates done, as a device integer that :meth:`after_update_device`
         #: reads (a captured block advances it itself; each block starts from :attr:`updates`).
         self.update_number = torch.zeros((), dtype=torch.int64, device=self.device)

@@ -67,7 +67,11 @@ class RolloutStore:
         """Store a chunk; freeze a rollout once ``rollout_steps`` rows are waiting."""
         if rows.shape[0] == 0:
             return
-        self.pending.append(self.staging.to_device(rows))  # one copy per chunk
+        self.add_tensor(self.staging.to_device(rows))  # one copy per chunk
+
+    def add_tensor(self, rows: torch.Tensor) -> None:
+        """:meth:`add` of rows already on the learner's device (kept, not copied)."""
+        self.pending.append(rows)
         self.pending_rows += rows.shape[0]
         if self.pending_rows >= self.rollout_steps:
             frozen = torch.cat(self.pending) if len(self.pending) > 1 else self.pending[0]

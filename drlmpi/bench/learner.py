@@ -6,7 +6,9 @@ In ONE invocation, for every algorithm and batch size, it measures updates/s of
 
 * ``bare``: plain PyTorch, no drlmpi class: the same networks, Adam, loss, gradient clipping and
   target updates, the minibatch drawn from a tensor with ``torch.randint``;
-* ``drlmpi``: :meth:`Algorithm.update` on the CPU, its storage filled with random transitions;
+* ``drlmpi``: :meth:`Algorithm.update` on the CPU, its storage filled with random transitions
+  (PPO: one rollout, already on the learner's device, frozen again whenever it is used up, so
+  its updates include the values and advantages of every rollout but not the copy of its rows);
 * on each accelerator in ``--device``: ``eager`` (device storage, no capture), ``graph`` (the
   whole update captured in CUDA graphs) and ``compile`` (``torch.compile(mode="reduce-overhead")``),
   each when it is available;
@@ -262,10 +264,11 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
     algo = get_class(cfg["_target_"])(spec, cfg, device=device, seed=0, learner=True)
     if name == "ppo":
         rows = random_rows(algo.layout, spec, int(cfg["rollout_steps"]))
+        on_device = algo.store.staging.to_device(rows)  # data arrival is not part of an update
 
         def step() -> object:
-            if not algo.ready_to_update():
-                algo.observe(rows)
+            if not algo.ready_to_update():  # a new rollout: its values and advantages are computed
+                algo.store.add_tensor(on_device)
                 algo.updates_due(len(rows))
             return algo.update()
 

@@ -26,8 +26,8 @@ The policy that acted is the learner's current one: the lag between acting and l
 updates) is recorded as in ``async``. Shutdown: once the learner stops, each group's next
 message is answered with a stop flag instead of actions; every group is answered exactly once,
 so no request is left pending. The summary's ``topology_stats`` hold the serves, the rows per
-serve, the learner's inference and update seconds; each simulator reports its mean round trip
-(a group's message sent to its actions received).
+serve, the learner's inference, update and ingest seconds (rows built and stored); each simulator
+reports its mean round trip (a group's message sent to its actions received).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ class Central(Topology):
         limit = self.cfg.get("max_pending_updates")
         limit = int(limit) if limit is not None else 2 * (learner.algo.rollout_updates() or per_serve)
         after = ctx.after_round(learner)
-        stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0,
+        stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // (comm.size - 1)}
         while True:
             ready = comm.testsome(requests)
@@ -167,7 +167,9 @@ class Central(Topology):
             if not ready:
                 ready = [comm.waitany(requests), *comm.testsome(requests)]
             arrived = [groups[i] for i in ready]
+            t0 = time.perf_counter()
             learner.ingest_parts([self._take(group, learner, wire) for group in arrived])
+            stats["ingest_s"] += time.perf_counter() - t0
             learner.maybe_evaluate()
             if learner.stop_reason() is not None:
                 break
