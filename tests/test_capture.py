@@ -279,9 +279,14 @@ def test_ppo_graph_learns_what_eager_learns(env_id, vtrace, schedule):
         assert captured.policy.lr_value < captured.lr / 10
 
 
-def test_ppo_cnn_graph_learns_what_eager_learns():
-    """The same for the Nature CNN on uint8 frames packed in the table."""
+def test_ppo_cnn_graph_learns_what_eager_learns(monkeypatch):
+    """The same for the Nature CNN on uint8 frames packed in the table (deterministic cuDNN
+    convolutions: the fastest ones may round differently between two runs)."""
     from drlmpi.bench.learner import ATARI_SPEC
+
+    monkeypatch.setenv("DRLMPI_CUDNN_BENCHMARK", "0")
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
 
     cfg = cfg_for("ppo", rollout_steps=96, batch_size=32, epochs=1, hidden=[64], activation="relu")
     rows = random_rows(PPO(ATARI_SPEC, cfg, device="cpu", seed=0, learner=False), 96)
@@ -304,3 +309,33 @@ def test_ppo_learning_rate_tensor_survives_a_checkpoint():
     loaded.load_training_state(state)
     assert loaded.policy.optimizer.param_groups[0]["lr"] is tensor
     assert float(tensor) == pytest.approx(saved.lr * 0.5) == pytest.approx(loaded.policy.lr_value)
+
+
+@pytest.mark.parametrize("name", ["dqn", "ppo", "ppo_cnn", "td3"])
+def test_captured_acting_gives_what_eager_acting_gives(name):
+    """A central learner's forward pass replayed from CUDA graphs at padded batch sizes: DQN's and
+    TD3's actions are eager's; PPO's sampled actions come with the log-probabilities eager
+    evaluation gives them."""
+    from drlmpi.bench.learner import ATARI_SPEC
+    from drlmpi.device.capture import CapturedForward
+
+    cls = {"dqn": DQN, "ppo": PPO, "ppo_cnn": PPO, "td3": TD3}[name]
+    spec = ATARI_SPEC if name == "ppo_cnn" else probe_spec("Pendulum-v1" if name == "td3" else "CartPole-v1")
+    cfg = cfg_for("ppo" if name == "ppo_cnn" else name, **({"hidden": [64]} if name == "ppo_cnn" else {}))
+    algo = cls(spec, cfg, device="cuda", seed=0)
+    layout = algo.layout
+    dtype = torch.uint8 if layout.packed else torch.float32
+    forward = CapturedForward(lambda x: algo.act_tensor(x, True), layout.obs_shape, dtype, algo.device, 64,
+                              "graph", name)
+    rng = np.random.default_rng(0)
+    for n in (3, 8, 9, 50, 64):
+        obs = (rng.integers(0, 256, (n, *layout.obs_shape), dtype=np.uint8) if layout.packed
+               else rng.normal(size=(n, *layout.obs_shape)).astype(np.float32))
+        out = forward(obs)
+        assert out.shape[0] == n and forward.failure is None
+        if name in ("dqn", "td3"):
+            assert np.allclose(out, algo.act_tensor(algo.obs_tensor(obs), True).cpu().numpy(), atol=1e-5)
+        else:
+            actions, log_prob = algo.finish_act(out, 0, True)
+            assert np.allclose(log_prob, algo.extras_for(obs, actions), atol=1e-4)
+    assert set(forward.slots) == {8, 16, 64}

@@ -21,10 +21,14 @@ IMAGE = "tests.image_env:ImageSide-v0"
 
 
 class Taking:
-    """The part of a Learner that :meth:`Central._take` reads."""
+    """The part of a Learner that :meth:`Central._ingest` uses, recording what it stores."""
 
     def __init__(self, algo) -> None:
         self.algo, self.layout, self.updates = algo, algo.layout, 0
+        self.ingested: list[tuple[np.ndarray, list]] = []
+
+    def ingest_parts(self, rows, parts):
+        self.ingested.append((rows.copy(), parts))
 
 
 def test_env_groups_split_a_simulators_environments():
@@ -47,9 +51,22 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
     learner = Taking(algo)
     layout = algo.layout
 
+    class Posting:  # a communicator that only records where each receive was posted
+        posted: list[np.ndarray] = []
+
+        def Irecv(self, buf, source, tag, kind):  # noqa: N802 (MPI name)
+            self.posted.append(buf)
+
+    comm = Posting()
+    group.post(comm)
+
     def arrive(msg):
-        group.buffer[: len(msg)] = msg
-        return Central._take(group, learner, wire)
+        comm.posted[-1][: len(msg)] = msg  # the message lands where the receive was posted
+        Central._ingest([group], learner, wire)
+        group.post(comm)  # the next receive, into the buffer not holding the kept observations
+        rows, ((count, source, lag),) = learner.ingested[-1]
+        assert count == len(rows)
+        return rows, source, lag
 
     assert arrive(wire.first(actor.obs))[0].shape[0] == 0  # a first message: observations only
     ends = 0
@@ -77,3 +94,21 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
         assert np.array_equal(got.view(np.uint32), rows.view(np.uint32))  # every bit, NaN slots too
         ends += int(wire.ended(rows, layout.slices).sum())
     assert ends == 6 and np.isnan(got[:, layout.slices["obs"]]).any()
+
+
+def test_padded_buckets_and_the_eager_forward_on_the_cpu():
+    """Batch sizes pad to powers of two from 8 (one CUDA graph each on a GPU learner); on the CPU
+    the forward pass runs as it is, giving what the algorithm's own act gives."""
+    import torch
+
+    from drlmpi.algos.dqn import DQN
+    from drlmpi.device.capture import CapturedForward
+
+    assert [CapturedForward.bucket(n) for n in (1, 8, 9, 16, 17, 100, 128)] == [8, 8, 16, 16, 32, 128, 128]
+    spec = env_spec(make_env("CartPole-v1"))
+    algo = DQN(spec, group_config("algo", "dqn"), seed=0)
+    forward = CapturedForward(lambda x: algo.act_tensor(x, True), (4,), torch.float32, algo.device, 64,
+                              "graph", "dqn act")
+    assert forward.mode == "off"  # a CPU learner: nothing to capture
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    assert np.array_equal(algo.finish_act(forward(obs), 10**9, False)[0], algo.act(obs, 10**9, False)[0])

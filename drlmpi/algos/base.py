@@ -182,9 +182,10 @@ class Algorithm(TrainingState, ABC):
             )
 
     # -- acting (simulator side) ------------------------------------------------------------
-    @abstractmethod
+    @torch.no_grad()
     def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """Actions for a batch of observations.
+        """Actions for a batch of observations: :meth:`act_tensor` on this instance's device,
+        one copy back, then :meth:`finish_act` on the host.
 
         Args:
             obs: ``(n_envs, *obs_shape)``: float32 vectors or uint8 images.
@@ -194,6 +195,20 @@ class Algorithm(TrainingState, ABC):
             ``actions`` ``(n_envs, action_dim)`` float32 (a discrete action as its index) and the
             extra columns ``(n_envs, sum of extra widths)`` or ``None``.
         """
+        out = self.act_tensor(self.obs_tensor(obs), explore)
+        return self.finish_act(out.float().cpu().numpy(), env_steps, explore)
+
+    def act_tensor(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """The device part of :meth:`act`: one float tensor ``(n, k)`` from a batch of
+        observations (:meth:`obs_tensor`), with no host synchronisation and no host randomness,
+        so that a learner acting for many simulators can replay it from a captured graph."""
+        raise NotImplementedError(f"algo={self.config_name(self.cfg)} acts on the host only")
+
+    def finish_act(self, out: np.ndarray, env_steps: int,
+                   explore: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """The host part of :meth:`act` on :meth:`act_tensor`'s output (exploration that follows
+        the job-wide step count, the split into actions and extra columns)."""
+        return out, None
 
     def extras_for(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
         """The extra columns :meth:`act` would have filled had it chosen ``actions`` for ``obs``

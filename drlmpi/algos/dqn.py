@@ -79,9 +79,12 @@ class DQN(OffPolicyAlgorithm):
         return {**super().schedule_values(env_steps), "epsilon": self.epsilon(env_steps)}
 
     @torch.no_grad()
-    def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
-        q_values = self.q(self.obs_tensor(obs))
-        actions = q_values.argmax(dim=1).cpu().numpy()
+    def act_tensor(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """The greedy actions (epsilon is applied on the host: :meth:`finish_act`)."""
+        return self.q(obs).argmax(dim=1, keepdim=True).float()
+
+    def finish_act(self, out: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
+        actions = out[:, 0].astype(np.int64)
         if explore:
             eps = self.epsilon(env_steps)
             random_mask = self.rng.random(len(actions)) < eps

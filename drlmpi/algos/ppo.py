@@ -197,23 +197,21 @@ class PPO(Algorithm):
 
     # -- acting -------------------------------------------------------------------------------
     @torch.no_grad()
-    def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, np.ndarray]:
-        dist = self.net.distribution(self.obs_tensor(obs))
+    def act_tensor(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """Actions sampled from (or, greedily, the mode of) the policy, and their
+        log-probabilities as the last column."""
+        dist = self.net.distribution(obs)
         if self.spec.discrete:
-            if explore:
-                probs = dist.probs
-                actions = torch.multinomial(probs, 1)
-            else:
-                actions = dist.probs.argmax(dim=1, keepdim=True)
+            actions = torch.multinomial(dist.probs, 1) if explore else dist.probs.argmax(dim=1, keepdim=True)
+        elif explore:
+            actions = dist.mean + dist.stddev * torch.randn(dist.mean.shape, device=self.device)
         else:
-            if explore:
-                eps = torch.randn(dist.mean.shape, device=self.device)
-                actions = dist.mean + dist.stddev * eps
-            else:
-                actions = dist.mean
+            actions = dist.mean
         log_prob, _ = self.net.log_prob_entropy(dist, actions)
-        both = torch.cat((actions.float(), log_prob.float()[:, None]), dim=1).cpu().numpy()  # one copy
-        return both[:, :-1], both[:, -1:]
+        return torch.cat((actions.float(), log_prob.float()[:, None]), dim=1)
+
+    def finish_act(self, out: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, np.ndarray]:
+        return out[:, :-1], out[:, -1:]
 
     @torch.no_grad()
     def extras_for(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:

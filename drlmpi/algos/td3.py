@@ -137,11 +137,20 @@ class TD3(OffPolicyAlgorithm):
     # -- acting -------------------------------------------------------------------------------
     @torch.no_grad()
     def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
-        n = obs.shape[0]
+        if explore and env_steps < self.learning_starts:  # uniform actions: no forward pass
+            return self.finish_act(np.zeros((len(obs), self.spec.action_dim), np.float32), env_steps, True)
+        return super().act(obs, env_steps, explore)
+
+    @torch.no_grad()
+    def act_tensor(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
+        """The deterministic policy's actions (noise is added on the host: :meth:`finish_act`)."""
+        return self.actor(obs)
+
+    def finish_act(self, out: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
         if explore and env_steps < self.learning_starts:
-            actions = self.rng.uniform(self.low, self.high, size=(n, self.spec.action_dim))
+            actions = self.rng.uniform(self.low, self.high, size=(out.shape[0], self.spec.action_dim))
             return actions.astype(np.float32), None
-        actions = self.actor(torch.as_tensor(obs, dtype=torch.float32, device=self.device)).cpu().numpy()
+        actions = out
         if explore and self.exploration_noise > 0:
             noise = self.rng.normal(0.0, 1.0, size=actions.shape) * (self.exploration_noise * self.half_range)
             actions = np.clip(actions + noise, self.low, self.high)

@@ -1,8 +1,10 @@
 """Captured updates: :class:`CapturedUpdate` runs an update body eagerly a few times, captures it
 once (a CUDA graph, or ``torch.compile(mode="reduce-overhead")``) and replays it for every
 later update, falling back to eager execution with one warning line if capturing fails; an
-update whose gradients cross ranks through a host exchange is replayed as segments around it.
-Nothing here knows an algorithm; on ``device=cpu`` updates run eagerly (``algo.capture=auto``).
+update whose gradients cross ranks through a host exchange is replayed as segments around it;
+:class:`CapturedForward` replays a batched forward pass (a central learner acting for its
+simulators) at padded batch sizes. Nothing here knows an algorithm; on ``device=cpu`` both run
+eagerly (``algo.capture=auto``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 CAPTURE_MODES = ("auto", "graph", "compile", "off")
@@ -255,3 +258,70 @@ class CapturedUpdate:
             except Exception:  # noqa: BLE001 (an error left by the capture; the body will tell)
                 pass
         return self.body(sync)
+
+
+class CapturedForward:
+    """A batched forward pass ``fn(x)`` (``x`` a ``(n, *shape)`` tensor on ``device``, the result
+    ``(n, k)``) for batches of any size up to ``max_rows``, returned on the host as numpy.
+
+    ``mode="graph"`` (CUDA): the batch is padded to a bucket size (a power of two from 8) and the
+    pass is replayed from a CUDA graph captured once per bucket - input copied in through a
+    pinned buffer, output copied out through another, one synchronisation per call; the padding
+    rows are computed on stale input and dropped. Random draws inside ``fn`` come from torch's
+    default CUDA generator, which every replay advances. A capture that fails warns once and every
+    later call runs eagerly. ``mode="off"`` (the CPU, or no capture): ``fn`` on the batch as it is.
+    """
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype,
+                 device: torch.device, max_rows: int, mode: str, name: str, warmup: int = 2) -> None:
+        self.fn, self.shape, self.dtype, self.device = fn, tuple(shape), dtype, torch.device(device)
+        self.max_rows, self.name, self.warmup = int(max_rows), name, warmup
+        self.mode = mode if self.device.type == "cuda" else "off"
+        self.failure: str | None = None
+        #: bucket size -> (graph, device input, device output, pinned input, pinned output)
+        self.slots: dict[int, tuple[Any, ...]] = {}
+
+    @staticmethod
+    def bucket(n: int) -> int:
+        """The padded size of a batch of ``n`` rows."""
+        return max(8, 1 << (int(n) - 1).bit_length())
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        n = batch.shape[0]
+        if self.mode != "graph" or self.failure is not None or n > self.max_rows:
+            return self._eager(batch)
+        size = self.bucket(n)
+        slot = self.slots.get(size)
+        if slot is None:
+            try:
+                slot = self.slots[size] = self._capture(size)
+            except Exception as exc:  # noqa: BLE001 (any failure: eager from now on, never a crash)
+                self.failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
+                warnings.warn(f"drlmpi: capturing the forward pass of {self.name} failed ({self.failure}); "
+                              f"acting eagerly", stacklevel=2)
+                return self._eager(batch)
+        graph, dev_in, dev_out, host_in, host_out = slot
+        host_in[:n].copy_(torch.from_numpy(np.ascontiguousarray(batch)))
+        dev_in.copy_(host_in, non_blocking=True)
+        graph.replay()
+        host_out.copy_(dev_out, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()
+        return host_out.numpy()[:n].copy()
+
+    def _eager(self, batch: np.ndarray) -> np.ndarray:
+        return self.fn(torch.as_tensor(batch, dtype=self.dtype, device=self.device)).float().cpu().numpy()
+
+    def _capture(self, size: int) -> tuple[Any, ...]:
+        dev_in = torch.zeros((size, *self.shape), dtype=self.dtype, device=self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                self.fn(dev_in)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            dev_out = self.fn(dev_in).float()
+        host_in = torch.empty(dev_in.shape, dtype=self.dtype, pin_memory=True)
+        host_out = torch.empty(dev_out.shape, dtype=torch.float32, pin_memory=True)
+        return graph, dev_in, dev_out, host_in, host_out

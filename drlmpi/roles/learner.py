@@ -173,18 +173,21 @@ class Learner:
         self.log_episodes(rows, source_rank)
         return due
 
-    def ingest_parts(self, parts: list[tuple[np.ndarray, int, int | None]]) -> int:
-        """:meth:`ingest` of several ``(rows, source_rank, policy_lag)`` at once: stored as ONE
-        chunk (one copy to the learner's device), counted and logged per part, in order."""
-        parts = [part for part in parts if part[0].shape[0]]
-        if not parts:
+    def ingest_parts(self, rows: np.ndarray, parts: list[tuple[int, int, int | None]]) -> int:
+        """:meth:`ingest` of consecutive parts of ``rows`` from several sources at once:
+        ``parts`` holds ``(row count, source rank, policy lag)`` in order. The rows are stored as
+        ONE chunk (one copy to the learner's device); counted and logged per part."""
+        if rows.shape[0] == 0:
             return 0
-        due = self.store(np.concatenate([rows for rows, _, _ in parts]) if len(parts) > 1 else parts[0][0])
-        for rows, source_rank, policy_lag in parts:
-            self.env_steps += rows.shape[0]
-            if policy_lag is not None:
-                self.policy_lags.append(int(policy_lag))
-            self.log_episodes(rows, source_rank)
+        due = self.store(rows)
+        start = 0
+        for count, source_rank, policy_lag in parts:
+            if count:
+                self.env_steps += count
+                if policy_lag is not None:
+                    self.policy_lags.append(int(policy_lag))
+                self.log_episodes(rows[start : start + count], source_rank)
+                start += count
         return due
 
     def store(self, rows: np.ndarray) -> int:

@@ -33,11 +33,15 @@ reports its mean round trip (a group's message sent to its actions received).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 
+from drlmpi.algos.base import Algorithm
 from drlmpi.data.layout import ExperienceLayout
+from drlmpi.device.capture import CapturedForward
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.roles.learner import Learner
@@ -99,7 +103,10 @@ class Group:
     def __init__(self, source: int, index: int, n_envs: int, stream_base: int, wire: StepWire) -> None:
         self.source, self.index, self.n = source, index, n_envs
         self.streams = np.arange(stream_base, stream_base + n_envs, dtype=np.float32)
-        self.buffer = wire.capacity(n_envs)
+        #: two receive buffers taking turns: the observations held from the last message stay
+        #: where they arrived while the next message lands in the other buffer
+        self.buffers = (wire.capacity(n_envs), wire.capacity(n_envs))
+        self.turn = 0
         self.reply = np.zeros(1 + n_envs * wire.layout.action_dim, dtype=np.float32)
         self.receive: Request | None = None
         self.send: Request | None = None
@@ -108,7 +115,15 @@ class Group:
         self.extras: np.ndarray | None = None
         self.version = 0  # learner updates when it acted
 
+    @property
+    def buffer(self) -> np.ndarray:
+        """The buffer the latest message arrived in (or the next one will)."""
+        return self.buffers[self.turn]
+
     def post(self, comm: TimedComm) -> Request:
+        """Receive the next message into the buffer that does not hold the observations kept."""
+        if self.obs is not None:
+            self.turn = 1 - self.turn
         self.receive = comm.Irecv(self.buffer, source=self.source, tag=Tag.OBSERVATIONS + self.index,
                                   kind="observations")
         return self.receive
@@ -155,6 +170,7 @@ class Central(Topology):
         per_serve = int(self.cfg.updates_per_serve)
         limit = self.cfg.get("max_pending_updates")
         limit = int(limit) if limit is not None else 2 * (learner.algo.rollout_updates() or per_serve)
+        acting = self._acting(learner.algo, len(groups) * max(g.n for g in groups))
         after = ctx.after_round(learner)
         stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // (comm.size - 1)}
@@ -168,12 +184,12 @@ class Central(Topology):
                 ready = [comm.waitany(requests), *comm.testsome(requests)]
             arrived = [groups[i] for i in ready]
             t0 = time.perf_counter()
-            learner.ingest_parts([self._take(group, learner, wire) for group in arrived])
+            self._ingest(arrived, learner, wire)
             stats["ingest_s"] += time.perf_counter() - t0
             learner.maybe_evaluate()
             if learner.stop_reason() is not None:
                 break
-            self._serve(comm, arrived, learner, stats)
+            self._serve(comm, arrived, learner, acting, stats)
             for i in ready:
                 requests[i] = groups[i].post(comm)
             owed = learner.pending_updates
@@ -186,14 +202,25 @@ class Central(Topology):
         return learner_report(comm.rank, learner, stats=stats)
 
     @staticmethod
-    def _take(group: Group, learner: Learner, wire: StepWire) -> tuple[np.ndarray, int, int]:
-        """``(rows, source rank, policy lag)``: the experience rows of a group's step message and
-        of what was held from its last serve (none the first time); the observations to act on
-        next are kept."""
+    def _ingest(arrived: list[Group], learner: Learner, wire: StepWire) -> None:
+        """The experience rows of the arrived groups' step messages, built in one array and
+        stored as one chunk."""
+        counts = [group.n if group.obs is not None else 0 for group in arrived]
+        rows = np.empty((sum(counts), wire.layout.width), dtype=np.float32)
+        start, parts = 0, []
+        for group, count in zip(arrived, counts):
+            parts.append((count, group.source, learner.updates - group.version))
+            Central._take(group, learner, wire, rows[start : start + count])
+            start += count
+        learner.ingest_parts(rows, parts)
+
+    @staticmethod
+    def _take(group: Group, learner: Learner, wire: StepWire, rows: np.ndarray) -> None:
+        """Fill ``rows`` (a group's count, none the first time) with the experience of its step
+        message and of what was held from its last serve; keep the observations to act on next
+        (a view of the buffer the message arrived in)."""
         msg, n, layout = group.buffer, group.n, wire.layout
-        rows = layout.empty(0)
         if group.obs is not None:
-            rows = layout.empty(n)
             rows[:, layout.slices["obs"]] = group.obs
             for name in ("action", *STEP_COLUMNS):
                 rows[:, layout.slices[name]] = msg[:n, wire.slices[name]]
@@ -209,16 +236,29 @@ class Central(Topology):
                     obs = layout.obs_array(rows[forced])
                     redone = learner.algo.extras_for(obs, rows[forced][:, layout.slices["action"]])
                     rows[forced, start : start + redone.shape[1]] = redone
-        group.obs = msg[:n, wire.slices["obs"]].copy()
-        return rows, group.source, learner.updates - group.version
+        group.obs = msg[:n, wire.slices["obs"]]
 
     @staticmethod
-    def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, stats: dict[str, Any]) -> None:
+    def _acting(algo: Algorithm, max_rows: int) -> Callable[[np.ndarray, int], tuple[np.ndarray, Any]]:
+        """``act(observations, env_steps)`` for the learner's serves: on a CUDA learner with
+        ``algo.capture`` the forward pass is replayed from CUDA graphs (:class:`CapturedForward`),
+        exploration finished on the host; an algorithm that acts on the host acts as it does."""
+        if type(algo).act_tensor is Algorithm.act_tensor:
+            return lambda obs, steps: algo.act(obs, steps, explore=True)
+        layout, mode = algo.layout, "graph" if algo.capture == "graph" else "off"
+        forward = CapturedForward(lambda x: algo.act_tensor(x, True), layout.obs_shape,
+                                  torch.uint8 if layout.packed else torch.float32, algo.device, max_rows,
+                                  mode, f"{algo.config_name(algo.cfg)} act")
+        return lambda obs, steps: algo.finish_act(forward(obs), steps, True)
+
+    @staticmethod
+    def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, acting: Callable,
+               stats: dict[str, Any]) -> None:
         """One batched forward pass over every arrived group's observations; actions back."""
         layout = learner.layout
         slots = np.concatenate([group.obs for group in arrived]) if len(arrived) > 1 else arrived[0].obs
         t0 = time.perf_counter()
-        actions, extras = learner.algo.act(layout.obs_array(slots), learner.env_steps, explore=True)
+        actions, extras = acting(layout.obs_array(slots), learner.env_steps)
         stats["inference_s"] += time.perf_counter() - t0
         stats["serves"] += 1
         stats["rows_served"] += slots.shape[0]
@@ -242,7 +282,7 @@ class Central(Topology):
         while outstanding:
             index = comm.waitany([requests[i] for i in outstanding])
             i = outstanding.pop(index)
-            learner.ingest_parts([Central._take(groups[i], learner, wire)])
+            Central._ingest([groups[i]], learner, wire)
             groups[i].answer(comm, None)
         for group in groups:
             if group.send is not None:
