@@ -339,3 +339,25 @@ def test_captured_acting_gives_what_eager_acting_gives(name):
             actions, log_prob = algo.finish_act(out, 0, True)
             assert np.allclose(log_prob, algo.extras_for(obs, actions), atol=1e-4)
     assert set(forward.slots) == {8, 16, 64}
+
+
+def test_rows_built_in_the_staging_buffer_reach_the_device_as_they_are():
+    """A central learner builds rows in the pinned staging buffer (row_buffer) and stores them
+    with no other host copy: the replay's ring (wrapping around here) and a PPO rollout hold
+    exactly those rows."""
+    spec = probe_spec("CartPole-v1")
+    dqn = DQN(spec, cfg_for("dqn", buffer_size=100), device="cuda", seed=0)
+    rows = random_rows(dqn, 150)
+    for chunk in (rows[:70], rows[70:]):  # the second chunk wraps around the ring of 100
+        buffer = dqn.row_buffer(len(chunk))
+        assert buffer.ctypes.data == dqn.replay.staging.pinned.data_ptr()
+        buffer[:] = chunk
+        dqn.observe(buffer)
+    stored = dqn.replay.storage.cpu().numpy()
+    assert np.array_equal(stored[:50], rows[100:]) and np.array_equal(stored[50:], rows[50:100])
+    ppo = PPO(spec, cfg_for("ppo", rollout_steps=64), device="cuda", seed=0)
+    rows = random_rows(ppo, 64)
+    buffer = ppo.row_buffer(64)
+    buffer[:] = rows
+    ppo.observe(buffer)
+    assert np.array_equal(ppo.store.current.rows.cpu().numpy(), rows)

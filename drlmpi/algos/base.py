@@ -229,6 +229,11 @@ class Algorithm(TrainingState, ABC):
         return action_row.astype(np.float32)
 
     # -- learning (learner side) -------------------------------------------------------------
+    def row_buffer(self, n: int) -> np.ndarray:
+        """A host array for ``n`` experience rows that :meth:`observe` stores without another
+        host copy (a device learner's pinned staging buffer); valid until the next call."""
+        return self.layout.empty(n)
+
     @abstractmethod
     def observe(self, rows: np.ndarray) -> None:
         """Store packed experience rows (``(n, layout.width)`` float32)."""

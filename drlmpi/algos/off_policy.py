@@ -56,6 +56,9 @@ class OffPolicyAlgorithm(Algorithm):
 
         return replay_bytes(cls.experience_layout(spec), int(cfg["buffer_size"]))
 
+    def row_buffer(self, n: int) -> np.ndarray:
+        return self.replay.staging.host_rows(n)
+
     def observe(self, rows: np.ndarray) -> None:
         self.replay.add(rows)
 

@@ -236,6 +236,9 @@ class PPO(Algorithm):
     def rollout_updates(self) -> int:
         return self.updates_per_rollout(self.rollout_steps)
 
+    def row_buffer(self, n: int) -> np.ndarray:
+        return self.store.staging.host_rows(n)
+
     def observe(self, rows: np.ndarray) -> None:
         self.store.add(rows)
 

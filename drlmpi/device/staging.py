@@ -30,24 +30,41 @@ class Staging:
         self.pinned: torch.Tensor | None = None
         self._event: torch.cuda.Event | None = None
 
+    def host_rows(self, n: int) -> np.ndarray:
+        """A host array for ``n`` rows that :meth:`copy` sends as it is: on CUDA a view of the
+        pinned buffer (once the previous copy has left it), so rows built in it are copied to
+        the device without another host copy. Fill it, then pass it (or parts of it) to
+        :meth:`copy` before asking for it again."""
+        if self.device.type != "cuda":
+            return np.empty((n, self.width), dtype=np.float32)
+        return self._pinned(n)[:n].numpy()
+
+    def _pinned(self, n: int) -> torch.Tensor:
+        """The pinned buffer, at least ``n`` rows, free of copies in flight."""
+        if self._event is not None:
+            self._event.synchronize()  # the previous chunk's copy has left the buffer
+        if self.pinned is None or self.pinned.shape[0] < n:
+            self.pinned = torch.empty((max(n, 1024), self.width), dtype=torch.float32, pin_memory=True)
+            self._event = torch.cuda.Event()
+        return self.pinned
+
     def copy(self, dst: torch.Tensor, rows: np.ndarray) -> None:
-        """``dst[:] = rows`` (``dst`` a ``(n, width)`` tensor on the device, ``rows`` numpy)."""
+        """``dst[:] = rows`` (``dst`` a ``(n, width)`` tensor on the device, ``rows`` numpy; rows
+        of :meth:`host_rows` go to the device from where they are)."""
         n = rows.shape[0]
         if n == 0:
             return
-        src = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
         if self.device.type != "cuda":
-            dst.copy_(src)
+            dst.copy_(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)))
             return
-        if self.pinned is None or self.pinned.shape[0] < n:
-            if self._event is not None:
-                self._event.synchronize()
-            self.pinned = torch.empty((max(n, 1024), self.width), dtype=torch.float32, pin_memory=True)
-            self._event = torch.cuda.Event()
+        pinned = self.pinned
+        if pinned is not None and np.may_share_memory(rows, pinned.numpy()):
+            first = (rows.__array_interface__["data"][0] - pinned.data_ptr()) // (4 * self.width)
+            source = pinned[first : first + n]
         else:
-            self._event.synchronize()  # the previous chunk's copy has left the buffer
-        self.pinned[:n].copy_(src)
-        dst.copy_(self.pinned[:n], non_blocking=True)
+            source = self._pinned(n)[:n]
+            source.copy_(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)))
+        dst.copy_(source, non_blocking=True)
         self._event.record(torch.cuda.current_stream(self.device))
 
     def to_device(self, rows: np.ndarray) -> torch.Tensor:

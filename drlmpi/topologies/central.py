@@ -206,7 +206,7 @@ class Central(Topology):
         """The experience rows of the arrived groups' step messages, built in one array and
         stored as one chunk."""
         counts = [group.n if group.obs is not None else 0 for group in arrived]
-        rows = np.empty((sum(counts), wire.layout.width), dtype=np.float32)
+        rows = learner.algo.row_buffer(sum(counts))  # a device learner's pinned staging rows
         start, parts = 0, []
         for group, count in zip(arrived, counts):
             parts.append((count, group.source, learner.updates - group.version))
