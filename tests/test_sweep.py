@@ -171,7 +171,7 @@ PRESETS = {
     "td3_slides_pendulum": (["seed=0"], 12, 8, {"topology=sequential needs exactly 1 rank": 3,
                                                 "needs at least 2 ranks": 1}, 24),
     "ppo_tetris_grid": (["world_size=2"], 6, 6, {}, 30),
-    "learning_matrix": (["seed=0", "+experiment/pair=dqn_cartpole,ppo_pendulum"], 12, 12, {}, 108),
+    "learning_matrix": (["seed=0", "+experiment/pair=dqn_cartpole,ppo_pendulum"], 14, 14, {}, 126),
     "ddp_cartpole": (["device=cpu"], 6, 6, {}, 6),  # on CPU: allgather's backend auto is mpi
     "soak_async": ([], 1, 1, {}, 1),  # one job of 9 ranks, checked by the report (test_report_checks)
     "topology_throughput": (["env.sim_cost_ms=5", "world_size=1,16"], 16, 10,
@@ -229,12 +229,12 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
         assert sorted((j["overrides"][0], j["ranks"]) for j in ran) == [
             ("topology=p2p", 2), ("topology=sequential", 1), ("topology=star", 2), ("topology=star", 3),
             ("topology=star", 4), ("topology=star", 5)]
-    if preset == "learning_matrix":  # 6 pairs x 6 topologies (x 3 seeds), each at its world size
+    if preset == "learning_matrix":  # 6 pairs x 7 topologies (x 3 seeds), each at its world size
         assert len(params["+experiment/pair"]) == 6 and len(params["seed"]) == 3
         ranks = {o.split("=")[1]: j["ranks"] for j in jobs for o in j["overrides"]
                  if o.startswith("topology=")}
         assert ranks == {"sequential": 1, "p2p": 2, "star": 3, "parameter_server": 3, "async": 3,
-                         "allgather": 3}
+                         "allgather": 3, "central": 3}
     if preset == "topology_throughput":  # the raw-stepping ceiling: algo=random beside each cell
         assert params["algo"] == ["dqn", "random"]
         assert sum("algo=random" in j["overrides"] for j in ran) == 5
