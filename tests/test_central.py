@@ -38,7 +38,8 @@ def test_env_groups_split_a_simulators_environments():
     assert env_groups(5, 3) == [(0, 2), (2, 2), (4, 1)]
 
 
-@pytest.mark.parametrize("forced", [False, True], ids=["as_sent", "env_forced_an_action"])
+@pytest.mark.parametrize("forced", [None, "output", "forward"],
+                         ids=["as_sent", "forced_action_from_output", "forced_action_by_another_pass"])
 def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
     spec = env_spec(make_env(IMAGE, episode_steps=3, noise=255))
     cfg = group_config("algo", "ppo")
@@ -72,8 +73,10 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
     ends = 0
     for step in range(7):  # episodes of 3 steps: two steps end every episode at once
         acted_on = actor.obs.copy()
-        actions, extras = algo.act(acted_on, 0, explore=True)
+        out = algo.act_tensor(algo.obs_tensor(acted_on), True).numpy()
+        actions, extras = algo.finish_act(out, 0, True)
         group.actions, group.extras, group.version = actions, extras, 0
+        group.out = out if forced == "output" else None  # None: the learner acted on the host
         learner.updates = step  # learner updates since it acted: the recorded policy lag
         taken, taken_extras = actions, extras
         if forced:  # the environment took another action than the learner sent (FIRE in Atari)

@@ -89,3 +89,15 @@ class ActorCritic(nn.Module):
         if self.discrete:
             return dist.log_prob(actions[:, 0].long()), dist.entropy()
         return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
+
+
+def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float,
+                           weights: torch.Tensor | None = None) -> torch.Tensor:
+    """PPO's policy loss ``-mean min(ratio A, clip(ratio, 1 - clip, 1 + clip) A)``, each term
+    multiplied by ``weights`` if given (the decoupled objective's ``min(rho_clip, pi_prox/mu)``)."""
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
+    surrogate = torch.minimum(unclipped, clipped)
+    if weights is not None:
+        surrogate = weights * surrogate
+    return -surrogate.mean()

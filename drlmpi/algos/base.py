@@ -210,6 +210,12 @@ class Algorithm(TrainingState, ABC):
         the job-wide step count, the split into actions and extra columns)."""
         return out, None
 
+    def extras_of(self, out: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
+        """The extra columns of ``actions`` taken instead of the chosen ones, read from the
+        :meth:`act_tensor` output ``out`` of the same rows if it holds them (``None``: it does
+        not; :meth:`extras_for` computes them with another forward pass)."""
+        return None
+
     def extras_for(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
         """The extra columns :meth:`act` would have filled had it chosen ``actions`` for ``obs``
         (an environment that overrides the policy's action: FIRE after a lost life in Atari);

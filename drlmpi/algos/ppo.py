@@ -76,7 +76,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from drlmpi.algos.actor_critic import ACTIVATIONS, ActorCritic
+from drlmpi.algos.actor_critic import ACTIVATIONS, ActorCritic, clipped_surrogate_loss
 from drlmpi.algos.advantages import (
     gae_tensor,
     vtrace_tensor,
@@ -91,18 +91,6 @@ from drlmpi.envs.spec import EnvSpec
 
 #: rows per forward pass when a rollout's values are computed (images: bounded activations)
 EVAL_CHUNK_ROWS = 4096
-
-
-def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float,
-                           weights: torch.Tensor | None = None) -> torch.Tensor:
-    """PPO's policy loss ``-mean min(ratio A, clip(ratio, 1 - clip, 1 + clip) A)``, each term
-    multiplied by ``weights`` if given (the decoupled objective's ``min(rho_clip, pi_prox/mu)``)."""
-    unclipped = ratio * advantages
-    clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
-    surrogate = torch.minimum(unclipped, clipped)
-    if weights is not None:
-        surrogate = weights * surrogate
-    return -surrogate.mean()
 
 
 class PPO(Algorithm):
@@ -198,8 +186,8 @@ class PPO(Algorithm):
     # -- acting -------------------------------------------------------------------------------
     @torch.no_grad()
     def act_tensor(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
-        """Actions sampled from (or, greedily, the mode of) the policy, and their
-        log-probabilities as the last column."""
+        """Columns: the actions sampled from (or, greedily, the mode of) the policy, their
+        log-probabilities and, for Discrete actions, the log-probability of every action."""
         dist = self.net.distribution(obs)
         if self.spec.discrete:
             actions = torch.multinomial(dist.probs, 1) if explore else dist.probs.argmax(dim=1, keepdim=True)
@@ -208,10 +196,20 @@ class PPO(Algorithm):
         else:
             actions = dist.mean
         log_prob, _ = self.net.log_prob_entropy(dist, actions)
-        return torch.cat((actions.float(), log_prob.float()[:, None]), dim=1)
+        every = (dist.logits.float(),) if self.spec.discrete else ()  # normalised log-probabilities
+        return torch.cat((actions.float(), log_prob.float()[:, None], *every), dim=1)
 
     def finish_act(self, out: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, np.ndarray]:
-        return out[:, :-1], out[:, -1:]
+        dim = self.spec.action_dim
+        return out[:, :dim], out[:, dim : dim + 1]
+
+    def extras_of(self, out: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
+        """Discrete actions: the log-probability of each taken action, read from the row's
+        log-probabilities of every action."""
+        if not self.spec.discrete:
+            return None
+        taken = actions[:, 0].astype(np.int64)
+        return out[np.arange(len(out)), 2 + taken][:, None].astype(np.float32)
 
     @torch.no_grad()
     def extras_for(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:

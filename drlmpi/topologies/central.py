@@ -113,6 +113,7 @@ class Group:
         self.obs: np.ndarray | None = None  # packed slots acted on at the last serve
         self.actions: np.ndarray | None = None
         self.extras: np.ndarray | None = None
+        self.out: np.ndarray | None = None  # the forward pass's output for these rows
         self.version = 0  # learner updates when it acted
 
     @property
@@ -232,24 +233,32 @@ class Central(Topology):
                 start = layout.slices[learner.algo.extra_columns[0][0]].start
                 rows[:, start : start + group.extras.shape[1]] = group.extras
                 forced = np.nonzero(msg[:n, wire.slices["forced"]][:, 0])[0]
-                if len(forced):
-                    obs = layout.obs_array(rows[forced])
-                    redone = learner.algo.extras_for(obs, rows[forced][:, layout.slices["action"]])
+                if len(forced):  # from the forward pass's output if it has them, else another pass
+                    taken = rows[forced][:, layout.slices["action"]]
+                    redone = None if group.out is None else learner.algo.extras_of(group.out[forced], taken)
+                    if redone is None:
+                        redone = learner.algo.extras_for(layout.obs_array(rows[forced]), taken)
                     rows[forced, start : start + redone.shape[1]] = redone
         group.obs = msg[:n, wire.slices["obs"]]
 
     @staticmethod
-    def _acting(algo: Algorithm, max_rows: int) -> Callable[[np.ndarray, int], tuple[np.ndarray, Any]]:
-        """``act(observations, env_steps)`` for the learner's serves: on a CUDA learner with
-        ``algo.capture`` the forward pass is replayed from CUDA graphs (:class:`CapturedForward`),
-        exploration finished on the host; an algorithm that acts on the host acts as it does."""
+    def _acting(algo: Algorithm, max_rows: int) -> Callable[[np.ndarray, int], tuple[Any, Any, Any]]:
+        """``act(observations, env_steps) -> (actions, extras, forward output)`` for the learner's
+        serves: on a CUDA learner with ``algo.capture`` the forward pass is replayed from CUDA
+        graphs (:class:`CapturedForward`), exploration finished on the host; an algorithm that
+        acts on the host only acts as it does (no forward output)."""
         if type(algo).act_tensor is Algorithm.act_tensor:
-            return lambda obs, steps: algo.act(obs, steps, explore=True)
+            return lambda obs, steps: (*algo.act(obs, steps, explore=True), None)
         layout, mode = algo.layout, "graph" if algo.capture == "graph" else "off"
         forward = CapturedForward(lambda x: algo.act_tensor(x, True), layout.obs_shape,
                                   torch.uint8 if layout.packed else torch.float32, algo.device, max_rows,
                                   mode, f"{algo.config_name(algo.cfg)} act")
-        return lambda obs, steps: algo.finish_act(forward(obs), steps, True)
+
+        def act(obs: np.ndarray, steps: int) -> tuple[Any, Any, Any]:
+            out = forward(obs)
+            return (*algo.finish_act(out, steps, True), out)
+
+        return act
 
     @staticmethod
     def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, acting: Callable,
@@ -258,7 +267,7 @@ class Central(Topology):
         layout = learner.layout
         slots = np.concatenate([group.obs for group in arrived]) if len(arrived) > 1 else arrived[0].obs
         t0 = time.perf_counter()
-        actions, extras = acting(layout.obs_array(slots), learner.env_steps)
+        actions, extras, out = acting(layout.obs_array(slots), learner.env_steps)
         stats["inference_s"] += time.perf_counter() - t0
         stats["serves"] += 1
         stats["rows_served"] += slots.shape[0]
@@ -267,6 +276,7 @@ class Central(Topology):
             part = slice(start, start + group.n)
             group.actions = actions[part]
             group.extras = None if extras is None else extras[part]
+            group.out = None if out is None else out[part]
             group.version = learner.updates
             group.answer(comm, group.actions)
             start += group.n
