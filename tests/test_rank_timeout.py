@@ -182,7 +182,7 @@ def _survivors(run_dir, wait_s: float = 10.0) -> str:
 
 
 HANGS = {"sequential": (1, 0), "p2p": (2, 1), "star": (3, 2), "parameter_server": (3, 2), "async": (3, 2),
-         "allgather": (3, 2), "groups": (4, 3)}  # topology -> (ranks, the rank that stops answering)
+         "allgather": (3, 2), "groups": (4, 3), "central": (3, 2)}  # topology -> (ranks, the rank that hangs)
 
 
 @pytest.fixture(scope="module")
