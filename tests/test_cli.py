@@ -15,6 +15,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import REPO
 from tests.mpirun import run_job
 from tests.shared_runs import TINY_DQN
@@ -43,9 +45,11 @@ def test_world_size_relaunches_under_mpiexec_and_writes_one_run_directory(tmp_pa
     assert re.search(r"steps +\d+ +\d+% ETA +\d+s \| +[\d,]+ steps/s \| updates", log), log
 
 
-def test_crashed_simulator_brings_the_job_down(tmp_path):
-    """Rank 1 raises mid-run; the learner must not be left waiting in Probe/Recv."""
-    job = run_job(2, ["topology=p2p", "env.id=tests.crash_env:CrashingCartPole-v0",
+@pytest.mark.parametrize("topology", ["p2p", "central"])
+def test_crashed_simulator_brings_the_job_down(tmp_path, topology):
+    """Rank 1 raises mid-run; the learner must not be left waiting in Probe/Recv (p2p) or in
+    Waitany (central)."""
+    job = run_job(2, [f"topology={topology}", "env.id=tests.crash_env:CrashingCartPole-v0",
                       "+env.kwargs.crash_after=300", "run.progress_every_s=0"],
                   tmp_path / "run", timeout=90)
     assert job.returncode != 0
