@@ -155,6 +155,8 @@ def assert_central_wire(summary: dict, per_rank: dict, simulators: list[int]) ->
     stats = summary["topology_stats"]
     assert stats["rows_served"] == summary["env_steps"] == sum(per_rank[r]["env_steps"] for r in simulators)
     assert 0 < stats["serves"] < stats["rows_served"] and stats["inference_s"] > 0
+    # the learner's acting is its simulation time (its busy share shows it)
+    assert learner["role"] == "learner+acting" and learner["simulate_s"] == stats["inference_s"]
 
 
 @pytest.mark.parametrize("name", [n for n, case in CONTRACT.items() if SAME_BUDGET[0] in case[0]])

@@ -27,7 +27,9 @@ updates) is recorded as in ``async``. Shutdown: once the learner stops, each gro
 message is answered with a stop flag instead of actions; every group is answered exactly once,
 so no request is left pending. The summary's ``topology_stats`` hold the serves, the rows per
 serve, the learner's inference, update and ingest seconds (rows built and stored); each simulator
-reports its mean round trip (a group's message sent to its actions received).
+reports its mean round trip (a group's message sent to its actions received). The learner's
+rank (role ``learner+acting``) counts its inference as ``simulate_s``: the acting that other
+topologies' simulators do, so its busy share includes it.
 """
 
 from __future__ import annotations
@@ -200,7 +202,9 @@ class Central(Topology):
         learner.finish()
         stats["rows_per_serve"] = stats["rows_served"] / max(1, stats["serves"])
         stats["update_s"] = learner.learn_s
-        return learner_report(comm.rank, learner, stats=stats)
+        report = learner_report(comm.rank, learner, role="learner+acting", stats=stats)
+        report.simulate_s = stats["inference_s"]  # acting, which other topologies' simulators do
+        return report
 
     @staticmethod
     def _ingest(arrived: list[Group], learner: Learner, wire: StepWire) -> None:
