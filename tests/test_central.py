@@ -75,7 +75,7 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
         acted_on = actor.obs.copy()
         out = algo.act_tensor(algo.obs_tensor(acted_on), True).numpy()
         actions, extras = algo.finish_act(out, 0, True)
-        group.actions, group.extras, group.version = actions, extras, 0
+        group.extras, group.version = extras, 0
         group.out = out if forced == "output" else None  # None: the learner acted on the host
         learner.updates = step  # learner updates since it acted: the recorded policy lag
         taken, taken_extras = actions, extras

@@ -79,6 +79,11 @@ class ExperienceLayout:
         return -(-self.obs_dim // 4) if self.packed else self.obs_dim
 
     @property
+    def extras_slice(self) -> slice:
+        """The algorithm's extra columns (the last ones of a row) as one slice."""
+        return slice(self.width - sum(width for _, width in self.extras), self.width)
+
+    @property
     def row_bytes(self) -> int:
         """Bytes of one packed row (on the wire and in storage)."""
         return 4 * self.width

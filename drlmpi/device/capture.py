@@ -34,6 +34,23 @@ def resolve_capture(mode: str, device: torch.device) -> str:
     return mode
 
 
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (160 characters at most): a failure in one line."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
+
+
+def on_side_stream(device: torch.device, fn: Callable[[], Any]) -> Any:
+    """``fn()`` on a fresh CUDA stream ordered after the current one, which waits for it: the
+    eager warm-up calls a capture needs (allocations off the capturing stream)."""
+    side = torch.cuda.Stream(device)
+    current = torch.cuda.current_stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        out = fn()
+    current.wait_stream(side)
+    return out
+
+
 class CaptureError(RuntimeError):
     """Raised inside :class:`CapturedUpdate` when a body cannot be captured (then eager)."""
 
@@ -177,13 +194,7 @@ class CapturedUpdate:
     def _warm(self, sync: Exchange) -> torch.Tensor:
         if self.device.type != "cuda" or self.mode != "graph":
             return self.body(sync)
-        side = torch.cuda.Stream(self.device)
-        current = torch.cuda.current_stream(self.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            out = self.body(sync)
-        current.wait_stream(side)
-        return out
+        return on_side_stream(self.device, lambda: self.body(sync))
 
     def _new_graph(self) -> torch.cuda.CUDAGraph:
         graph = torch.cuda.CUDAGraph()
@@ -248,8 +259,7 @@ class CapturedUpdate:
 
     def _fall_back(self, exc: BaseException, sync: Exchange) -> torch.Tensor:
         self.graphs, self.cuts, self.compiled, self.static_out = [], [], None, None
-        first = (str(exc).strip().splitlines() or [""])[0][:160]
-        self.failure = f"{type(exc).__name__}: {first}"
+        self.failure = first_line(exc)
         warnings.warn(f"drlmpi: capture={self.mode} failed for {self.name} ({self.failure}); "
                       f"running eager updates", stacklevel=3)
         if self.device.type == "cuda":
@@ -296,7 +306,7 @@ class CapturedForward:
             try:
                 slot = self.slots[size] = self._capture(size)
             except Exception as exc:  # noqa: BLE001 (any failure: eager from now on, never a crash)
-                self.failure = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:160]}"
+                self.failure = first_line(exc)
                 warnings.warn(f"drlmpi: capturing the forward pass of {self.name} failed ({self.failure}); "
                               f"acting eagerly", stacklevel=2)
                 return self._eager(batch)
@@ -313,12 +323,8 @@ class CapturedForward:
 
     def _capture(self, size: int) -> tuple[Any, ...]:
         dev_in = torch.zeros((size, *self.shape), dtype=self.dtype, device=self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(self.warmup):
-                self.fn(dev_in)
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        for _ in range(self.warmup):
+            on_side_stream(self.device, lambda: self.fn(dev_in))
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             dev_out = self.fn(dev_in).float()

@@ -130,16 +130,15 @@ class Actor:
         layout.put_obs(rows, "obs", self.obs)
         layout.column(rows, "action")[:] = actions
         layout.column(rows, "stream")[:, 0] = self.streams
-        start = layout.slices[self.algo.extra_columns[0][0]].start if extras is not None else 0
         if extras is not None:
-            rows[:, start : start + extras.shape[1]] = extras
+            rows[:, layout.extras_slice] = extras
         step = self.envs.step([self.algo.env_action(a) for a in actions])
         if step.forced:  # the row holds the action the environment got, and its extras
             forced = sorted(step.forced)
             layout.column(rows, "action")[forced, 0] = [step.forced[i] for i in forced]
             if extras is not None:
                 redone = self.algo.extras_for(self.obs[forced], layout.column(rows, "action")[forced])
-                rows[forced, start : start + redone.shape[1]] = redone
+                rows[forced, layout.extras_slice] = redone
         layout.put_obs(rows, "next_obs", step.obs)
         layout.column(rows, "reward")[:, 0] = step.reward
         layout.column(rows, "terminated")[:, 0] = step.terminated

@@ -163,15 +163,7 @@ class Learner:
         ``policy_lag``: learner updates between the policy that acted and now, if known.
         Returns the updates these rows entitle.
         """
-        n = rows.shape[0]
-        if n == 0:
-            return 0
-        due = self.store(rows)
-        self.env_steps += n
-        if policy_lag is not None:
-            self.policy_lags.append(int(policy_lag))
-        self.log_episodes(rows, source_rank)
-        return due
+        return self.ingest_parts(rows, [(rows.shape[0], source_rank, policy_lag)])
 
     def ingest_parts(self, rows: np.ndarray, parts: list[tuple[int, int, int | None]]) -> int:
         """:meth:`ingest` of consecutive parts of ``rows`` from several sources at once:

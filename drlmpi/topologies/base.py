@@ -200,9 +200,9 @@ class RunContext:
         """An actor on a rank that also holds ``learner``: it acts with the learner's own network
         where ``act_device`` says so, else with a CPU copy (:meth:`Actor.follow` updates it)."""
         mode = str(self.cfg.get("act_device", "auto"))
-        gpu_images = self.spec.image and str(self.device).startswith("cuda")
-        actor = self.make_actor(simulator_index, algo=learner.algo if mode == "learner" or (
-            mode == "auto" and gpu_images) else None)
+        if mode == "auto":
+            mode = "learner" if self.spec.image and str(self.device).startswith("cuda") else "cpu"
+        actor = self.make_actor(simulator_index, algo=learner.algo if mode == "learner" else None)
         actor.follow(learner.algo)
         return actor
 

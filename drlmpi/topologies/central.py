@@ -110,10 +110,8 @@ class Group:
         self.buffers = (wire.capacity(n_envs), wire.capacity(n_envs))
         self.turn = 0
         self.reply = np.zeros(1 + n_envs * wire.layout.action_dim, dtype=np.float32)
-        self.receive: Request | None = None
         self.send: Request | None = None
         self.obs: np.ndarray | None = None  # packed slots acted on at the last serve
-        self.actions: np.ndarray | None = None
         self.extras: np.ndarray | None = None
         self.out: np.ndarray | None = None  # the forward pass's output for these rows
         self.version = 0  # learner updates when it acted
@@ -127,9 +125,8 @@ class Group:
         """Receive the next message into the buffer that does not hold the observations kept."""
         if self.obs is not None:
             self.turn = 1 - self.turn
-        self.receive = comm.Irecv(self.buffer, source=self.source, tag=Tag.OBSERVATIONS + self.index,
-                                  kind="observations")
-        return self.receive
+        return comm.Irecv(self.buffer, source=self.source, tag=Tag.OBSERVATIONS + self.index,
+                          kind="observations")
 
     def answer(self, comm: TimedComm, actions: np.ndarray | None) -> None:
         """Send this group its actions, or the stop flag (``None``)."""
@@ -234,15 +231,14 @@ class Central(Topology):
             rows[ended, layout.slices["next_obs"]] = msg[n : n + len(ended), wire.slices["obs"]]
             rows[:, layout.slices["stream"]] = group.streams[:, None]
             if group.extras is not None:
-                start = layout.slices[learner.algo.extra_columns[0][0]].start
-                rows[:, start : start + group.extras.shape[1]] = group.extras
+                rows[:, layout.extras_slice] = group.extras
                 forced = np.nonzero(msg[:n, wire.slices["forced"]][:, 0])[0]
                 if len(forced):  # from the forward pass's output if it has them, else another pass
                     taken = rows[forced][:, layout.slices["action"]]
                     redone = None if group.out is None else learner.algo.extras_of(group.out[forced], taken)
                     if redone is None:
                         redone = learner.algo.extras_for(layout.obs_array(rows[forced]), taken)
-                    rows[forced, start : start + redone.shape[1]] = redone
+                    rows[forced, layout.extras_slice] = redone
         group.obs = msg[:n, wire.slices["obs"]]
 
     @staticmethod
@@ -278,11 +274,10 @@ class Central(Topology):
         start = 0
         for group in arrived:
             part = slice(start, start + group.n)
-            group.actions = actions[part]
             group.extras = None if extras is None else extras[part]
             group.out = None if out is None else out[part]
             group.version = learner.updates
-            group.answer(comm, group.actions)
+            group.answer(comm, actions[part])
             start += group.n
 
     @staticmethod
@@ -292,7 +287,8 @@ class Central(Topology):
         next message arrives (taken in, as every step is counted). Then every reply is sent."""
         for i in ready:
             groups[i].answer(comm, None)
-        outstanding = [i for i in range(len(groups)) if i not in set(ready)]
+        answered = set(ready)
+        outstanding = [i for i in range(len(groups)) if i not in answered]
         while outstanding:
             index = comm.waitany([requests[i] for i in outstanding])
             i = outstanding.pop(index)
