@@ -255,7 +255,10 @@ def main(argv: list[str] | None = None) -> None:
         if ranks is not None and ranks > 1 and not under_mpi_launcher():
             _relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
         argv = _prepare_single_run(argv)
-    OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
+    # Cached, as Hydra's own ${now:}: a launcher that runs the jobs in other processes
+    # (Submitit: pickled, run in Slurm jobs) hands them the master config's cached values, so
+    # every job writes into the sweep directory the launch time named, not its own start time.
+    OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True, use_cache=True)
     sys.argv = [sys.argv[0], *argv]
     config_dir = str(CONF_DIR)
     if not os.path.isdir(config_dir):  # pragma: no cover
