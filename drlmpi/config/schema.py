@@ -124,6 +124,16 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                             "averaged over each)"),
         "rank_timeout_s": _float(120, "a rank without progress (MPI, env step, updates) this long ends "
                                       "the job (0 or null: no watchdog)", low=0, nullable=True),
+        "objective": Option("str", "the summary.json field each run returns to a tuner (hydra/sweeper="
+                                   "optuna): its value, else run.objective_unsolved (null: none returned)",
+                            None, choices=("train_seconds_to_threshold", "env_steps_to_threshold",
+                                           "updates_to_threshold", "best_eval_return",
+                                           "last_eval_return", "env_steps_per_s", "updates_per_s"),
+                            nullable=True),
+        "objective_unsolved": _float(None, "run.objective's value for a run that leaves the field empty "
+                                           "(not solved, never evaluated); null: the run's own total "
+                                           "for a *_to_threshold field (train_seconds, env_steps, "
+                                           "updates), -inf for an evaluation return", nullable=True),
         "memory_sample_s": _float(0, "every rank records its resident memory this often into "
                                      "summary.json's per_rank rss_kib, for the report's memory check "
                                      "(0: off)", low=0),

@@ -12,6 +12,7 @@ from drlmpi.report.plots import metric_file, training_metrics
 from drlmpi.report.runs import MissingRun, RunSet
 from drlmpi.report.scaling import Cell, Grid
 from drlmpi.report.tables import Group, paper_columns, paper_header
+from drlmpi.report.trials import trials_section
 
 # (row key, header, decimals; None = as is, "%" = share as percent)
 MAIN_COLUMNS: list[tuple[str, str, Any]] = [
@@ -347,6 +348,7 @@ def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
                 "(`algo=random`).", ""]
         out += throughput_table(groups) + [""]
     out += central_section(groups)
+    out += trials_section(runset.runs, inputs)
     out += scaling_section(grids or [], scaling_plots or {})
     if groups:
         out += paper_tables(groups, baselines, baseline)

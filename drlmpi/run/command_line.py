@@ -111,8 +111,9 @@ SIGNAL_EXIT_WAIT_S = 30.0
 WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 
-def _task(cfg) -> int:
-    """Hydra's task function: run one experiment on COMM_WORLD."""
+def _task(cfg) -> float | int:
+    """Hydra's task function: run one experiment on COMM_WORLD. With ``run.objective`` set, rank 0
+    returns the run's objective value (a tuner's trial result, :mod:`drlmpi.run.objective`)."""
     from hydra.core.hydra_config import HydraConfig
     from mpi4py import MPI
 
@@ -126,8 +127,9 @@ def _task(cfg) -> int:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
     else:  # pragma: no cover (only when called without Hydra)
         run_dir = Path.cwd()
+    summary = None
     try:
-        run_experiment(cfg, world, run_dir, hang_exit=HANG_EXIT)
+        summary = run_experiment(cfg, world, run_dir, hang_exit=HANG_EXIT)
     except ConfigError as exc:
         # Every rank normally refuses the same config before any message: rank 0 reports it
         # once and ends the job. Other ranks give it a moment and speak (and abort) only if it
@@ -152,6 +154,11 @@ def _task(cfg) -> int:
 
     if STOP.stopped_run:  # stopped by a signal, checkpoint written: a documented exit status
         _exit_after_signal_stop()
+    objective = cfg.run.get("objective")
+    if objective and summary is not None:
+        from drlmpi.run.objective import objective_value
+
+        return objective_value(summary, objective, cfg.run.get("objective_unsolved"))
     return 0
 
 

@@ -188,6 +188,8 @@ class MPILauncher(Launcher):
             Scheduler(pool, self.pin, self.deadline_s, self.timeout_s,
                       {**os.environ, **{k: str(v) for k, v in self.env.items()}},
                       sweep_dir, total, write, started).run(queue)
+        for job in jobs:
+            self._objective(job)
         write()
         counts = {s: sum(j.record.get("status") == s for j in jobs)
                   for s in ("ok", "reused", "failed", "skipped", "dry_run")}
@@ -266,3 +268,26 @@ class MPILauncher(Launcher):
                         working_dir=str(job.run_dir), task_name="drlmpi", status=job.status)
         ret.return_value = job.value
         return ret
+
+    def _objective(self, job: SweepJob) -> None:
+        """With ``run.objective`` set, a job returns one float (what a tuner such as Hydra's
+        Optuna sweeper needs): the field of its summary, or - for a job that failed, was skipped
+        or never started - the worst value for the sweep's direction, so that one bad trial
+        does not end the tuning session (the job's record still says what happened)."""
+        from drlmpi.run.objective import objective_value, worst_value
+
+        try:
+            objective = job.cfg.run.get("objective") if job.cfg is not None else None
+            unsolved = job.cfg.run.get("objective_unsolved") if objective else None
+        except OmegaConfBaseException:  # a broken interpolation: the job was skipped for it
+            return
+        if not objective:
+            return
+        if isinstance(job.value, dict):
+            value = objective_value(job.value, objective, unsolved)
+        else:
+            value = worst_value(self.config.hydra.sweeper.get("direction", "minimize"))
+            log.info(f"[{job.idx + 1}] {job.label}: {job.record.get('status')}: objective "
+                     f"{objective} counts as {value}")
+        job.status, job.value = JobStatus.COMPLETED, value
+        job.record["objective"] = {"name": objective, "value": value}

@@ -1,0 +1,109 @@
+"""Tuning through Hydra's Optuna sweeper: ``run.objective`` makes every job return one float."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from drlmpi.config.schema import SCHEMA
+from drlmpi.run.objective import OBJECTIVES, objective_value, worst_value
+from tests.mpirun import REPO
+from tests.shared_runs import TINY_DQN
+
+pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="pip install -e '.[tune]'")
+
+
+def test_the_objectives_are_the_schema_choices():
+    assert set(OBJECTIVES) == set(SCHEMA["run"]["objective"].choices)
+
+
+def test_objective_value_of_solved_and_unsolved_runs():
+    solved = {"train_seconds_to_threshold": 3.5, "train_seconds": 9.0, "best_eval_return": 200.0}
+    unsolved = {"train_seconds_to_threshold": None, "train_seconds": 9.0, "env_steps_to_threshold": None,
+                "env_steps": 4096, "best_eval_return": None}
+    assert objective_value(solved, "train_seconds_to_threshold") == 3.5
+    assert objective_value(unsolved, "train_seconds_to_threshold") == 9.0   # at least its own total
+    assert objective_value(unsolved, "env_steps_to_threshold") == 4096.0
+    assert objective_value(unsolved, "train_seconds_to_threshold", unsolved=1e6) == 1e6
+    assert objective_value(unsolved, "best_eval_return") == -math.inf        # never evaluated
+    assert objective_value(solved, "best_eval_return") == 200.0
+    with pytest.raises(ValueError, match="unknown objective"):
+        objective_value(solved, "loss")
+    assert worst_value("minimize") == math.inf
+    assert worst_value("MAXIMIZE") == -math.inf
+
+
+def test_a_failed_or_skipped_job_counts_as_the_worst_value(tmp_path):
+    from hydra.core.utils import JobStatus
+
+    from drlmpi.sweep.scheduler import JobFailedError, SweepJob
+    from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher
+
+    launcher = MPILauncher()
+    launcher.config = OmegaConf.create({"hydra": {"sweeper": {"direction": "maximize"}}})
+    cfg = OmegaConf.create({"run": {"objective": "best_eval_return", "objective_unsolved": None}})
+    failed = SweepJob(0, ["seed=1"], "seed=1", tmp_path, {}, cfg=cfg, status=JobStatus.FAILED,
+                      value=JobFailedError("exit 1"))
+    done = SweepJob(1, ["seed=2"], "seed=2", tmp_path, {}, cfg=cfg, value={"best_eval_return": 12.5})
+    for job in (failed, done):
+        launcher._objective(job)
+    assert (failed.status, failed.value) == (JobStatus.COMPLETED, -math.inf)
+    assert failed.record["objective"] == {"name": "best_eval_return", "value": -math.inf}
+    assert done.value == 12.5
+    plain = SweepJob(2, [], "", tmp_path, {}, cfg=OmegaConf.create({"run": {"objective": None}}),
+                     value={"solved": True})
+    launcher._objective(plain)
+    assert plain.value == {"solved": True}  # no objective: the summary, as before
+
+
+def test_the_task_returns_the_objective_on_rank_0(monkeypatch, tmp_path):
+    """Launchers that run the task in the job (Hydra's basic and Submitit launchers) hand the
+    task function's return value to the sweeper."""
+    import drlmpi.run.experiment as experiment
+    from drlmpi.run import command_line
+
+    monkeypatch.setattr(experiment, "run_experiment",
+                        lambda *a, **k: {"env_steps_to_threshold": None, "env_steps": 777})
+    cfg = OmegaConf.create({"threads_per_rank": 1,
+                            "run": {"objective": "env_steps_to_threshold", "objective_unsolved": None}})
+    assert command_line._task(cfg) == 777.0
+    cfg.run.objective = None
+    assert command_line._task(cfg) == 0
+
+
+def test_an_optuna_sweep_of_two_trials_ends_with_a_best_value(tmp_path):
+    """Two trials of the tuning preset, packed side by side on the cores by the MPI launcher
+    (about 10 s: two tiny runs at once on 2 cores, the sweeper's start and the report)."""
+    budget = [o for o in TINY_DQN if not o.startswith(("run.max_env_steps", "algo.exploration_steps"))]
+    sweep_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "drlmpi", "+experiment=tune_dqn_cartpole", "hydra.sweeper.n_trials=2",
+           *budget, "run.max_env_steps=600", "run.eval_every=300", f"hydra.sweep.dir={sweep_dir}"]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    jobs = json.loads((sweep_dir / "jobs.json").read_text())
+    assert [j["status"] for j in jobs] == ["ok", "ok"]
+    assert len({j["cpus"] for j in jobs}) == 2  # side by side, one core each
+    values = []
+    for job in jobs:
+        summary = json.loads((Path(job["run_dir"]) / "summary.json").read_text())
+        value = objective_value(summary, "env_steps_to_threshold")
+        assert job["objective"] == {"name": "env_steps_to_threshold", "value": value}
+        values.append(value)
+    assert results["best_value"] == min(values)
+    assert set(results["best_params"]) == {"algo.lr", "algo.batch_size", "algo.target_update_every",
+                                           "algo.exploration_steps"}
+    assert "Best value" in proc.stdout + proc.stderr
+    from drlmpi.report import build_report
+
+    text = (build_report([sweep_dir]).out / "report.md").read_text()
+    section = text.split("## Tuning trials", 1)[1].split("\n## ", 1)[0]
+    assert "**env_steps_to_threshold**, 2 trial(s):" in section
+    assert f"best value {min(values):,.0f}" in section
