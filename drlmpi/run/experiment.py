@@ -6,6 +6,7 @@ rank that stops making progress for ``run.rank_timeout_s`` ends the job.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
             STOP.clear_file()
     STOP.stopped_run = by_signal
     report.extra.update(comm.stats())
+    report.extra["host"] = socket.gethostname()  # where this rank ran
     if memory is not None:
         report.extra["rss_kib"] = memory.stop()
     if learner is not None:

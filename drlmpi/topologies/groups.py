@@ -25,6 +25,7 @@ at the end. How the job's batch is shared among the L learners is ``topology.bat
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -216,7 +217,8 @@ class _GroupLearner:
         checksums = self.finish()
         per_learner = {"group": self.group, "rank": self.ctx.comm.rank, "device": str(self.algo.device),
                        "group_env_steps": self.group_steps, "updates": self.learner.updates,
-                       "learn_s": round(self.learner.learn_s, 3), **stats}
+                       "learn_s": round(self.learner.learn_s, 3), "placement": asdict(self.peer.placement),
+                       **stats}
         calls = self.peer.close()
         if calls is not None:
             per_learner["backend_calls"] = calls

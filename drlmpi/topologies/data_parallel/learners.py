@@ -7,6 +7,7 @@ prove the parameters stayed identical."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,8 @@ class DataParallelLearner:
     def __init__(self, ctx: RunContext, comm: TimedComm, topo_cfg: Any, rule: BatchRule, log: bool) -> None:
         self.comm = comm
         self.rule = rule
-        placement = place(comm)
+        #: where the learners sit: this rank's index on its node, how many share it, one node or not
+        self.placement = placement = place(comm)
         device = ctx.device
         #: the backend that averages the gradients (``auto`` resolved)
         self.backend = resolve_backend(str(topo_cfg.get("backend", "auto")), device, comm, placement)
@@ -81,7 +83,7 @@ class DataParallelLearner:
         """What the summary's ``topology_stats`` says of this data-parallel job."""
         return {"backend": self.backend, "device": str(self.algo.device),
                 "param_checksums_per_rank": checksums.tolist(), "params_identical": True,
-                "resolved_options": {"backend": self.backend},
+                "resolved_options": {"backend": self.backend}, "placement": asdict(self.placement),
                 **self.rule.stats(getattr(self.algo, "batch_size", None))}
 
     def close(self) -> dict[str, list[int]] | None:
