@@ -16,7 +16,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 python -m pytest tests/test_capture.py tests/test_device_learner.py tests/test_replay.py \
-    tests/test_checkpoint.py tests/test_tensorboard.py -q -rs -p no:cacheprovider
+    tests/test_checkpoint.py tests/test_tensorboard.py tests/test_deterministic.py -q -rs -p no:cacheprovider
 status=$?
 python -m drlmpi.bench.learner --algo dqn td3 ppo --batch 64 256 --device cpu cuda \
     --seconds "${SECONDS_PER_ROW:-3}" --threads 1

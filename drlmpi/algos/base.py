@@ -63,9 +63,8 @@ class Algorithm(TrainingState, ABC):
 
     #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
     storage_option: ClassVar[str] = "buffer_size"
-    #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured
-    #: graph of that many updates); callers that split a batch of updates split it into
-    #: multiples of this.
+    #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured graph
+    #: of that many updates); callers split a batch of updates into multiples of this.
     updates_per_graph: int = 1
     #: whether :meth:`next_batch` and :meth:`learn` may be captured (device work only)
     capturable: ClassVar[bool] = False
@@ -93,7 +92,8 @@ class Algorithm(TrainingState, ABC):
         #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved;
         #: the schema refuses any other value of ``algo.capture``).
         self.capture = resolve_capture(str(cfg.get("capture", "auto")), self.device) if learner else "off"
-        if self.device.type == "cuda" and spec.image and os.environ.get("DRLMPI_CUDNN_BENCHMARK", "1") != "0":
+        if (self.device.type == "cuda" and spec.image and os.environ.get("DRLMPI_CUDNN_BENCHMARK", "1") != "0"
+                and not torch.are_deterministic_algorithms_enabled()):  # (run.deterministic)
             torch.backends.cudnn.benchmark = True  # a CNN on fixed shapes: cuDNN picks its fastest
         #: the number of updates done, as a device integer that :meth:`after_update_device`
         #: reads (a captured block advances it itself; each block starts from :attr:`updates`).

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from drlmpi.config.schema import SCHEMA, group_config
+from drlmpi.device.determinism import CUBLAS_WORKSPACE, set_deterministic
 from drlmpi.envs.spec import EnvSpec
 
 SPECS = {
@@ -306,7 +308,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--obs", choices=("vector", "atari"), default="vector",
                         help="atari: 4x84x84 uint8 image observations and the Nature CNN (dqn, ppo; "
                              "no bare rows)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="also measure each device mode with run.deterministic's settings "
+                             "(rows '<mode> det'; the cuBLAS workspace setting applies to all rows)")
     args = parser.parse_args(argv)
+    if args.deterministic:  # cuBLAS reads it once: set before the first device row, for every row
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     if args.obs == "atari" and "td3" in args.algo:
         parser.error("--obs atari takes --algo dqn and/or ppo (TD3 has no image encoder)")
     torch.set_num_threads(args.threads)
@@ -342,6 +349,12 @@ def main(argv: list[str] | None = None) -> None:
                         record(algo, batch, device, mode,
                                lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(a, b, d, c,
                                                                                        obs=args.obs))
+                        if args.deterministic and device != "cpu":
+                            set_deterministic(True)
+                            record(algo, batch, device, f"{mode} det",
+                                   lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
+                                       a, b, d, c, obs=args.obs))
+                            set_deterministic(False)
                     if device == "cpu" or algo == "ppo":
                         continue
                     for k in args.updates_per_graph:

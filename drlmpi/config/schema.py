@@ -124,6 +124,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                             "averaged over each)"),
         "rank_timeout_s": _float(120, "a rank without progress (MPI, env step, updates) this long ends "
                                       "the job (0 or null: no watchdog)", low=0, nullable=True),
+        "deterministic": _bool(False, "CUDA learners repeat bit for bit: deterministic kernels, a fixed "
+                                      "cuBLAS workspace, no cuDNN autotuning (slower; CPU runs repeat "
+                                      "without it)"),
         "objective": Option("str", "the summary.json field each run returns to a tuner (hydra/sweeper="
                                    "optuna): its value, else run.objective_unsolved (null: none returned)",
                             None, choices=("train_seconds_to_threshold", "env_steps_to_threshold",

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from drlmpi.device.determinism import set_deterministic
 from drlmpi.mpi.stop import STOP, stopped_by_signal_line
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.watchdog import PROGRESS, start_watchdog
@@ -34,6 +35,7 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> di
     """
     plan = make_plan(cfg, world.Get_size())
     torch.set_num_threads(int(plan.cfg.threads_per_rank))
+    set_deterministic(bool(plan.cfg.run.get("deterministic", False)))
     on_signal = bool(plan.cfg.run.get("checkpoint_on_signal", True))
     if on_signal:  # before the first collective: a stale request of an earlier part is gone
         STOP.install(run_dir, world.Get_rank())

@@ -1,0 +1,31 @@
+"""``run.deterministic``: CUDA learners that repeat bit for bit.
+
+A CPU run of drlmpi is already reproducible where its topology fixes the data order
+(docs/architecture.md, "Reproducibility"). On CUDA three things vary from run to run: kernels
+that accumulate with atomics (scatter-adds, some backward passes), cuBLAS's choice of
+reduction split when its workspace is not fixed, and cuDNN's autotuning (on for image
+learners), which may pick a different convolution algorithm each time. The switch turns all
+three off; its cost is measured in docs/results.md ("Deterministic CUDA runs").
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+#: cuBLAS's documented setting for reproducible results (must be set before its first use)
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+def set_deterministic(on: bool) -> None:
+    """Deterministic kernels (``torch.use_deterministic_algorithms``; an operation without a
+    deterministic CUDA kernel then raises instead of varying), a fixed cuBLAS workspace and no
+    cuDNN autotuning - or, ``on=False``, PyTorch's defaults again (the workspace setting stays:
+    cuBLAS reads it once)."""
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.deterministic = on
+    if on:
+        torch.backends.cudnn.benchmark = False

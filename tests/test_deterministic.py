@@ -1,0 +1,62 @@
+"""``run.deterministic``: the settings it makes (CPU), and CUDA learners that repeat bit for bit
+(on a GPU: ``bash experiments/device_check.sh`` runs these with the other CUDA tests)."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+import torch
+
+from drlmpi.device.determinism import CUBLAS_WORKSPACE, set_deterministic
+from tests.mpirun import run_job
+from tests.shared_runs import TINY_DQN
+from tests.test_images import IMAGE_ENV
+from tests.test_reproducible import CLOCKS, tensors
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def test_the_switch_sets_and_clears_the_settings(monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    benchmark = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = True
+        set_deterministic(True)
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE
+    finally:
+        set_deterministic(False)
+        torch.backends.cudnn.benchmark = benchmark
+    assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
+
+
+def _rows(run_dir) -> list[dict[str, str]]:
+    with open(run_dir / "metrics.csv", newline="") as fh:
+        return [{k: v for k, v in row.items() if k not in CLOCKS} for row in csv.DictReader(fh)]
+
+
+CUDA_RUNS = {
+    "dqn": [*TINY_DQN, "run.max_env_steps=1500"],
+    "ppo-cnn": ["algo=ppo", IMAGE_ENV, "env.reward_threshold=null", "algo.encoder=cnn",
+                "algo.rollout_steps=128", "algo.batch_size=32", "algo.epochs=2", "run.max_env_steps=768",
+                "run.eval_every=100000", "run.progress_every_s=0"],
+}
+
+
+@needs_cuda
+@pytest.mark.parametrize("name", list(CUDA_RUNS))
+def test_a_deterministic_cuda_run_repeats_bit_for_bit(tmp_path, name):
+    """Two runs of one seed on the GPU, captured updates and (PPO) a CNN: the same metrics.csv
+    but its clocks, the same policy.pt."""
+    overrides = [*CUDA_RUNS[name], "device=cuda", "run.deterministic=true"]
+    first, again = (run_job(1, overrides, tmp_path / run, timeout=300) for run in ("a", "b"))
+    for job in (first, again):
+        assert job.returncode == 0, job.stderr[-3000:]
+    rows = _rows(first.run_dir)
+    assert len(rows) > 10 and rows == _rows(again.run_dir)
+    mine = tensors(torch.load(first.run_dir / "policy.pt", weights_only=False))
+    theirs = tensors(torch.load(again.run_dir / "policy.pt", weights_only=False))
+    assert mine and all(torch.equal(mine[k], theirs[k]) for k in mine)
