@@ -21,7 +21,8 @@ LAYERS = [
     {"run"},
     {"sweep"},
     {"report", "bench"},
-    {"__main__", "play"},
+    {"planner"},
+    {"__main__", "play", "plan"},
 ]
 LAYER = {name: level for level, names in enumerate(LAYERS) for name in names}
 MAX_LINES = 400
