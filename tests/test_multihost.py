@@ -77,7 +77,11 @@ def launch(hosts: two_hosts.TwoHosts, overrides: list[str], run_dir: Path) -> tu
            # 4 ranks on 2 cores: waiting ranks yield (each host alone has no more ranks than cores)
            "DRLMPI_YIELD": "1"}
     rx0, tx0 = hosts.link_bytes(hosts.a)
-    job = RunningJob(hosts.command(hosts.a, [*mpiexec, *drlmpi]), env, run_dir, TIMEOUT_S).result()
+    try:
+        job = RunningJob(hosts.command(hosts.a, [*mpiexec, *drlmpi]), env, run_dir, TIMEOUT_S).result()
+    finally:  # a hung job's proxies and ranks live in sessions of their own: end them here
+        left = hosts.reap()
+    assert not left, f"processes {left} still ran on the hosts 5 s after the job ended"
     rx1, tx1 = hosts.link_bytes(hosts.a)
     assert job.returncode == 0, f"exit {job.returncode}\n{job.stdout[-3000:]}\n{job.stderr[-3000:]}"
     assert (run_dir / "summary.json").is_file()

@@ -8,8 +8,8 @@ host with that address (what MPICH's hydra does with ``-launcher ssh -launcher-e
 
 Names carry this process's id, so two sessions never share a namespace or an interface. Every
 command has a timeout and runs in a session of its own (a hang kills its whole process group);
-:meth:`TwoHosts.close` kills what still runs in the namespaces, by pid, and deletes them (the
-veth pair goes with them).
+:meth:`TwoHosts.close` kills what still runs in the namespaces, by pid (hydra starts its proxies
+and ranks in sessions of their own), and deletes them (the veth pair goes with them).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,18 +108,34 @@ class TwoHosts:
 
     def close(self) -> None:
         """Kill whatever still runs on either host and delete the namespaces (idempotent)."""
+        self.reap(grace_s=0)
         for host in reversed(self.made):
-            try:
-                pids = run(["ip", "netns", "pids", host.netns]).split()
-            except subprocess.CalledProcessError:
-                pids = []
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
             run(["ip", "netns", "del", host.netns])
         self.made.clear()
+
+    def processes(self) -> list[int]:
+        """The processes running on either host."""
+        pids: list[int] = []
+        for host in self.made:
+            try:
+                pids += [int(pid) for pid in run(["ip", "netns", "pids", host.netns]).split()]
+            except subprocess.CalledProcessError:
+                pass
+        return pids
+
+    def reap(self, grace_s: float = 5.0) -> list[int]:
+        """Give the hosts' processes ``grace_s`` to end, then kill those left; returns their
+        pids. (Hydra starts its proxies and ranks in sessions of their own: killing the
+        launcher's process group does not reach them.)"""
+        deadline = time.monotonic() + grace_s
+        while (left := self.processes()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return left
 
     def command(self, host: Host, argv: list[str]) -> list[str]:
         """``argv`` run on ``host``: in its network namespace, under its hostname."""
