@@ -36,6 +36,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="seconds per measured quantity (the probe takes about 6x this plus "
                              "start-up)")
     parser.add_argument("--out", type=Path, default=Path("plan.json"), help="where to write the plan")
+    parser.add_argument("--plan", type=Path, default=None,
+                        help="compare a plan.json written earlier instead of probing again "
+                             "(with --compare)")
     parser.add_argument("--compare", type=Path, nargs="+", default=[],
                         help="run or sweep directories whose measured env steps/s go next to "
                              "the prediction")
@@ -168,8 +171,26 @@ def comparison(cells: list, runs: dict[tuple[str, int], list[float]]) -> tuple[l
     return lines, {"cells": rows, "within": within, "share_within": share, "tolerance": TOLERANCE}
 
 
+def compare_saved(path: Path, runs: list[Path]) -> int:
+    """``--plan FILE --compare DIR ...``: the saved plan's cells next to measured runs."""
+    from drlmpi.planner.model import Prediction
+
+    try:
+        saved = json.loads(path.read_text())
+        cells = [Prediction(**cell) for cell in saved["cells"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"drlmpi.plan: error: --plan {path}: not a plan.json ({exc})", file=sys.stderr)
+        return 2
+    lines, saved["comparison"] = comparison(cells, measured(runs))
+    print("\n".join(lines), flush=True)
+    path.write_text(json.dumps(saved, indent=2) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.plan is not None:
+        return compare_saved(args.plan, args.compare)
     from drlmpi.config.errors import ConfigError
     from drlmpi.run.arguments import check_command_line
 

@@ -63,13 +63,6 @@ def log2(n: int) -> int:
     return max(0, math.ceil(math.log2(n))) if n > 1 else 0
 
 
-def allreduce_s(p: Probe, nbytes: int, n: int) -> float:
-    """An all-reduce of ``nbytes`` over ``n`` ranks (none for one rank)."""
-    if n <= 1:
-        return 0.0
-    return 2 * log2(n) * p.latency_s + 2 * (n - 1) / n * nbytes / p.bandwidth_bytes_per_s
-
-
 def _share(batch: int | None, ranks: int, rule: str) -> int | None:
     if batch is None or rule == "per_rank":
         return batch
@@ -77,13 +70,17 @@ def _share(batch: int | None, ranks: int, rule: str) -> int | None:
 
 
 def pace(topology: str, ranks: int, p: Probe, cfg: Any) -> Pace:
-    """The :class:`Pace` of ``topology`` (its composed config ``cfg.topology``) on ``ranks``."""
+    """The :class:`Pace` of ``topology`` (its composed config ``cfg.topology``) on ``ranks``.
+
+    Compute (env steps, updates, storing rows) runs ``p.slowdown_at(ranks)`` times slower than
+    alone: a full job's other ranks spin while they wait in MPI."""
     t = cfg.topology
     e = p.num_envs
     k = max(1, int(t.get("sync_every", 64)))
     rows = k * e                                   # rows a simulator sends per round or chunk
-    rho, c, s = p.updates_per_step, p.ingest_row_s, p.sim_step_s
-    u = p.update_at(p.batch_size)
+    f = p.slowdown_at(ranks)
+    rho, c, s = p.updates_per_step, p.ingest_row_s * f, p.sim_step_s * f
+    u = p.learner_update_at(p.batch_size) * f
     rule = str(t.get("batch_rule", "global"))
     weights = p.weight_bytes
     if topology == "sequential":
@@ -99,18 +96,20 @@ def pace(topology: str, ranks: int, p: Probe, cfg: Any) -> Pace:
         return Pace(sim=s / sims, learn=c + rho * u + per_step, learn_warm=c + per_step)
     if topology in ("allgather", "parameter_server"):
         workers = ranks if topology == "allgather" else ranks - 1
-        per_update = p.update_at(_share(p.batch_size, workers, rule))
+        per_update = (p.learner_update_at(_share(p.batch_size, workers, rule)) * f
+                      + p.straggler_s(workers, f))
         if topology == "allgather":
-            per_update += allreduce_s(p, weights, ranks)
+            per_update += p.allreduce_at(ranks)
         else:  # a Reduce of the gradients to the server and a Bcast of the parameters back
-            per_update += 2 * max(1, log2(ranks)) * p.message_s(weights)
+            per_update += p.allreduce_at(ranks) + max(1, log2(ranks)) * p.message_s(weights)
         job_rho = rho if rule == "global" else rho / workers
-        round_comm = 3 * log2(ranks) * p.latency_s / (workers * rows)  # the round's step-count Allgather
+        round_comm = p.allreduce_at(ranks) / (workers * rows)  # the round's step-count Allgather
         return Pace(sim=(s + c) / workers, learn=job_rho * per_update, comm=round_comm, serial=True)
     if topology == "groups":
         learners = max(1, int(t.get("learners", 2)))
         sims = ranks - learners
-        per_update = p.update_at(_share(p.batch_size, learners, rule)) + allreduce_s(p, weights, learners)
+        per_update = (p.learner_update_at(_share(p.batch_size, learners, rule)) * f
+                      + p.allreduce_at(learners) + p.straggler_s(learners, f))
         job_rho = rho if rule == "global" else rho / learners
         group = ranks // learners
         comm = (group - 1) * p.message_s(rows * p.row_bytes) + max(1, log2(group)) * p.message_s(weights)
@@ -121,8 +120,9 @@ def pace(topology: str, ranks: int, p: Probe, cfg: Any) -> Pace:
         groups = max(1, min(int(t.get("env_groups", 2)), e))
         serve_rows = max(1, sims * e // groups)
         per_message = max(1, e // groups)  # the rows of one group's step message
-        per_row = p.act_at(serve_rows) / serve_rows + 2 * p.message_s(per_message * p.row_bytes) / per_message
-        sim = p.env_step_s / sims
+        per_row = (p.act_at(serve_rows) * f / serve_rows
+                   + 2 * p.message_s(per_message * p.row_bytes) / per_message)
+        sim = p.env_step_s * f / sims
         if groups == 1:  # no other group steps while one waits for its actions
             sim += per_row * serve_rows / (sims * e)
         return Pace(sim=sim, learn=c + rho * u + per_row, learn_warm=c + per_row)

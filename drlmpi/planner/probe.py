@@ -52,10 +52,14 @@ class Probe:
     env_step_s: float
     act_s: dict[int, float]
     update_s: dict[int, float]
+    update_jitter_s: float
+    learner_update_s: float
     batch_size: int | None
     updates_per_step: float
     learning_starts: int
     ingest_row_s: float
+    slowdown: dict[int, float]
+    allreduce_s: dict[int, float]
     row_bytes: int
     weight_bytes: int
     latency_s: float
@@ -72,6 +76,35 @@ class Probe:
             return self.update_s[max(self.update_s)]
         sizes = sorted(self.update_s)
         return float(np.interp(batch, sizes, [self.update_s[b] for b in sizes]))
+
+    def learner_update_at(self, batch: int | None) -> float:
+        """A learner's seconds per update at ``batch``: the bare update there, scaled by what
+        the run's learner adds to the bare update at the job's batch (its bookkeeping)."""
+        bare = self.update_at(self.batch_size)
+        return self.learner_update_s * (self.update_at(batch) / bare if bare > 0 else 1.0)
+
+    def slowdown_at(self, ranks: int) -> float:
+        """Compute slows down by this factor with ``ranks`` busy processes on the machine."""
+        points = {1: 1.0, **self.slowdown}
+        sizes = sorted(points)
+        return float(np.interp(ranks, sizes, [points[n] for n in sizes]))
+
+    def allreduce_at(self, ranks: int) -> float:
+        """An all-reduce of the weights over ``ranks`` ranks (measured sizes, else log2 steps of
+        the point-to-point cost)."""
+        if ranks <= 1:
+            return 0.0
+        if self.allreduce_s:
+            sizes = sorted(self.allreduce_s)
+            if ranks <= sizes[-1]:
+                return float(np.interp(ranks, sizes, [self.allreduce_s[n] for n in sizes]))
+            return self.allreduce_s[sizes[-1]] * np.log2(ranks) / max(1.0, np.log2(sizes[-1]))
+        return 2 * np.log2(ranks) * self.message_s(self.weight_bytes)
+
+    def straggler_s(self, ranks: int, slowdown: float = 1.0) -> float:
+        """The expected wait of a collective for the slowest of ``ranks`` ranks' updates: the
+        spread of one update times sqrt(2 ln N) (the expected maximum of N normal draws)."""
+        return self.update_jitter_s * slowdown * float(np.sqrt(2 * np.log(ranks))) if ranks > 1 else 0.0
 
     def act_at(self, rows: int) -> float:
         sizes = sorted(self.act_s)
@@ -143,8 +176,8 @@ def _fill(algo: Any, spec: Any) -> tuple[np.ndarray, float]:
     return rows, (time.perf_counter() - t0) / need
 
 
-def _update_rate(algo: Any, rows: np.ndarray, seconds: float) -> float:
-    """Seconds per update of ``algo`` (a PPO rollout is stored again whenever it is used up)."""
+def _update_step(algo: Any, rows: np.ndarray):
+    """One update of ``algo`` per call (a PPO rollout is stored again whenever it is used up)."""
     algo.updates_due(len(rows))
 
     def step() -> object:
@@ -153,16 +186,70 @@ def _update_rate(algo: Any, rows: np.ndarray, seconds: float) -> float:
             algo.updates_due(len(rows))
         return algo.update()
 
-    return 1.0 / timed(step, seconds, torch.device(algo.device), min_updates=10)
+    return step
 
 
-def _updates_per_step(algo_cfg: Any, ctx: Any) -> float:
-    algo = _learner_algo(ctx, algo_cfg)
-    rows, _ = _fill(algo, ctx.spec)
-    algo.updates_due(len(rows))  # the fill itself (learning_starts) is not the steady state
-    extra = random_rows(algo.layout, ctx.spec, max(len(rows), 4096), seed=1)
-    algo.observe(extra)
-    return algo.updates_due(len(extra)) / len(extra)
+def _update_rate(algo: Any, rows: np.ndarray, seconds: float) -> float:
+    """Seconds per update of ``algo``."""
+    return 1.0 / timed(_update_step(algo, rows), seconds, torch.device(algo.device), min_updates=10)
+
+
+def _jitter(algo: Any, rows: np.ndarray, seconds: float) -> float:
+    """The spread of single updates' seconds (each synchronised): the median absolute deviation
+    scaled to a normal distribution's standard deviation."""
+    step, device = _update_step(algo, rows), torch.device(algo.device)
+    samples: list[float] = []
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds or len(samples) < 10:
+        t0 = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        samples.append(time.perf_counter() - t0)
+    kept = np.asarray(samples[len(samples) // 5:])  # after a warm-up
+    return float(1.4826 * np.median(np.abs(kept - np.median(kept))))  # robust to a rare pause
+
+
+def _learner_costs(ctx: Any, chunk: int, seconds: float) -> tuple[float, float, float]:
+    """The run's learner taking chunks of ``chunk`` random rows and training what they entitle:
+    seconds per stored row, seconds per update, updates per row (after ``learning_starts``)."""
+    learner = ctx.make_learner(log=False)
+    algo = learner.algo
+    warm = int(algo.cfg.get("learning_starts") or 0)
+    if warm:
+        learner.store(random_rows(algo.layout, ctx.spec, warm, seed=2))
+        learner.train()
+    rows = random_rows(algo.layout, ctx.spec, chunk, seed=3)
+    stored = updates = 0
+    store_s = train_s = 0.0
+    rollout = int(algo.cfg.get("rollout_steps") or 0)
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds or stored < max(2 * rollout, 4 * chunk):
+        t0 = time.perf_counter()
+        learner.ingest(rows, 1)
+        t1 = time.perf_counter()
+        updates += learner.train()
+        store_s += t1 - t0
+        train_s += time.perf_counter() - t1
+        stored += chunk
+        if time.perf_counter() - started > 10 * seconds:
+            break
+    return store_s / stored, train_s / max(1, updates), updates / stored
+
+
+def _under_load(others: int, measure):
+    """``measure()`` while ``others`` processes spin, as a full job's other ranks do while
+    they wait in MPI."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+                for _ in range(others)]
+    try:
+        time.sleep(0.05)
+        return measure()
+    finally:
+        for proc in spinners:
+            proc.kill()
+        for proc in spinners:
+            proc.wait()
 
 
 def per_rank_batches(batch: int | None, cores: int) -> list[int]:
@@ -176,24 +263,29 @@ def per_rank_batches(batch: int | None, cores: int) -> list[int]:
     return sorted(sizes)
 
 
-def ping_pong(sizes: list[int], timeout_s: float = 60) -> tuple[float, float, str]:
-    """Latency and bandwidth of messages between two ranks, from ``mpiexec -n 2`` running
-    :mod:`drlmpi.planner.pingpong`; assumed values when that cannot run."""
+def measure_messages(sizes: list[int], weight_bytes: int, ranks: int,
+                     timeout_s: float = 90) -> tuple[float, float, dict[int, float], str]:
+    """Latency, bandwidth and all-reduce seconds by ranks, from ``mpiexec -n ranks`` running
+    :mod:`drlmpi.planner.pingpong` (``DRLMPI_PLAN_MPIEXEC`` names another launcher); assumed
+    point-to-point costs and no all-reduce figures when that cannot run."""
     launcher = os.environ.get("DRLMPI_PLAN_MPIEXEC", "mpiexec").split()
-    cmd = [*launcher, "-n", "2", sys.executable, "-m", "mpi4py", "-m", "drlmpi.planner.pingpong",
-           *map(str, sizes)]
+    cmd = [*launcher, "-n", str(max(2, ranks)), sys.executable, "-m", "mpi4py", "-m",
+           "drlmpi.planner.pingpong", "--sizes", *map(str, sizes), "--allreduce", str(weight_bytes)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
                              stdin=subprocess.DEVNULL, start_new_session=True)
-        times = json.loads(out.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return ASSUMED_LATENCY_S, ASSUMED_BANDWIDTH_BPS, f"assumed (could not run {' '.join(cmd[:3])} ...)"
-    small, large = min(times, key=int), max(times, key=int)
-    latency = float(times[small])
-    spread = int(large) - int(small)
-    bandwidth = spread / max(float(times[large]) - latency, 1e-9) if spread > 0 else ASSUMED_BANDWIDTH_BPS
-    return latency, bandwidth, f"ping-pong of {', '.join(sorted(times, key=int))} bytes ({launcher[0]} -n 2)"
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        times = {int(k): float(v) for k, v in result["p2p"].items()}
+        reduce = {int(k): float(v) for k, v in result["allreduce"].items()}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError, KeyError, TypeError):
+        return (ASSUMED_LATENCY_S, ASSUMED_BANDWIDTH_BPS, {},
+                f"assumed (could not run {' '.join(cmd[:3])} ...)")
+    small, large = min(times), max(times)
+    latency = times[small]
+    bandwidth = ((large - small) / max(times[large] - latency, 1e-9) if large > small
+                 else ASSUMED_BANDWIDTH_BPS)
+    return latency, bandwidth, reduce, f"{launcher[0]} -n {max(2, ranks)}: ping-pong and all-reduce"
 
 
 def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
@@ -208,6 +300,9 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
         actor = ctx.make_actor(0)
         try:
             sim_step = _time_collect(actor, seconds)
+            loads = sorted({n for n in (cores // 2, cores) if n >= 4})
+            slow_sim = {n: _under_load(n - 1, lambda: _time_collect(actor, seconds / 3)) / sim_step
+                        for n in loads}
             seen = np.asarray(actor.obs)
             _random_acting(actor)
             env_step = _time_collect(actor, seconds / 2)
@@ -218,6 +313,8 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
         rows, ingest = _fill(learner, ctx.spec)
         batch = algo_cfg.get("batch_size")
         update_s: dict[int, float] = {}
+        jitter, learner_update, rho = 0.0, 0.0, 0.0
+        slowdown = dict(slow_sim)
         learns = type(learner).__name__ != "RandomPolicy" and batch is not None
         if learns:
             from drlmpi.topologies.data_parallel.batch_rule import per_rank_algo_config
@@ -234,7 +331,14 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
                 update_s[int(share.get("batch_size", size))] = _update_rate(
                     algo, rows if algo is learner else random_rows(algo.layout, ctx.spec, len(rows)),
                     seconds / 2)
-        rho = _updates_per_step(algo_cfg, ctx) if learns else 0.0
+            jitter = _jitter(learner, rows, seconds / 2)
+            bare = update_s[int(batch)]
+            slowdown = {n: max(slow_sim[n], 1.0 / _under_load(
+                n - 1, lambda: timed(_update_step(learner, rows), seconds / 3,
+                                     torch.device(learner.device), min_updates=10)) / bare)
+                        for n in loads}
+            chunk = int(cfg.topology.get("sync_every", 64)) * int(cfg.env.num_envs)
+            ingest, learner_update, rho = _learner_costs(ctx, chunk, seconds)
         act_s = {}
         obs = np.resize(seen, (256, *seen.shape[1:]))  # observations the actor saw, repeated
         for n in (1, 16, 256):
@@ -247,14 +351,18 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
             act_s[n] = (time.perf_counter() - t0) / k
         row_bytes = int(learner.layout.width * 4)
         weight_bytes = int(learner.policy.flat.numel * 4)
-    chunk = row_bytes * int(cfg.topology.get("sync_every", 64)) * int(cfg.env.num_envs)
-    latency, bandwidth, source = ping_pong(sorted({8, row_bytes, weight_bytes, chunk}))
+    chunk_bytes = row_bytes * int(cfg.topology.get("sync_every", 64)) * int(cfg.env.num_envs)
+    latency, bandwidth, reduce, source = measure_messages(
+        sorted({8, row_bytes, weight_bytes, chunk_bytes}), weight_bytes, min(cores, 64))
     if source.startswith("assumed"):
         notes.append(f"message costs {source}")
     return Probe(cores=cores, device=str(ctx.device), num_envs=int(cfg.env.num_envs),
                  sim_step_s=sim_step, env_step_s=env_step, act_s=act_s, update_s=update_s,
+                 update_jitter_s=jitter,
+                 learner_update_s=learner_update or update_s.get(int(batch or 0), 0.0),
                  batch_size=None if batch is None else int(batch), updates_per_step=rho,
                  learning_starts=int(algo_cfg.get("learning_starts") or 0), ingest_row_s=ingest,
+                 slowdown=slowdown, allreduce_s=reduce,
                  row_bytes=row_bytes, weight_bytes=weight_bytes, latency_s=latency,
                  bandwidth_bytes_per_s=bandwidth, comm_source=source,
                  probe_seconds=time.perf_counter() - started, notes=notes)
