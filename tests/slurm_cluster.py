@@ -24,6 +24,7 @@ from pathlib import Path
 #: the environment variable (its value: the cluster's directory) that marks this cluster's processes
 MARKER = "DRLMPI_TEST_SLURM"
 DAEMONS = ("munged", "slurmctld", "slurmd")
+SBIN = "/usr/local/sbin:/usr/sbin:/sbin"
 #: seconds a command to the cluster may take
 COMMAND_TIMEOUT = 30
 
@@ -89,10 +90,16 @@ class ClusterUnavailableError(RuntimeError):
     """The cluster could not be started (the message says why, with the daemons' log tails)."""
 
 
+def program(name: str) -> str | None:
+    """The path of a Slurm or munge program: on PATH, or in the sbin directories (the daemons'
+    place, not always on a PATH)."""
+    return shutil.which(name, path=f"{os.environ.get('PATH', '')}{os.pathsep}{SBIN}")
+
+
 def missing_programs() -> list[str]:
-    """The daemons and commands the cluster needs that are not on PATH."""
+    """The daemons and commands the cluster needs that are not installed."""
     needed = (*DAEMONS, "sbatch", "srun", "scontrol", "scancel")
-    return [p for p in needed if shutil.which(p) is None]
+    return [p for p in needed if program(p) is None]
 
 
 def free_port() -> int:
@@ -133,7 +140,7 @@ class SlurmCluster:
             self._wait_for_idle_node(timeout)
         except BaseException as exc:
             self.stop()
-            if isinstance(exc, ClusterUnavailableError):
+            if isinstance(exc, ClusterUnavailableError) or not isinstance(exc, Exception):
                 raise
             raise ClusterUnavailableError(f"{type(exc).__name__}: {exc}\n{self.log_tails()}") from exc
 
@@ -149,10 +156,11 @@ class SlurmCluster:
         self._wait(lambda: (munge / "munge.socket").exists(), 10, "munged's socket")
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
-        out = open(self.root / f"{name}.out", "w")  # noqa: SIM115 (the daemon's, closed by stop())
-        self.daemons[name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self.env,
-                                              start_new_session=True, cwd=self.root)
-        out.close()
+        """Start a daemon in the foreground, in a session of its own, its output in NAME.out."""
+        with open(self.root / f"{name}.out", "w") as out:
+            self.daemons[name] = subprocess.Popen(
+                [program(cmd[0]) or cmd[0], *cmd[1:]], stdout=out, stderr=subprocess.STDOUT,
+                env=self.env, start_new_session=True, cwd=self.root)
 
     def _wait(self, ready, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout

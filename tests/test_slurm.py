@@ -9,10 +9,12 @@ tests, runs what docs/scaling-out.md shows:
 * the documented preemptible batch script, taken from the docs as it stands: a signal stops the
   run with a checkpoint (exit 4), the script requeues the job and the next attempt resumes.
 
-Why ~35 s of wall time: the cluster starts in ~1 s, but each test runs real jobs whose every rank
-starts Python, torch and Hydra (~2.5 s of a core each, 2 ranks on 2 cores), the preemption test
-runs two attempts, and Slurm holds a requeued job back for ``cred_expire`` (5 s, its minimum).
-Budgets are tiny (a few hundred CartPole steps). It needs root and Debian's Slurm
+Why ~32 s of wall time on the 2-core machine (batch job ~10 s, Submitit ~4 s, preemption ~16 s):
+the cluster starts in ~1 s and is shared, but each test runs real jobs whose every rank starts
+Python, torch and Hydra (~2.5 s of a core each, 2 ranks on 2 cores); the batch job runs two runs
+one after the other, the preemption test two attempts of one run, and Slurm holds a requeued job
+back for ``cred_expire`` (5 s, the least it accepts). Budgets are tiny (400 CartPole steps; the
+preempted run 2,500 at 1 ms each, long enough to be signalled). It needs root and Debian's Slurm
 (``apt-get install -y slurm-wlm munge``); without them, or if the cluster does not come up, it
 skips saying why.
 """
