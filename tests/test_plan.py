@@ -79,7 +79,7 @@ def _plan(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_plan_command_probes_predicts_and_compares(tmp_path):
-    """One probe of a tiny task (about 6 s: start-up, 0.1 s per quantity, an MPI ping-pong)."""
+    """One probe of a tiny task (about 7 s: start-up, 0.1 s per quantity, an MPI ping-pong)."""
     proc = _plan(tmp_path, CUE, "algo.hidden=[16]", "--seconds", "0.1", "--ranks", "1,2",
                  "--topologies", "sequential,star,groups")
     assert proc.returncode == 0, proc.stderr[-2000:]
