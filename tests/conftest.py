@@ -103,3 +103,40 @@ def runs(pool, tmp_path_factory):
     """The session's shared runs (see :class:`SharedRuns`)."""
     return SharedRuns(pool, tmp_path_factory.mktemp("shared-runs"))
 
+
+
+#: MPICH's shared-memory segments; a job that is killed (the hang, crash and kill -9 tests) or
+#: aborted leaves its segment behind in /dev/shm, about 2.6 MB each
+SHM_SEGMENTS = Path("/dev/shm")
+SHM_PREFIX = "mpich_shm_"
+
+
+def _mapped_segments() -> set[str]:
+    """The segment names some live process still maps."""
+    names: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        names.update(word.rsplit("/", 1)[-1] for word in text.split() if SHM_PREFIX in word)
+    return names
+
+
+def pytest_sessionstart(session) -> None:
+    session.config.stash_shm = {p.name for p in SHM_SEGMENTS.glob(f"{SHM_PREFIX}*")}
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Remove the segments this session's killed jobs left behind (none that was there before
+    it, none that a live process still maps), so repeated runs do not fill /dev/shm."""
+    before = getattr(session.config, "stash_shm", None)
+    if before is None:
+        return
+    left = [p for p in SHM_SEGMENTS.glob(f"{SHM_PREFIX}*") if p.name not in before]
+    if not left:
+        return
+    mapped = _mapped_segments()
+    for path in left:
+        if path.name not in mapped:
+            path.unlink(missing_ok=True)

@@ -181,8 +181,13 @@ PRESETS = {
 }
 
 
+#: presets whose sweep is not a grid (a dry run cannot list it): where each is tested instead
+COVERED_ELSEWHERE = {"tune_dqn_cartpole": "tests/test_tune.py runs 2 of its Optuna trials"}
+
+
 def test_every_preset_is_covered():
-    assert {p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml")} == set(PRESETS)
+    assert {p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml")} == set(PRESETS) | set(
+        COVERED_ELSEWHERE)
 
 
 def _sweep_params(preset: str) -> dict[str, list[str]]:

@@ -80,7 +80,7 @@ def test_the_task_returns_the_objective_on_rank_0(monkeypatch, tmp_path):
 
 def test_an_optuna_sweep_of_two_trials_ends_with_a_best_value(tmp_path):
     """Two trials of the tuning preset, packed side by side on the cores by the MPI launcher
-    (about 10 s: two tiny runs at once on 2 cores, the sweeper's start and the report)."""
+    (about 8 s: two tiny runs at once on 2 cores and the sweeper's start)."""
     budget = [o for o in TINY_DQN if not o.startswith(("run.max_env_steps", "algo.exploration_steps"))]
     sweep_dir = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "drlmpi", "+experiment=tune_dqn_cartpole", "hydra.sweeper.n_trials=2",
@@ -101,9 +101,9 @@ def test_an_optuna_sweep_of_two_trials_ends_with_a_best_value(tmp_path):
     assert set(results["best_params"]) == {"algo.lr", "algo.batch_size", "algo.target_update_every",
                                            "algo.exploration_steps"}
     assert "Best value" in proc.stdout + proc.stderr
-    from drlmpi.report import build_report
+    from drlmpi.report.runs import discover
+    from drlmpi.report.trials import trials_section
 
-    text = (build_report([sweep_dir]).out / "report.md").read_text()
-    section = text.split("## Tuning trials", 1)[1].split("\n## ", 1)[0]
+    section = "\n".join(trials_section(discover([sweep_dir]).runs, [sweep_dir]))  # the report's section
     assert "**env_steps_to_threshold**, 2 trial(s):" in section
     assert f"best value {min(values):,.0f}" in section

@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 REPEATS = 200
-MAX_SECONDS = 0.4  # per measured size or group
+MAX_SECONDS = 0.2  # per measured size or group
 
 
 def _timed(comm: MPI.Comm, once) -> float:
