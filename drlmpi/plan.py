@@ -131,8 +131,9 @@ def recommend(cells: list, ranks: int) -> str:
     best = max(ok, key=lambda c: c.env_steps_per_s)
     seq = next((c for c in cells if c.topology == "sequential" and c.env_steps_per_s), None)
     gain = f", {best.env_steps_per_s / seq.env_steps_per_s:.1f}x sequential" if seq else ""
+    bound = best.bound if best.bound.startswith("stepping") else f"bound by the {best.bound}"
     return (f"on {ranks} ranks: topology={best.topology} ({_fmt(best.env_steps_per_s)} env steps/s"
-            f"{gain}; bound by the {best.bound})")
+            f"{gain}; {bound})")
 
 
 def measured(paths: list[Path]) -> dict[tuple[str, int], list[float]]:
@@ -229,8 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     cells = plan_cells(cfgs, refused, ranks, p)
     lines = [f"Probe ({p.probe_seconds:.0f} s, {p.cores} cores, learner on {p.device}): "
              f"{p.sim_step_s * 1e3:.3f} ms per env step with acting ({p.env_step_s * 1e3:.3f} ms without), "
-             f"{p.update_at(p.batch_size) * 1e3:.3f} ms per update at batch {p.batch_size}, "
-             f"{p.updates_per_step:g} updates per step, messages {p.latency_s * 1e6:.1f} us + "
+             + (f"{p.update_at(p.batch_size) * 1e3:.3f} ms per update at batch {p.batch_size}, "
+                f"{p.updates_per_step:g} updates per step" if p.update_s else "no updates (no learner)")
+             + f", messages {p.latency_s * 1e6:.1f} us + "
              f"{p.bandwidth_bytes_per_s / 1e9:.2f} GB/s ({p.comm_source}).", "",
              "Predicted env steps/s (speedup vs sequential; bound: s simulators, l learner, "
              "x exchange, t stepping and learning in turn):", "", *table(cells, ranks), ""]
