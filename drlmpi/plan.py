@@ -209,9 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         if not cfgs:
             raise ConfigError(f"no topology could be composed: {next(iter(refused.values()))}")
         first = next(iter(cfgs.values()))
+        from drlmpi.planner.probe import smallest_world
         from drlmpi.run.plan import make_plan
 
-        make_plan(first, 1 if "sequential" in cfgs else 2)  # the config itself: one line if it is wrong
+        make_plan(first, smallest_world(first))  # the config itself: one line if it is wrong
     except (ConfigError, ValueError) as exc:
         print(f"drlmpi.plan: error: {exc}", file=sys.stderr)
         return 2

@@ -109,3 +109,20 @@ def test_a_bad_override_is_refused_in_one_line(tmp_path):
     proc = _plan(tmp_path, "algo.lr=-1")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "algo.lr" in proc.stderr
+
+
+def test_the_probe_runs_for_a_topology_of_several_ranks(tmp_path):
+    """The probe runs in one process whatever the topology: a groups-only plan (4 ranks at
+    the least) builds its simulator and learner there."""
+    from drlmpi.plan import compose
+    from drlmpi.planner.probe import _context, smallest_world
+
+    cfg = compose([CUE, "algo.hidden=[16]", "topology=groups"])
+    assert smallest_world(cfg) == 4
+    ctx = _context(cfg, tmp_path)
+    actor = ctx.make_actor(0)
+    try:
+        assert actor.collect(2).shape[0] == 2 * int(cfg.env.num_envs)
+    finally:
+        actor.close()
+    assert ctx.make_learner(log=False).algo.learner

@@ -34,7 +34,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from drlmpi.bench.learner import random_rows, timed
-from drlmpi.run.plan import make_plan
+from drlmpi.run.plan import make_plan, resolve_classes
 
 #: message latency and bandwidth assumed when no MPI launcher can run the ping-pong
 ASSUMED_LATENCY_S = 5e-6
@@ -133,7 +133,12 @@ def _context(cfg: Any, run_dir: Path):
     from drlmpi.mpi.timed import TimedComm
     from drlmpi.topologies.base import RunContext
 
-    return RunContext(make_plan(cfg, 1), TimedComm(MPI.COMM_SELF), run_dir)
+    return RunContext(make_plan(cfg, smallest_world(cfg)), TimedComm(MPI.COMM_SELF), run_dir)
+
+
+def smallest_world(cfg: Any) -> int:
+    """The fewest ranks ``cfg``'s topology runs on (the probe itself runs in one process)."""
+    return int(resolve_classes(cfg)[1].smallest_world(cfg.topology))
 
 
 def _time_collect(actor: Any, seconds: float) -> float:
