@@ -138,14 +138,13 @@ def recommend(cells: list, ranks: int) -> str:
 
 def measured(paths: list[Path]) -> dict[tuple[str, int], list[float]]:
     """Env steps/s of every finished run under ``paths``, by (topology, world size)."""
+    from drlmpi.sweep.jobs import read_summary
+
     found: dict[tuple[str, int], list[float]] = defaultdict(list)
     for root in paths:
         for path in sorted(Path(root).rglob("summary.json")):
-            try:
-                summary = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if summary.get("algo") == "random":
+            summary = read_summary(path.parent)
+            if summary is None or summary.get("algo") == "random":
                 continue
             found[(str(summary.get("topology")), int(summary.get("world_size", 0)))].append(
                 float(summary.get("env_steps_per_s") or 0.0))

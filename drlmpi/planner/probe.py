@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
 from drlmpi.run.plan import make_plan, resolve_classes
+from drlmpi.sweep.scheduler import usable_cpus
 
 #: message latency and bandwidth assumed when no MPI launcher can run the ping-pong
 ASSUMED_LATENCY_S = 5e-6
@@ -119,13 +120,6 @@ class Probe:
                 for k, v in asdict(self).items()}
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        return os.cpu_count() or 1
-
-
 def _context(cfg: Any, run_dir: Path):
     """A one-rank run context over MPI_COMM_SELF (the probe runs in this process alone)."""
     from mpi4py import MPI
@@ -151,24 +145,13 @@ def _time_collect(actor: Any, seconds: float) -> float:
     return (time.perf_counter() - t0) / (steps * actor.n_envs)
 
 
-def _random_acting(actor: Any) -> None:
-    """Make ``actor`` act at random (a central simulator's share: stepping only)."""
-    algo = actor.algo
-    space = algo.spec
-
-    def act(obs: np.ndarray, env_steps: int, explore: bool):  # noqa: ARG001
-        n = len(obs)
-        if space.discrete:
-            return np.random.randint(0, space.n_actions, size=(n, 1)).astype(np.float32), None
-        low, high = np.asarray(space.action_low), np.asarray(space.action_high)
-        return np.random.uniform(low, high, size=(n, space.action_dim)).astype(np.float32), None
-
-    algo.act = act
+def _random_acting(ctx: Any, actor: Any) -> None:
+    """Make ``actor`` act as ``algo=random`` does (a central simulator's share: stepping only)."""
+    actor.algo.act = RandomPolicy(ctx.spec, {}, seed=ctx.seed, learner=False).act
 
 
 def _learner_algo(ctx: Any, algo_cfg: Any) -> Any:
-    return get_class(str(algo_cfg["_target_"]))(ctx.spec, OmegaConf.create(algo_cfg), device=ctx.device,
-                                                seed=0, learner=True)
+    return ctx.make_algo(learner=True, algo_cfg=OmegaConf.create(algo_cfg))
 
 
 def _fill(algo: Any, spec: Any) -> tuple[np.ndarray, float]:
@@ -298,7 +281,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
     environment and device are the same in all). ``seconds``: per measured quantity."""
     started = time.perf_counter()
     cfg = next(iter(cfgs.values()))
-    cores = usable_cores()
+    cores = len(usable_cpus())
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:
         ctx = _context(cfg, Path(tmp))
@@ -309,7 +292,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
             slow_sim = {n: _under_load(n - 1, lambda: _time_collect(actor, seconds / 3)) / sim_step
                         for n in loads}
             seen = np.asarray(actor.obs)
-            _random_acting(actor)
+            _random_acting(ctx, actor)
             env_step = _time_collect(actor, seconds / 2)
         finally:
             actor.close()
@@ -330,12 +313,11 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
                     share = per_rank_algo_config(algo_cfg, ranks, "global").algo_cfg
                 except Exception:  # noqa: BLE001 (a share the batch rule refuses: not measured)
                     continue
-                algo = learner if size == int(batch) else _learner_algo(ctx, share)
-                if algo is not learner:
-                    _fill(algo, ctx.spec)
-                update_s[int(share.get("batch_size", size))] = _update_rate(
-                    algo, rows if algo is learner else random_rows(algo.layout, ctx.spec, len(rows)),
-                    seconds / 2)
+                algo, algo_rows = learner, rows
+                if size != int(batch):
+                    algo = _learner_algo(ctx, share)
+                    algo_rows = _fill(algo, ctx.spec)[0]
+                update_s[int(share.get("batch_size", size))] = _update_rate(algo, algo_rows, seconds / 2)
             jitter = _jitter(learner, rows, seconds / 2)
             bare = update_s[int(batch)]
             slowdown = {n: max(slow_sim[n], 1.0 / _under_load(

@@ -42,11 +42,17 @@ def _direction(run: Run) -> str:
     return str(sweeper.get("direction") or "minimize")
 
 
-def _trial_values(run: Run, names: list[str]) -> list[str]:
+def _given(run: Run) -> dict[str, str]:
+    """The run's overrides, option -> value (``+``/``~`` prefixes dropped)."""
     given = {}
     for override in recorded_overrides(run.path) or []:
         key, _, value = override.partition("=")
         given[key.lstrip("+~")] = value
+    return given
+
+
+def _trial_values(run: Run, names: list[str]) -> list[str]:
+    given = _given(run)
     return [given.get(name, "") for name in names]
 
 
@@ -57,9 +63,8 @@ def _swept(runs: list[Run], best_params: dict[str, Any]) -> list[str]:
         return list(best_params)
     seen: dict[str, set[str]] = {}
     for run in runs:
-        for override in recorded_overrides(run.path) or []:
-            key, _, value = override.partition("=")
-            seen.setdefault(key.lstrip("+~"), set()).add(value)
+        for key, value in _given(run).items():
+            seen.setdefault(key, set()).add(value)
     return [key for key, values in seen.items() if len(values) > 1 and not key.startswith("hydra.")]
 
 
