@@ -46,12 +46,13 @@ def build(cls, spec, cfg, capture: str, rows: np.ndarray):
     return algo
 
 
-def run_pair(cls, spec, cfg, identical: bool = False):
-    """Eager and captured learners from the same state on the same data, ``UPDATES`` each."""
+def run_pair(cls, spec, cfg, identical: bool = False, mode: str = "graph"):
+    """Eager and captured (``mode``) learners from the same state on the same data, ``UPDATES``
+    each."""
     probe = cls(spec, cfg, device="cpu", seed=0, learner=False)
     rows = random_rows(probe, 2000, identical=identical)
     results = []
-    for capture in ("off", "graph"):
+    for capture in ("off", mode):
         algo = build(cls, spec, cfg, capture, rows)
         torch.manual_seed(7)  # TD3's smoothing noise: torch's default CUDA generator
         with warnings.catch_warnings(record=True) as caught:
@@ -97,6 +98,85 @@ def test_td3_two_graphs_learn_what_eager_learns(identical):
     for a, b in zip(m_eager, m_captured):
         assert a["critic_loss"] == pytest.approx(b["critic_loss"], rel=1e-4, abs=1e-6)
         assert a["actor_loss"] == pytest.approx(b["actor_loss"], rel=1e-4, abs=1e-6, nan_ok=True)
+
+
+def assert_all_compiled(algo):
+    """Every fused piece ran compiled (none fell back to its uncompiled function)."""
+    pieces = [g.program for g in algo.gradients] + [algo.replay._gather]
+    pieces += [group._fused_step for group in algo.groups.values()]
+    assert all(p is not None and p.compiled for p in pieces), [p and p.failure for p in pieces]
+
+
+@pytest.mark.parametrize("target", ["copy", "polyak"])
+def test_dqn_fused_learns_what_eager_learns(target):
+    """algo.capture=fused: the inductor-compiled gradient, replayed in a CUDA graph, gives the
+    eager update's parameters (to float reordering: fusion changes the order of sums)."""
+    pytest.importorskip("triton")
+    spec = probe_spec("CartPole-v1")
+    cfg = cfg_for("dqn", target_update_every=4) if target == "copy" else cfg_for("dqn", tau=0.05)
+    eager, fused, m_eager, m_fused = run_pair(DQN, spec, cfg, mode="fused")
+    assert fused.capture == "fused" and not any(g.fused for g in eager.gradients)
+    assert_all_compiled(fused)
+    assert_same_state(eager, fused, atol=1e-4)
+    for a, b in zip(m_eager, m_fused):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-5)
+
+
+def test_td3_fused_gradients_equal_eager_gradients():
+    """The compiled critic and actor gradients against backward through the networks, from the
+    same state on the same minibatch and noise."""
+    pytest.importorskip("triton")
+    spec = probe_spec("Pendulum-v1")
+    cfg = cfg_for("td3")
+    algo = build(TD3, spec, cfg, "off", random_rows(TD3(spec, cfg, learner=False), 2000))
+    batch = {k: v.clone() for k, v in algo.next_batch().items()}
+    eps = torch.randn(batch["action"].shape, device="cuda")
+    critic = algo.groups["critic"]
+    inputs = (batch["obs"], batch["action"], batch["reward"], batch["next_obs"], batch["terminated"], eps)
+    algo._critic_gradient(*inputs)
+    eager = critic.flat.grads.clone()
+    algo._actor_gradient(batch["obs"], None)
+    eager_actor = algo.policy.flat.grads.clone()
+    algo.fuse()
+    algo._critic_gradient(*inputs)
+    algo._actor_gradient(batch["obs"], critic.flat.views(critic.flat.params.detach()))
+    assert algo._critic_gradient.program.compiled and algo._actor_gradient.program.compiled
+    scale = eager.abs().max()
+    assert torch.allclose(critic.flat.grads, eager, atol=1e-5 * scale, rtol=1e-4)
+    assert torch.allclose(algo.policy.flat.grads, eager_actor, atol=1e-5 * eager_actor.abs().max(), rtol=1e-4)
+
+
+def test_td3_fused_learns_what_eager_learns():
+    pytest.importorskip("triton")
+    spec = probe_spec("Pendulum-v1")
+    cfg = cfg_for("td3", policy_delay=2, tau=0.05)
+    eager, fused, m_eager, m_fused = run_pair(TD3, spec, cfg, mode="fused")
+    assert_all_compiled(fused)
+    # Looser than DQN's: Adam divides by sqrt(v), so a gradient element near 0 whose last bits
+    # differ (fusion reorders sums) moves its parameter by up to lr (1e-3) in a step; the
+    # gradients themselves agree to float precision (the test above).
+    assert_same_state(eager, fused, atol=5e-4)
+    for x, y in zip(m_eager, m_fused):
+        assert x["critic_loss"] == pytest.approx(y["critic_loss"], rel=1e-3, abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dqn", "td3"])
+def test_warm_up_compiles_everything_the_updates_run(name):
+    """The learner's warm-up (before its training clock) leaves nothing to compile for the
+    updates: no new graph while they run, every piece compiled."""
+    pytest.importorskip("triton")
+    from torch._dynamo.utils import counters
+
+    cls, spec = (DQN, probe_spec("CartPole-v1")) if name == "dqn" else (TD3, probe_spec("Pendulum-v1"))
+    cfg = cfg_for(name, max_grad_norm=1.0)
+    algo = build(cls, spec, cfg, "fused", random_rows(cls(spec, cfg, learner=False), 2000))
+    algo.warm_up()
+    graphs = counters["stats"]["unique_graphs"]
+    for _ in range(UPDATES):
+        algo.update()
+    torch.cuda.synchronize()
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert_all_compiled(algo)
 
 
 def test_compile_mode_runs_and_learns_the_same():

@@ -118,7 +118,7 @@ def test_every_shipped_default_and_tuned_value_passes(algo, env):
     ("algo.batch_size=64.5", "algo.batch_size must be an integer, got 64.5"),
     ("algo.tau=0", "algo.tau must be in (0, 1], got 0"),
     ("algo.hidden=[64,0]", "algo.hidden must be a non-empty list of integers >= 1, got [64, 0]"),
-    ("algo.capture=yes", "algo.capture must be one of auto, graph, compile, off, got 'yes'"),
+    ("algo.capture=yes", "algo.capture must be one of auto, fused, graph, compile, off, got 'yes'"),
     ("algo.double_q=maybe", "algo.double_q must be true or false, got 'maybe'"),
     ("env.sim_cost_ms=-1", "env.sim_cost_ms must be >= 0, got -1"),
     ("run.eval_every=null", "run.eval_every must be set (null is not allowed), got None"),

@@ -70,26 +70,26 @@ def test_target_uses_minimum_of_twin_critics(pendulum):
     reward = torch.tensor([1.0, 1.0, -1.0])
     terminated = torch.tensor([0.0, 1.0, 0.0])
     next_obs = torch.zeros(3, pendulum.obs_dim)
-    target = algo.target_q(reward, next_obs, terminated, noise=torch.zeros(3, 1))
+    target = algo.target_q(reward, next_obs, terminated, eps=torch.zeros(3, 1))
     assert torch.allclose(target, torch.tensor([1.0 + 0.9 * 2.0, 1.0, -1.0 + 0.9 * 2.0]))
     algo.critic_target = ConstantTwin(-3.0, 4.0)
-    target = algo.target_q(reward, next_obs, terminated, noise=torch.zeros(3, 1))
+    target = algo.target_q(reward, next_obs, terminated, eps=torch.zeros(3, 1))
     assert torch.allclose(target, torch.tensor([1.0 - 0.9 * 3.0, 1.0, -1.0 - 0.9 * 3.0]))
 
 
 def test_smoothing_noise_is_clipped_and_target_action_stays_in_bounds(pendulum):
     algo = TD3(pendulum, td3_cfg(policy_noise=10.0, noise_clip=0.5))
     half = float(algo.half_range[0])  # Pendulum: torque in [-2, 2]
-    noise = algo.smoothing_noise((5000, 1))
+    noise = algo.smoothing_noise(torch.randn(5000, 1))
     assert noise.abs().max() <= 0.5 * half + 1e-6
     assert (noise.abs() > 0.5 * half - 1e-6).float().mean() > 0.9  # std 10 >> clip: mostly at the clip
-    small = TD3(pendulum, td3_cfg(policy_noise=0.2, noise_clip=0.5)).smoothing_noise((20000, 1))
+    small = TD3(pendulum, td3_cfg(policy_noise=0.2, noise_clip=0.5)).smoothing_noise(torch.randn(20000, 1))
     assert abs(float(small.std()) - 0.2 * half) < 0.02  # scaled by the half action range
     stub = ConstantTwin(0.0, 0.0)
     algo.critic_target = stub
     with torch.no_grad():  # push the target actor to the upper bound so noise would leave it
         algo.actor_target.net[-2].bias.fill_(10.0)
-    algo.target_q(torch.zeros(500), torch.zeros(500, pendulum.obs_dim), torch.zeros(500))
+    algo.target_q(torch.zeros(500), torch.zeros(500, pendulum.obs_dim), torch.zeros(500), torch.randn(500, 1))
     seen = stub.seen[-1]
     assert float(seen.max()) <= 2.0 and float(seen.min()) >= -2.0
     assert float(seen.min()) >= 2.0 - 0.5 * half - 1e-5

@@ -18,9 +18,9 @@ optimizer step: :meth:`Algorithm.learn`), then the target networks
 (:meth:`Algorithm.after_update_device`), checked against the algorithm's ``sync_schedule``;
 running it eagerly or replaying it from a captured CUDA graph is a detail of
 :meth:`Algorithm.run_updates`. On a device (``device=cuda[:N]``) the learner's storage,
-networks and optimizer state live on the device, and with ``algo.capture`` (``auto``: CUDA
-graphs on CUDA, eager on the CPU) a DQN or TD3 update is replayed from a captured graph with no
-host synchronisation; an exchange that crosses ranks runs on the host between graph segments.
+networks and optimizer state live on the device, and with ``algo.capture`` an update is replayed
+from a captured graph (DQN and TD3: of compiled kernels) with no host synchronisation; an
+exchange that crosses ranks runs on the host between graph segments.
 Metrics come back as :class:`~drlmpi.device.metrics.Metrics`: one device tensor, floats when read.
 """
 
@@ -66,8 +66,9 @@ class Algorithm(TrainingState, ABC):
     #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured graph
     #: of that many updates); callers split a batch of updates into multiples of this.
     updates_per_graph: int = 1
-    #: whether :meth:`next_batch` and :meth:`learn` may be captured (device work only)
-    capturable: ClassVar[bool] = False
+    #: whether :meth:`next_batch` and :meth:`learn` may be captured (device work only), and
+    #: their gradients compiled too (``fusable``: ``algo.capture=fused``)
+    capturable, fusable = False, False
     #: names of the values :meth:`learn` returns, in order
     metric_names: tuple[str, ...] = ()
 
@@ -89,9 +90,9 @@ class Algorithm(TrainingState, ABC):
         torch.manual_seed(seed)
         self.layout = self.experience_layout(spec)
         self.updates = 0
-        #: the capture mode updates use: ``graph``, ``compile`` or ``off`` (``auto`` resolved;
-        #: the schema refuses any other value of ``algo.capture``).
-        self.capture = resolve_capture(str(cfg.get("capture", "auto")), self.device) if learner else "off"
+        #: the capture mode updates use: ``fused``, ``graph``, ``compile`` or ``off`` (resolved)
+        self.capture = (resolve_capture(str(cfg.get("capture", "auto")), self.device, self.fusable)
+                        if learner else "off")
         if (self.device.type == "cuda" and spec.image and os.environ.get("DRLMPI_CUDNN_BENCHMARK", "1") != "0"
                 and not torch.are_deterministic_algorithms_enabled()):  # (run.deterministic)
             torch.backends.cudnn.benchmark = True  # a CNN on fixed shapes: cuDNN picks its fastest
@@ -310,8 +311,7 @@ class Algorithm(TrainingState, ABC):
         return metrics
 
     def update(self, exchange: GradientExchange = LOCAL) -> Mapping[str, float]:
-        """One update (:meth:`run_updates` of 1)."""
-        return self._update_block(1, exchange)
+        return self._update_block(1, exchange)  # one update (run_updates of 1)
 
     def update_on(self, batch: Mapping[str, torch.Tensor],
                   exchange: GradientExchange = LOCAL) -> Mapping[str, float]:
@@ -378,10 +378,11 @@ class Algorithm(TrainingState, ABC):
 
     def prepare_capture(self) -> None:
         """Host work due before the first capture (seeding a sampler)."""
+    def warm_up(self) -> None:
+        """Compile what updates will run (``algo.capture=fused``), before the training clock."""
 
     def capture_generators(self) -> tuple[torch.Generator, ...]:
-        """Device generators a captured update draws from besides the default one."""
-        return ()
+        return ()  # device generators a captured update draws from besides the default one
 
     def _schedule_mismatch(self, index: int, expected: tuple[str, ...], seen: tuple[str, ...]) -> str:
         return (f"algo={self.config_name(self.cfg)} update {index} synced {list(seen)} but "
@@ -390,8 +391,7 @@ class Algorithm(TrainingState, ABC):
                 f"update() syncs, in order")
 
     @property
-    def queues_updates(self) -> bool:
-        """Whether updates are queued on an accelerator and finish after the call returns."""
+    def queues_updates(self) -> bool:  # updates are queued on an accelerator, finishing later
         return self.device.type == "cuda"
 
     def synchronize(self) -> None:

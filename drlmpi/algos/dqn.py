@@ -14,7 +14,7 @@ paper's open problem with asynchronous simulators).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,9 +23,11 @@ import torch.nn.functional as F
 
 from drlmpi.algos.encoders import network, resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
+from drlmpi.algos.gradients import LossGradient, forward
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target
 from drlmpi.config.errors import ConfigError
+from drlmpi.device.compiled import Compiled
 from drlmpi.envs.spec import EnvSpec
 
 
@@ -60,6 +62,9 @@ class DQN(OffPolicyAlgorithm):
         self.double_q = bool(cfg.get("double_q", True))
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
+        self._gradient = LossGradient(self.policy, self.q_loss, "dqn q")
+        self.gradients = (self._gradient,)
+        self._copy_target: Callable[..., None] = copy_when_due
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
@@ -92,24 +97,42 @@ class DQN(OffPolicyAlgorithm):
                 actions[random_mask] = self.rng.integers(0, self.spec.n_actions, random_mask.sum())
         return actions.astype(np.float32)[:, None], None
 
-    def learn(self, batch: Mapping[str, torch.Tensor], exchange: GradientExchange,
-              synced: tuple[str, ...] = ("q",)) -> torch.Tensor:
-        """Double-DQN Huber loss on ``batch``, backward, ``exchange("q")``; returns
-        ``[loss, mean Q(s, a)]`` (and the gradient norm, when clipping) as one tensor."""
-        actions = batch["action"].long()
-        q_taken = self.q(batch["obs"]).gather(1, actions).squeeze(1)
+    def q_loss(self, params: Mapping[str, torch.Tensor] | None, obs: torch.Tensor, action: torch.Tensor,
+               reward: torch.Tensor, next_obs: torch.Tensor,
+               terminated: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor]]:
+        """The Huber loss of ``Q(s, a)`` against the (double-)DQN target, with the online
+        network's own parameters or ``params`` (:func:`~drlmpi.algos.gradients.forward`); returns
+        it and ``(mean Q(s, a),)``. With ``params`` (the fused gradient) and double Q, the online
+        network evaluates ``s`` and ``s'`` in ONE forward pass: on a GPU a second pass costs its
+        kernels, a larger one nothing (its ``s'`` half only picks the next action)."""
+        n = obs.shape[0]
+        if self.double_q and params is not None:
+            both = forward(self.q, params, torch.cat((obs, next_obs)))
+            q_now, q_next = both[:n], both[n:].detach()
+        else:
+            q_now = forward(self.q, params, obs)
+            if self.double_q:
+                with torch.no_grad():
+                    q_next = self.q(next_obs)
+        q_taken = q_now.gather(1, action.long()).squeeze(1)
         with torch.no_grad():
-            target_next = self.q_target(batch["next_obs"])
+            target_next = self.q_target(next_obs)
             if self.double_q:  # the online net picks, the target net evaluates
-                best_next = self.q(batch["next_obs"]).argmax(dim=1, keepdim=True)
-                next_q = target_next.gather(1, best_next).squeeze(1)
+                next_q = target_next.gather(1, q_next.argmax(dim=1, keepdim=True)).squeeze(1)
             else:  # the Nature-DQN target: the target net's own maximum
                 next_q = target_next.max(dim=1).values
-            target = batch["reward"] + self.gamma * (1.0 - batch["terminated"]) * next_q
-        loss = F.smooth_l1_loss(q_taken, target)
-        self.policy.backward(loss)
+            target = reward + self.gamma * (1.0 - terminated) * next_q
+        return F.smooth_l1_loss(q_taken, target), (q_taken.detach().mean(),)
+
+    def learn(self, batch: Mapping[str, torch.Tensor], exchange: GradientExchange,
+              synced: tuple[str, ...] = ("q",)) -> torch.Tensor:
+        """The gradient of :meth:`q_loss` on ``batch`` (compiled with ``algo.capture=fused``),
+        ``exchange("q")``; returns ``[loss, mean Q(s, a)]`` (and the gradient norm, when
+        clipping) as one tensor."""
+        loss, q_mean = self._gradient(batch["obs"], batch["action"], batch["reward"],
+                                      batch["next_obs"], batch["terminated"])
         exchange("q", self.policy)
-        return torch.stack((loss.detach(), q_taken.detach().mean(), *self._norms.values()))
+        return torch.stack((loss, q_mean, *self._norms.values()))
 
     @torch.no_grad()
     def after_update_device(self, synced: tuple[str, ...]) -> None:
@@ -119,8 +142,19 @@ class DQN(OffPolicyAlgorithm):
         if self.tau < 1.0:
             self._target_flat.lerp_(self.policy.flat.params, self.tau)
             return
-        due = (self.update_number % self.target_update_every == 0).to(self._target_flat.dtype)
-        self._target_flat.lerp_(self.policy.flat.params, due)
+        self._copy_target(self._target_flat, self.policy.flat.params, self.update_number,
+                          self.target_update_every)
+
+    def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        super().fuse(compiler)
+        self._copy_target = Compiled(copy_when_due, "target copy", compiler)
+
+    def warm_up_losses(self, batch: Mapping[str, torch.Tensor]) -> None:
+        self._gradient(batch["obs"], batch["action"], batch["reward"], batch["next_obs"], batch["terminated"])
+        if self.tau >= 1.0:  # as after_update_device calls it: without autograd (a compile guard)
+            with torch.no_grad():
+                self._copy_target(self._target_flat.clone(), self.policy.flat.params,
+                                  self.update_number.clone(), self.target_update_every)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         out = super().state_dict()
@@ -133,3 +167,11 @@ class DQN(OffPolicyAlgorithm):
         target = {k[len("q_target."):]: v for k, v in state.items() if k.startswith("q_target.")}
         if target:
             self.q_target.load_state_dict(target)
+
+
+def copy_when_due(target: torch.Tensor, online: torch.Tensor, update_number: torch.Tensor,
+                  every: int) -> None:
+    """``target = online`` when ``update_number`` is a multiple of ``every``, without a host branch:
+    ``lerp`` with a device weight of exactly 0 or 1 (which torch computes exactly)."""
+    due = (update_number % every == 0).to(target.dtype)
+    target.lerp_(online, due)

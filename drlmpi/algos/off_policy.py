@@ -4,13 +4,14 @@ the learner's device, and updates run eagerly or replayed from a captured graph.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
 from drlmpi.algos.base import Algorithm
+from drlmpi.algos.gradients import LossGradient
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.spec import EnvSpec
 
@@ -33,6 +34,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     kind = "off_policy"
     capturable = True
+    fusable = True
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
                  seed: int, learner: bool) -> None:
@@ -49,6 +51,9 @@ class OffPolicyAlgorithm(Algorithm):
         self.replay = (ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device, seed)
                        if learner else None)
         self._sampler_seeded = False
+        self._fused = False
+        #: the losses whose gradients :meth:`learn` takes (:class:`~drlmpi.algos.gradients.LossGradient`)
+        self.gradients: tuple[LossGradient, ...] = ()
 
     @classmethod
     def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
@@ -93,10 +98,42 @@ class OffPolicyAlgorithm(Algorithm):
         return self.replay.sample(self.batch_size)
 
     def prepare_capture(self) -> None:
-        """Seed the replay's sampler (a host operation, so before any capture)."""
+        """Seed the replay's sampler (a host operation, so before any capture); with
+        ``algo.capture=fused``, :meth:`fuse` the update once."""
         if not self._sampler_seeded:
             self.replay.generator.manual_seed(int(self.rng.integers(2**62)))
             self._sampler_seeded = True
+        if self.capture == "fused" and not self._fused:
+            self._fused = True
+            self.fuse()
+
+    def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        """Compile the update's pieces (``algo.capture=fused``; tests pass an identity
+        ``compiler``): each loss's gradient (:attr:`gradients`), each optimizer's clipping and
+        step, the replay's sampling; subclasses add their own (DQN's target copy)."""
+        for gradient in self.gradients:
+            gradient.fuse(compiler)
+        for group in self.groups.values():
+            group.fuse(compiler)
+        self.replay.fuse(compiler)
+
+    def warm_up(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        """With ``algo.capture=fused``, :meth:`fuse` and compile every piece now (a learner calls
+        this before its training clock starts: compiling takes seconds, once per process), on
+        the tensors the updates will use or scratch copies of those they write; no state
+        changes, no random draw. The first updates then find the compiled programs."""
+        if self.capture != "fused" or self.replay is None or self._fused:
+            return
+        self._fused = True
+        self.fuse(compiler)
+        batch = self.replay.warm_up(self.batch_size)
+        for group in self.groups.values():
+            group.warm_up()
+        self.warm_up_losses(batch)
+        self.synchronize()
+
+    def warm_up_losses(self, batch: Mapping[str, torch.Tensor]) -> None:
+        """Take each fused loss's gradient once on ``batch`` (:meth:`warm_up`)."""
 
     def capture_generators(self) -> tuple[torch.Generator, ...]:
         return (self.replay.generator,)

@@ -7,10 +7,14 @@ that buffer), frozen flat target networks and plain MLPs.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+from drlmpi.device.compiled import Compiled
 
 
 class ParamGroup:
@@ -37,6 +41,7 @@ class ParamGroup:
         self.flat = FlatParams(module)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.optimizer = None
+        self._fused_step: Compiled | None = None
         #: the learning rate now, on the host (what logs read: no device synchronisation)
         self.lr_value = float(lr)
         self._lr_tensor: torch.Tensor | None = None
@@ -82,23 +87,71 @@ class ParamGroup:
         self.set_lr(self.lr_value)
 
     def backward(self, loss: torch.Tensor) -> None:
-        """Zero the flat gradients and backpropagate ``loss`` into them."""
+        """Zero the flat gradients and backpropagate ``loss`` into them (into this network's
+        parameters only: a loss through another network, TD3's actor loss through its critic,
+        leaves that network's gradients alone)."""
         self.flat.zero_grad()
-        loss.backward()
+        loss.backward(inputs=self.flat.leaves)
+
+    def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        """Take later steps as ONE compiled program (``algo.capture=fused``): :func:`clip_adam`
+        on the optimizer's own state, so eager steps, checkpoints and compiled steps share it
+        (the first step runs the optimizer itself, which creates that state)."""
+        if self.optimizer is not None:
+            self._fused_step = Compiled(clip_adam, "optimizer step", compiler)
+
+    def warm_up(self) -> None:
+        """Compile the fused step now (after :meth:`fuse`) on scratch copies of the tensors it
+        writes, shaped as the optimizer's state will be."""
+        if self._fused_step is None:
+            return
+        flat, options = self.flat, self.optimizer.param_groups[0]
+        scratch = [flat.params.clone(), flat.grads.clone(), torch.zeros_like(flat.params),
+                   torch.zeros_like(flat.params), torch.zeros((), device=flat.params.device)]
+        norm = None if self.grad_norm is None else self.grad_norm.clone()
+        self._fused_step(*scratch, options["lr"], options["betas"], options["eps"], norm, self.max_grad_norm)
 
     def apply_gradients(self) -> None:
         """Clip (if configured) and take one optimizer step with the current gradients.
 
         Clipping is branch-free, ``grads *= min(1, max_norm / (norm + 1e-6))``: no host
         synchronisation on a device (and exactly the old ``if scale < 1`` result). The norm is
-        computed into :attr:`grad_norm` (``out=``: no extra kernel, and captured with the step)."""
+        computed into :attr:`grad_norm` (``out=``: no extra kernel, and captured with the step).
+        After :meth:`fuse`, both are one compiled program."""
         if self.optimizer is None:
             raise RuntimeError("this ParamGroup was built without an optimizer (acting only)")
+        if self._fused_step is not None and self.optimizer.state:
+            state = self.optimizer.state[self.flat.params]
+            options = self.optimizer.param_groups[0]
+            self._fused_step(self.flat.params, self.flat.grads, state["exp_avg"], state["exp_avg_sq"],
+                             state["step"], options["lr"], options["betas"], options["eps"],
+                             self.grad_norm, self.max_grad_norm)
+            return
         if self.max_grad_norm is not None:
             grads = self.flat.grads
             norm = torch.linalg.vector_norm(grads, out=self.grad_norm)
             grads.mul_((self.max_grad_norm / (norm + 1e-6)).clamp_(max=1.0))
         self.optimizer.step()
+
+
+def clip_adam(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
+              step: torch.Tensor, lr: float | torch.Tensor, betas: tuple[float, float], eps: float,
+              norm_out: torch.Tensor | None, max_norm: float | None) -> None:
+    """Gradient clipping (as :meth:`ParamGroup.apply_gradients`) and one Adam step (as
+    ``torch.optim.Adam``: no weight decay, no AMSGrad) on flat tensors, in place: written for
+    inductor, which compiles it into a norm reduction and one elementwise kernel."""
+    if max_norm is not None:
+        norm = torch.linalg.vector_norm(grad)
+        norm_out.copy_(norm)
+        grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))
+    beta1, beta2 = betas
+    step.add_(1)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    bias_correction1 = 1 - beta1**step
+    bias_correction2_sqrt = (1 - beta2**step).sqrt()
+    denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps
+    param.sub_(lr / bias_correction1 * exp_avg / denom)
 
 
 def flat_target(module: nn.Module) -> tuple[nn.Module, torch.Tensor]:
@@ -141,20 +194,33 @@ class FlatParams:
     """
 
     def __init__(self, module: nn.Module) -> None:
-        params = [p for p in module.parameters() if p.requires_grad]
+        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+        params = [p for _, p in named]
         device = params[0].device if params else torch.device("cpu")
         total = sum(p.numel() for p in params)
+        #: ``(name, shape, offset)`` of each parameter in the buffer (:meth:`views`)
+        self.layout: list[tuple[str, torch.Size, int]] = []
         self.params = torch.zeros(total, dtype=torch.float32, device=device)
         self.grads = torch.zeros(total, dtype=torch.float32, device=device)
         offset = 0
-        for p in params:
+        for name, p in named:
             n = p.numel()
+            self.layout.append((name, p.shape, offset))
             self.params[offset : offset + n].copy_(p.data.reshape(-1))
             p.data = self.params[offset : offset + n].view_as(p)
             p.grad = self.grads[offset : offset + n].view_as(p)
             offset += n
         self.numel = total
+        #: the module's parameters (the autograd leaves whose gradients are views of :attr:`grads`)
+        self.leaves = params
         self._host: dict[str, torch.Tensor] = {}  # pinned host mirrors (device buffers only)
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each parameter as a view into ``flat`` (a tensor laid out as :attr:`params`), keyed by
+        its name in the module: what :func:`torch.func.functional_call` takes, so a loss written
+        over ``flat`` differentiates into one flat gradient."""
+        return {name: flat[offset : offset + shape.numel()].view(shape)
+                for name, shape, offset in self.layout}
 
     def _to_host(self, name: str, tensor: torch.Tensor) -> np.ndarray:
         """One device-to-host copy of ``tensor`` into a preallocated pinned buffer, returned as

@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from drlmpi.algos.exchange import GradientExchange
+from drlmpi.algos.gradients import LossGradient, forward
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target, mlp
 from drlmpi.config.errors import ConfigError
@@ -62,12 +63,13 @@ class TwinCritic(nn.Module):
         self.q1 = mlp(obs_dim + action_dim, 1, hidden)
         self.q2 = mlp(obs_dim + action_dim, 1, hidden)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, obs: torch.Tensor, action: torch.Tensor,
+                q1_only: bool = False) -> tuple[torch.Tensor, torch.Tensor] | torch.Tensor:
+        """``(Q1(s, a), Q2(s, a))``, or ``Q1(s, a)`` alone with ``q1_only`` (the actor's loss)."""
         x = torch.cat([obs, action], dim=1)
+        if q1_only:
+            return self.q1(x).squeeze(1)
         return self.q1(x).squeeze(1), self.q2(x).squeeze(1)
-
-    def q1_value(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        return self.q1(torch.cat([obs, action], dim=1)).squeeze(1)
 
 
 class TD3(OffPolicyAlgorithm):
@@ -120,6 +122,9 @@ class TD3(OffPolicyAlgorithm):
         # Gradient norms of clipping groups (a critic-only update reports the actor's last).
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
+        self._critic_gradient = LossGradient(self.groups.get("critic"), self.critic_loss, "td3 critic")
+        self._actor_gradient = LossGradient(self.policy, self.actor_loss, "td3 actor")
+        self.gradients = (self._critic_gradient, self._actor_gradient)
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
@@ -166,45 +171,61 @@ class TD3(OffPolicyAlgorithm):
             return ("critic", "actor")
         return ("critic",)
 
-    def smoothing_noise(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """Target policy smoothing noise, ``N(0, policy_noise * h)`` clipped to ``+-noise_clip * h``."""
-        noise = torch.randn(shape, device=self.device) * self.policy_noise
-        noise = noise.clamp(-self.noise_clip, self.noise_clip)
-        return noise * self._half_range_t
+    def smoothing_noise(self, eps: torch.Tensor) -> torch.Tensor:
+        """Target policy smoothing noise from standard normal draws ``eps``:
+        ``policy_noise * h * eps`` clipped to ``+-noise_clip * h``."""
+        return (eps * self.policy_noise).clamp(-self.noise_clip, self.noise_clip) * self._half_range_t
 
     @torch.no_grad()
     def target_q(self, reward: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
-                 noise: torch.Tensor | None = None) -> torch.Tensor:
-        """The TD3 target ``r + gamma (1 - terminated) min_i Q_i'(s', clip(mu'(s') + eps))``."""
-        next_action = self.actor_target(next_obs)
-        if noise is None:
-            noise = self.smoothing_noise(tuple(next_action.shape))
-        next_action = torch.maximum(torch.minimum(next_action + noise, self._high_t), self._low_t)
+                 eps: torch.Tensor) -> torch.Tensor:
+        """The TD3 target ``r + gamma (1 - terminated) min_i Q_i'(s', clip(mu'(s') + noise))``."""
+        next_action = self.actor_target(next_obs) + self.smoothing_noise(eps)
+        next_action = torch.maximum(torch.minimum(next_action, self._high_t), self._low_t)
         q1, q2 = self.critic_target(next_obs, next_action)
         return reward + self.gamma * (1.0 - terminated) * torch.minimum(q1, q2)
+
+    def critic_loss(self, params: Mapping[str, torch.Tensor] | None, obs: torch.Tensor, action: torch.Tensor,
+                    reward: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
+                    eps: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor]]:
+        """Both critics' squared error against :meth:`target_q`, with the critic's own parameters
+        or ``params`` (:func:`~drlmpi.algos.gradients.forward`); returns it and ``(mean Q1(s, a),)``."""
+        target = self.target_q(reward, next_obs, terminated, eps)
+        q1, q2 = forward(self.critic, params, obs, action)
+        return F.mse_loss(q1, target) + F.mse_loss(q2, target), (q1.detach().mean(),)
+
+    def actor_loss(self, params: Mapping[str, torch.Tensor] | None, obs: torch.Tensor,
+                   critic: Mapping[str, torch.Tensor] | None) -> tuple[torch.Tensor, tuple[()]]:
+        """``-mean Q1(s, mu(s))`` with the actor's own parameters or ``params``, and the critic's
+        own or (detached) ``critic``: only the actor receives gradients."""
+        action = forward(self.actor, params, obs)
+        return -forward(self.critic, critic, obs, action, q1_only=True).mean(), ()
 
     def learn(self, batch: Mapping[str, torch.Tensor], exchange: GradientExchange,
               synced: tuple[str, ...]) -> torch.Tensor:
         """A critic step on ``batch``, plus an actor step when ``synced`` names the actor
         (every ``policy_delay``-th update); returns ``[critic_loss, actor_loss, mean Q1]``
-        (and the gradient norms, when clipping)."""
+        (and the gradient norms, when clipping). The gradients are those of :meth:`critic_loss`
+        and :meth:`actor_loss` (compiled with ``algo.capture=fused``)."""
         critic_group = self.groups["critic"]
-        target = self.target_q(batch["reward"], batch["next_obs"], batch["terminated"])
-        q1, q2 = self.critic(batch["obs"], batch["action"])
-        critic_loss = F.mse_loss(q1, target) + F.mse_loss(q2, target)
-        critic_group.backward(critic_loss)
+        eps = torch.randn(batch["action"].shape, device=self.device)
+        critic_loss, q_mean = self._critic_gradient(batch["obs"], batch["action"], batch["reward"],
+                                                    batch["next_obs"], batch["terminated"], eps)
         exchange("critic", critic_group)
         if "actor" in synced:
-            self.critic.requires_grad_(False)  # the actor loss must not write critic gradients
-            try:
-                actor_loss = -self.critic.q1_value(batch["obs"], self.actor(batch["obs"])).mean()
-                self.policy.backward(actor_loss)
-            finally:
-                self.critic.requires_grad_(True)
+            critic = (critic_group.flat.views(critic_group.flat.params.detach())
+                      if self._actor_gradient.fused else None)
+            (actor_loss,) = self._actor_gradient(batch["obs"], critic)
             exchange("actor", self.policy)
-            self._last_actor_loss.copy_(actor_loss.detach())
-        return torch.stack((critic_loss.detach(), self._last_actor_loss, q1.detach().mean(),
-                            *self._norms.values()))
+            self._last_actor_loss.copy_(actor_loss)
+        return torch.stack((critic_loss, self._last_actor_loss, q_mean, *self._norms.values()))
+
+    def warm_up_losses(self, batch: Mapping[str, torch.Tensor]) -> None:
+        eps = torch.zeros(batch["action"].shape, device=self.device)
+        self._critic_gradient(batch["obs"], batch["action"], batch["reward"], batch["next_obs"],
+                              batch["terminated"], eps)
+        critic = self.groups["critic"].flat
+        self._actor_gradient(batch["obs"], critic.views(critic.params.detach()))
 
     @torch.no_grad()
     def after_update_device(self, synced: tuple[str, ...]) -> None:

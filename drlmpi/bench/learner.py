@@ -11,7 +11,8 @@ In ONE invocation, for every algorithm and batch size, it measures updates/s of
   its updates include the values and advantages of every rollout but not the copy of its rows);
 * on each accelerator in ``--device``: ``eager`` (device storage, no capture), ``graph`` (the
   whole update captured in CUDA graphs) and ``compile`` (``torch.compile(mode="reduce-overhead")``),
-  each when it is available;
+  each when it is available, and for DQN and TD3 ``fused`` (the loss and its gradient compiled by
+  inductor, replayed in CUDA graphs); ``--kernels`` adds each row's device operations per update;
 
 and prints a table whose last columns are the ratios to the bare CPU loop and to drlmpi's CPU
 path. Timings use ``--threads`` CPU threads (default 1, as a rank with one core) and end with a
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
+from drlmpi.bench.kernels import device_ops_per_call
 from drlmpi.config.schema import SCHEMA, group_config
 from drlmpi.device.determinism import CUBLAS_WORKSPACE, set_deterministic
 from drlmpi.envs.spec import EnvSpec
@@ -281,10 +283,10 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
     return algo.update
 
 
-def modes_for(device: str) -> list[str]:
+def modes_for(device: str, algo: str = "ppo") -> list[str]:
     if device == "cpu":
         return ["drlmpi"]
-    return ["eager", "graph", "compile"]
+    return ["eager", "graph", "compile"] + (["fused"] if algo in ("dqn", "td3") else [])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -301,7 +303,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="measure every row this many times, interleaved, and keep the best "
                              "(a shared machine's noise)")
     parser.add_argument("--modes", nargs="+", default=None,
-                        help="device modes to run (default: eager graph compile)")
+                        help="device modes to run (default: eager graph compile, and fused for "
+                             "dqn and td3)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="also count each device row's kernels per update (drlmpi/bench/kernels.py)")
     parser.add_argument("--updates-per-graph", nargs="+", type=int, default=[],
                         help="also measure graph mode with algo.updates_per_graph=K for each K "
                              "(DQN, TD3; rows 'graph xK')")
@@ -328,6 +333,9 @@ def main(argv: list[str] | None = None) -> None:
                 warnings.simplefilter("always")
                 rate = timed(make(), args.seconds, dev, clock=args.clock) * per_call
             note = "; ".join(str(w.message).splitlines()[0] for w in caught)[:90]
+            if args.kernels and dev.type == "cuda" and per_call == 1:
+                ops = device_ops_per_call(make(), dev, 2 if algo == "td3" else 1)
+                note = f"{ops:.0f} kernels/update {note}"
         except Exception as exc:  # noqa: BLE001 (a benchmark reports, never stops)
             rate, note = None, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:80]}"
         key = (algo, batch, device, mode)
@@ -344,7 +352,8 @@ def main(argv: list[str] | None = None) -> None:
                     record(algo, batch, "cpu", "bare",
                            lambda a=algo, b=batch: BARE[a](algo_cfg(a, b), SPECS[a], b))
                 for device in args.device:
-                    for mode in modes_for(device) if device == "cpu" else (args.modes or modes_for(device)):
+                    modes = modes_for(device, algo)
+                    for mode in modes if device == "cpu" else [m for m in args.modes or modes if m in modes]:
                         capture = {"drlmpi": "off", "eager": "off"}.get(mode, mode)
                         record(algo, batch, device, mode,
                                lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(a, b, d, c,

@@ -61,6 +61,9 @@ def _named(target: str, name: str, what: str) -> dict[str, Option]:
 
 _CAPTURE = _str("auto", "device learner: auto (CUDA graphs on CUDA, eager on cpu) | graph | compile | off",
                 "auto", "graph", "compile", "off")
+_CAPTURE_FUSED = _str("auto", "device learner: auto (fused on CUDA, eager on cpu) | fused (loss and gradient "
+                              "compiled by inductor, replayed in CUDA graphs) | graph | compile | off",
+                      "auto", "fused", "graph", "compile", "off")
 _PER_GRAPH = _int(1, "captured updates: this many updates per graph replay when that many are due")
 _SYNC_UNIT = _str("steps", "what sync_every counts: environment steps or episodes", "steps", "episodes")
 # The data-parallel topologies' share of the job's batch (drlmpi/topologies/batch_rule.py).
@@ -182,7 +185,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "eps_end": _unit(0.04, "epsilon-greedy: final epsilon"),
         "exploration_steps": _int(8000, "job-wide env steps over which epsilon decays linearly", low=0),
         "max_grad_norm": _positive(10.0, "clip the gradient norm (null: no clipping)", nullable=True),
-        "capture": _CAPTURE,
+        "capture": _CAPTURE_FUSED,
         "updates_per_graph": _PER_GRAPH,
     },
     "algo/td3": {
@@ -206,7 +209,7 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                     low=0),
         "max_grad_norm": _positive(None, "clip each network's gradient norm (null: no clipping)",
                                    nullable=True),
-        "capture": _CAPTURE,
+        "capture": _CAPTURE_FUSED,
         "updates_per_graph": _PER_GRAPH,
     },
     "algo/ppo": {

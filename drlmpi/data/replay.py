@@ -11,10 +11,14 @@ A minibatch is written into preallocated tensors (one gather of whole rows), and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import torch
 
 from drlmpi.data.layout import ExperienceLayout
+from drlmpi.device.compiled import Compiled
 from drlmpi.device.staging import Staging
 
 FLOAT_BYTES = 4
@@ -58,6 +62,7 @@ class ReplayBuffer:
         self._size_f = torch.zeros((), dtype=torch.float32, device=self.device)
         self._last = torch.zeros((), dtype=torch.long, device=self.device)
         self._batches: dict[int, _Batch] = {}
+        self._gather: Compiled | None = None
 
     def __len__(self) -> int:
         return self.size
@@ -137,8 +142,34 @@ class ReplayBuffer:
         """
         uniform, index, rows, views = self._buffers(batch_size)
         uniform.uniform_(generator=self.generator)
+        if self._gather is not None:
+            self._gather(self.storage, uniform, self._size_f, self._last, rows)
+            return views
         uniform.mul_(self._size_f)
         index.copy_(uniform)  # truncation: floor of a non-negative float
         torch.minimum(index, self._last, out=index)  # float rounding may reach size: clamp
         torch.index_select(self.storage, 0, index, out=rows)
         return views
+
+    def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        """Sample later minibatches with :func:`gather_rows` compiled: the index arithmetic
+        and the gather in one kernel (``algo.capture=fused``)."""
+        self._gather = Compiled(gather_rows, "replay sampling", compiler)
+
+    def warm_up(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """Compile the fused gather now, into a scratch copy of the minibatch buffer (no draw
+        from the sampler); returns the minibatch views :meth:`sample` will return, zeroed (valid
+        actions and indices for a warm-up, overwritten by the first sample)."""
+        uniform, _, rows, views = self._buffers(batch_size)
+        if self._gather is not None:
+            self._gather(self.storage, torch.zeros_like(uniform), self._size_f, self._last, rows.clone())
+        rows.zero_()
+        return views
+
+
+def gather_rows(storage: torch.Tensor, uniform: torch.Tensor, size: torch.Tensor, last: torch.Tensor,
+                out: torch.Tensor) -> None:
+    """``out = storage[min(floor(uniform * size), last)]``: the rows that uniform draws in
+    ``[0, 1)`` pick among the first ``size`` (``last`` = size - 1, against float rounding)."""
+    index = torch.minimum((uniform * size).long(), last)
+    out.copy_(storage[index])

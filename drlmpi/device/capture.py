@@ -16,17 +16,20 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-CAPTURE_MODES = ("auto", "graph", "compile", "off")
+CAPTURE_MODES = ("auto", "fused", "graph", "compile", "off")
 
 
-def resolve_capture(mode: str, device: torch.device) -> str:
-    """The capture mode an update actually uses on ``device``: ``auto`` is ``graph`` on CUDA
-    and ``off`` elsewhere; ``graph``/``compile`` asked for on a CPU learner give ``off`` with
-    one warning (a CPU update has nothing to capture: kernel launches are not its cost)."""
-    if mode not in CAPTURE_MODES:
-        raise ValueError(f"algo.capture must be one of {list(CAPTURE_MODES)}, got {mode!r}")
+def resolve_capture(mode: str, device: torch.device, fusable: bool = False) -> str:
+    """The capture mode an update actually uses on ``device``: ``auto`` is ``fused`` (for an
+    update whose gradients can be compiled, ``fusable``) or ``graph`` on CUDA and ``off``
+    elsewhere; ``fused``/``graph``/``compile`` asked for on a CPU learner give ``off`` with one
+    warning (a CPU update has nothing to capture: kernel launches are not its cost), and
+    ``fused`` for an update that cannot fuse is refused."""
+    if mode not in CAPTURE_MODES or (mode == "fused" and not fusable):
+        allowed = [m for m in CAPTURE_MODES if fusable or m != "fused"]
+        raise ValueError(f"algo.capture must be one of {allowed}, got {mode!r}")
     if mode == "auto":
-        return "graph" if device.type == "cuda" else "off"
+        return ("fused" if fusable else "graph") if device.type == "cuda" else "off"
     if mode != "off" and device.type != "cuda":
         warnings.warn(f"drlmpi: algo.capture={mode} needs a CUDA device, the learner is on "
                       f"{device}: running eager updates", stacklevel=3)
@@ -122,7 +125,8 @@ class CapturedUpdate:
 
     Args:
         body: the update(s), taking the sync to call.
-        mode: ``graph``, ``compile`` or ``off`` (eager, e.g. on the CPU).
+        mode: ``graph`` (``fused`` is captured the same way: its body runs compiled kernels),
+            ``compile`` or ``off`` (eager, e.g. on the CPU).
         device: where the body runs.
         name: shown in the warning (``dqn q``, ``td3 critic+actor``...).
         generators: non-default device generators the body draws from (registered with the
@@ -133,7 +137,7 @@ class CapturedUpdate:
     def __init__(self, body: Callable[[Exchange], torch.Tensor], mode: str, device: torch.device,
                  name: str, generators: Sequence[torch.Generator] = (), warmup: int = 3) -> None:
         self.body = body
-        self.mode = mode
+        self.mode = "graph" if mode == "fused" else mode  # fused: a graph of compiled kernels
         self.device = device
         self.name = name
         self.generators = tuple(generators)

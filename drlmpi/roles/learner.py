@@ -96,6 +96,8 @@ class Learner:
         self.reward_threshold = reward_threshold
         self.log = log
         self.seed = seed
+        with PROGRESS.paused("start-up: compiling the learner's update"):
+            algo.warm_up()  # algo.capture=fused: compile now, before the training clock starts
         self.clock = TrainingClock()
         self.env_steps = 0
         self.episodes = 0

@@ -249,7 +249,7 @@ class Central(Topology):
         acts on the host only acts as it does (no forward output)."""
         if type(algo).act_tensor is Algorithm.act_tensor:
             return lambda obs, steps: (*algo.act(obs, steps, explore=True), None)
-        layout, mode = algo.layout, "graph" if algo.capture == "graph" else "off"
+        layout, mode = algo.layout, "graph" if algo.capture in ("graph", "fused") else "off"
         forward = CapturedForward(lambda x: algo.act_tensor(x, True), layout.obs_shape,
                                   torch.uint8 if layout.packed else torch.float32, algo.device, max_rows,
                                   mode, f"{algo.config_name(algo.cfg)} act")

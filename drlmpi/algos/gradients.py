@@ -1,0 +1,84 @@
+"""The gradient of a loss that can be written over a network's flat parameter buffer:
+:class:`LossGradient`.
+
+DQN's and TD3's losses are functions ``loss_fn(params, *inputs) -> (loss, metrics)``, where
+``params`` is ``None`` (the network's own parameters, which are views into its flat buffer) or a
+dict of views into a flat tensor (:meth:`~drlmpi.algos.params.FlatParams.views`, evaluated through
+:func:`torch.func.functional_call`: :func:`forward`). Two ways to take the gradient:
+
+* eager: ``loss_fn(None, ...)`` and backward into the group's flat gradient buffer
+  (:meth:`~drlmpi.algos.params.ParamGroup.backward`);
+* ``fused`` (``algo.capture=fused``): ``torch.compile`` (inductor) of
+  ``torch.func.grad`` of the loss over the flat buffer: forward and backward become one generated
+  program whose elementwise work (biases, activations and their masks in the backward, the loss,
+  the target) is fused into few kernels around the matrix products, and whose gradient is ONE
+  flat tensor copied into the flat gradient buffer (no zeroing, no per-parameter accumulation).
+  The captured update records these kernels in its CUDA graph (``fused`` captures as ``graph``
+  does). Compiling happens at the first call (an eager warm-up call of the capture); if it fails,
+  one warning, and the same functional gradient runs uncompiled: a failed compile never ends a run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from drlmpi.algos.params import ParamGroup
+from drlmpi.device.compiled import Compiled
+
+LossFn = Callable[..., tuple[torch.Tensor, tuple[torch.Tensor, ...]]]
+
+
+def forward(module: torch.nn.Module, params: Mapping[str, torch.Tensor] | None, *args: Any,
+            **kwargs: Any) -> Any:
+    """``module(*args, **kwargs)`` with its own parameters (``params`` ``None``) or with
+    ``params`` in their place."""
+    if params is None:
+        return module(*args, **kwargs)
+    return torch.func.functional_call(module, params, args, kwargs)
+
+
+class LossGradient:
+    """``d loss_fn / d params`` of ``group``, written into ``group.flat.grads``.
+
+    Args:
+        group: the network whose flat parameters the loss differentiates.
+        loss_fn: ``loss_fn(params, *inputs) -> (loss, metrics)``; ``params`` is ``None`` or maps
+            each parameter name of ``group.module`` to a view into a flat tensor (:func:`forward`
+            takes either); ``metrics`` is a tuple of detached tensors returned alongside.
+        name: shown in the warning if compiling fails.
+
+    Calling it with the inputs returns ``(loss.detach(), *metrics)``: by backward through the
+    network, or after :meth:`fuse` as the compiled ``torch.func.grad`` of the loss over the flat
+    buffer.
+    """
+
+    def __init__(self, group: ParamGroup, loss_fn: LossFn, name: str) -> None:
+        self.group, self.loss_fn, self.name = group, loss_fn, name
+        self.program: Compiled | None = None
+
+    def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        """Take later gradients functionally, compiled by ``compiler`` (uncompiled, after one
+        warning, if compiling fails: :class:`~drlmpi.device.compiled.Compiled`)."""
+        self.program = Compiled(torch.func.grad(self._flat_loss, has_aux=True), f"{self.name} gradient",
+                                compiler)
+
+    def _flat_loss(self, flat: torch.Tensor, *inputs: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        loss, metrics = self.loss_fn(self.group.flat.views(flat), *inputs)
+        return loss, (loss.detach(), *metrics)
+
+    @property
+    def fused(self) -> bool:
+        """Whether gradients are the functional ones (compiled, unless compiling failed)."""
+        return self.program is not None
+
+    def __call__(self, *inputs: Any) -> tuple[torch.Tensor, ...]:
+        if self.program is not None:
+            grads, metrics = self.program(self.group.flat.params, *inputs)
+            self.group.flat.grads.copy_(grads)
+            return metrics
+        loss, metrics = self.loss_fn(None, *inputs)
+        self.group.backward(loss)
+        return (loss.detach(), *metrics)

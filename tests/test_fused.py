@@ -1,0 +1,173 @@
+"""``algo.capture=fused``'s gradient on the CPU: the functional gradient over the flat parameter
+buffer (:class:`~drlmpi.algos.gradients.LossGradient`) run uncompiled - the same function inductor
+compiles on a GPU - against the eager backward, for DQN and TD3 from the same state and batch.
+
+tests/test_capture.py checks the compiled and captured updates on a GPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from drlmpi.algos.dqn import DQN
+from drlmpi.algos.gradients import LossGradient
+from drlmpi.algos.td3 import TD3
+from drlmpi.device.capture import resolve_capture
+from tests.test_device_learner import cfg_for, random_rows
+
+
+def uncompiled(fn, **_):
+    return fn
+
+
+def batch_of(algo):
+    algo.prepare_capture()
+    return {k: v.clone() for k, v in algo.replay.sample(algo.batch_size).items()}
+
+
+def gradient_pair(group, loss_fn, inputs_eager, inputs_fused):
+    """The flat gradient and metrics of ``loss_fn`` taken eagerly, then functionally."""
+    gradient = LossGradient(group, loss_fn, "test")
+    metrics_eager = gradient(*inputs_eager)
+    grads_eager = group.flat.grads.clone()
+    gradient.fuse(compiler=uncompiled)
+    group.flat.grads.fill_(123.0)  # the functional gradient must overwrite, not accumulate
+    metrics_fused = gradient(*inputs_fused)
+    assert gradient.fused and gradient.program.failure is None
+    return grads_eager, group.flat.grads.clone(), metrics_eager, metrics_fused
+
+
+@pytest.mark.parametrize("double_q", [True, False])
+def test_dqn_functional_gradient_equals_eager_backward(cartpole, double_q):
+    algo = DQN(cartpole, cfg_for("dqn", double_q=double_q), seed=3)
+    algo.observe(random_rows(algo, 300))
+    with torch.no_grad():  # a target network apart from the online one
+        algo._target_flat.mul_(0.5)
+    b = batch_of(algo)
+    inputs = (b["obs"], b["action"], b["reward"], b["next_obs"], b["terminated"])
+    g_eager, g_fused, m_eager, m_fused = gradient_pair(algo.policy, algo.q_loss, inputs, inputs)
+    assert g_eager.abs().max() > 0
+    assert torch.allclose(g_eager, g_fused, atol=1e-6, rtol=1e-5)
+    for a, b_ in zip(m_eager, m_fused):
+        assert torch.allclose(a, b_, atol=1e-6)
+
+
+def test_td3_functional_gradients_equal_eager_backward(pendulum):
+    algo = TD3(pendulum, cfg_for("td3"), seed=4)
+    algo.observe(random_rows(algo, 300))
+    b = batch_of(algo)
+    eps = torch.randn(b["action"].shape)
+    critic = algo.groups["critic"]
+    inputs = (b["obs"], b["action"], b["reward"], b["next_obs"], b["terminated"], eps)
+    g_eager, g_fused, _, _ = gradient_pair(critic, algo.critic_loss, inputs, inputs)
+    assert g_eager.abs().max() > 0 and torch.allclose(g_eager, g_fused, atol=1e-6, rtol=1e-5)
+    critic.flat.grads.fill_(7.0)
+    views = critic.flat.views(critic.flat.params.detach())
+    g_eager, g_fused, m_eager, m_fused = gradient_pair(algo.policy, algo.actor_loss, (b["obs"], None),
+                                                       (b["obs"], views))
+    assert g_eager.abs().max() > 0 and torch.allclose(g_eager, g_fused, atol=1e-6, rtol=1e-5)
+    assert torch.allclose(m_eager[0], m_fused[0])
+    assert torch.all(critic.flat.grads == 7.0)  # the actor's loss leaves the critic's gradients alone
+
+
+def test_a_failed_compile_warns_once_and_runs_the_function_uncompiled(cartpole):
+    algo = DQN(cartpole, cfg_for("dqn"), seed=3)
+    algo.observe(random_rows(algo, 300))
+    b = batch_of(algo)
+    inputs = (b["obs"], b["action"], b["reward"], b["next_obs"], b["terminated"])
+
+    def broken(fn, **_):
+        def run(*args):
+            raise RuntimeError("no compiler here\nsecond line")
+        return run
+
+    gradient = LossGradient(algo.policy, algo.q_loss, "dqn q")
+    gradient.fuse(compiler=broken)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gradient(*inputs)
+        first = algo.policy.flat.grads.clone()
+        gradient(*inputs)
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 1 and "\n" not in messages[0] and "no compiler here" in messages[0]
+    assert "dqn q gradient" in messages[0] and not gradient.program.compiled
+    assert torch.equal(first, algo.policy.flat.grads)
+    LossGradient(algo.policy, algo.q_loss, "eager")(*inputs)
+    assert torch.allclose(first, algo.policy.flat.grads, atol=1e-6, rtol=1e-5)
+
+
+def twins(cls, spec, cfg):
+    eager, fused = cls(spec, cfg, seed=2), cls(spec, cfg, seed=2)
+    rows = random_rows(eager, 300)
+    for algo in (eager, fused):
+        algo.observe(rows)
+    fused.fuse(compiler=uncompiled)
+    return eager, fused
+
+
+@pytest.mark.parametrize("name", ["dqn_copy_clip", "dqn_polyak", "td3"])
+def test_a_fused_update_learns_what_an_eager_update_learns(name, cartpole, pendulum):
+    """Every fused piece at once, uncompiled (the functional gradients, clipping with the Adam
+    step on the optimizer's state, the replay's gather, DQN's target copy): the same parameters,
+    optimizer state and targets as eager updates, update for update."""
+    if name == "td3":
+        eager, fused = twins(TD3, pendulum, cfg_for("td3", policy_delay=2, tau=0.1, max_grad_norm=1.0))
+    elif name == "dqn_polyak":
+        eager, fused = twins(DQN, cartpole, cfg_for("dqn", tau=0.2, max_grad_norm=None))
+    else:
+        eager, fused = twins(DQN, cartpole, cfg_for("dqn", target_update_every=3, max_grad_norm=0.5))
+    for step in range(7):
+        torch.manual_seed(step)  # TD3's smoothing noise
+        m_eager = dict(eager.update())
+        torch.manual_seed(step)
+        m_fused = dict(fused.update())
+        assert m_eager == pytest.approx(m_fused, rel=1e-4, abs=1e-6, nan_ok=True)
+    assert all(g.fused for g in fused.gradients) and fused.replay._gather is not None
+    assert all(group._fused_step is not None for group in fused.groups.values())
+    a, b = eager.state_dict(), fused.state_dict()
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-5, rtol=1e-4), key
+    for name_, group in eager.groups.items():
+        sa = group.optimizer.state_dict()["state"][0]
+        sb = fused.groups[name_].optimizer.state_dict()["state"][0]
+        assert float(sa["step"]) == float(sb["step"]) == (7 if name_ != "actor" else 3)
+        assert torch.allclose(sa["exp_avg_sq"], sb["exp_avg_sq"], atol=1e-8, rtol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:drlmpi. capture=graph failed")  # capturing needs CUDA
+@pytest.mark.parametrize("algo_name", ["dqn", "td3"])
+def test_warming_up_changes_no_state(algo_name, cartpole, pendulum):
+    """A learner compiles its fused update before the training clock starts (Learner's
+    constructor): on scratch copies, without a draw from any generator, so the updates that follow
+    are those an eager twin makes."""
+    cls, spec = (DQN, cartpole) if algo_name == "dqn" else (TD3, pendulum)
+    eager, fused = twins(cls, spec, cfg_for(algo_name, max_grad_norm=1.0))
+    fused._fused, fused.capture = False, "fused"  # as built on a GPU, before the warm-up
+    before = {k: v.clone() for k, v in fused.state_dict().items()}
+    sampler, rng = fused.replay.generator.get_state(), fused.rng.bit_generator.state
+    torch.manual_seed(11)
+    default = torch.get_rng_state()
+    fused.warm_up(compiler=uncompiled)
+    assert torch.equal(default, torch.get_rng_state())  # TD3's smoothing noise: no draw
+    for key, value in fused.state_dict().items():
+        assert torch.equal(before[key], value), key
+    assert torch.equal(sampler, fused.replay.generator.get_state()) and rng == fused.rng.bit_generator.state
+    assert all(not group.optimizer.state for group in fused.groups.values())
+    assert fused._fused and fused.replay._gather is not None
+    for step in range(4):
+        torch.manual_seed(step)
+        m_eager = dict(eager.update())
+        torch.manual_seed(step)
+        assert m_eager == pytest.approx(dict(fused.update()), rel=1e-4, abs=1e-6, nan_ok=True)
+
+
+def test_fused_is_the_off_policy_default_on_cuda_only():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert resolve_capture("auto", cuda, fusable=True) == "fused"
+    assert resolve_capture("auto", cuda, fusable=False) == "graph"
+    assert resolve_capture("auto", cpu, fusable=True) == "off"
+    with pytest.raises(ValueError, match="'fused'"):
+        resolve_capture("fused", cuda, fusable=False)  # PPO's update does not fuse
