@@ -49,6 +49,15 @@ def is_atari(env_id: str) -> bool:
     return str(env_id).startswith("ALE/")
 
 
+def is_mujoco(env_id: str) -> bool:
+    """Whether ``env_id`` is one of Gymnasium's MuJoCo environments (``HalfCheetah-v5``...)."""
+    try:
+        entry = gym.spec(str(env_id)).entry_point
+    except gym.error.Error:
+        return False
+    return isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")
+
+
 def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | None = None,
              atari: Any = None, train: bool = True, num_threads: int = 1, **kwargs: Any) -> gym.Env:
     """Create one environment with the project's wrappers.

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from drlmpi.algos.base import Algorithm
 from drlmpi.config.checks import check_config
 from drlmpi.config.errors import ConfigError
-from drlmpi.envs.make import env_make_kwargs, is_atari, probe_spec
+from drlmpi.envs.make import env_make_kwargs, is_atari, is_mujoco, probe_spec
 from drlmpi.outputs.checkpoint import check_rank_files, read_meta
 from drlmpi.topologies.base import RunPlan, Topology
 
@@ -100,10 +100,16 @@ def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
 
 def check_env_options(env: Any) -> None:
     """Refuse, in one line, Atari options or threads for a non-ALE id, worker processes for an
-    ALE id, bad ``env.atari`` values or ``env.kwargs`` of an ALE id, and an ALE id without
-    ale-py installed."""
+    ALE id, bad ``env.atari`` values or ``env.kwargs`` of an ALE id, an ALE id without ale-py
+    installed, and a MuJoCo id without MuJoCo installed."""
     atari = env.get("atari")
     threads = env.get("num_threads") or 1
+    if is_mujoco(env.id):
+        try:
+            import mujoco  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(f"env.id={env.id} needs MuJoCo: pip install 'drlmpi[mujoco]' (it installs "
+                              f"gymnasium[mujoco]): {exc}") from exc
     if not is_atari(env.id):
         if atari is not None:
             raise ConfigError(f"env.atari is for ALE/ ids (env=tetris, env.id=ALE/Pong-v5), but env.id="
