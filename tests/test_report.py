@@ -565,3 +565,22 @@ def test_report_shows_how_the_central_learner_served(runs, tmp_path):
     trips = [r["round_trip_ms"] for r in summary["per_rank"] if "round_trip_ms" in r]
     assert len(trips) == 2 and cells[8] == f"{sum(trips) / 2:.2f}"
     assert cells[6].endswith("%") and cells[7].endswith("%")
+
+
+def test_final_evaluations_sit_next_to_the_published_figure(tmp_path):
+    """``+experiment=td3_mujoco``'s table: each cell's last and best evaluation over its seeds,
+    beside the TD3 paper's final HalfCheetah return; a task without a published figure shows -."""
+    root = tmp_path / "runs"
+    for seed, (last, best) in enumerate([(9000.0, 9100.0), (9400.0, 9600.0)]):
+        run = make_run(root, f"hc{seed}", "star", 8, seed, 300.0, algo="td3", env="halfcheetah",
+                       solved=False, steps=1_000_000)
+        summary = json.loads((run / "summary.json").read_text())
+        summary.update(env_id="HalfCheetah-v5", last_eval_return=last, best_eval_return=best)
+        (run / "summary.json").write_text(json.dumps(summary))
+    make_run(root, "cp", "sequential", 1, 0, 10.0)
+    text = (build_report([root], tmp_path / "out").out / "report.md").read_text()
+    section = text.split("## Final evaluations")[1].split("\n## ")[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in section.splitlines() if line.startswith("| ")}
+    expected = "| star(8) | 2 | 1,000,000 | 9,200 +- 200 | 9,350 +- 250 | 9,637 +- 859 (TD3 paper"
+    assert expected in rows["halfcheetah"]
+    assert rows["cartpole"].endswith("| 500 | 500 | - |")

@@ -174,6 +174,7 @@ PRESETS = {
     "learning_matrix": (["seed=0", "+experiment/pair=dqn_cartpole,ppo_pendulum"], 14, 14, {}, 126),
     "ddp_cartpole": (["device=cpu"], 6, 6, {}, 6),  # on CPU: allgather's backend auto is mpi
     "soak_async": ([], 1, 1, {}, 1),  # one job of 9 ranks, checked by the report (test_report_checks)
+    "td3_mujoco": (["seed=0"], 2, 2, {}, 6),  # HalfCheetah and Hopper x 3 seeds, star on 8 ranks
     "topology_throughput": (["env.sim_cost_ms=5", "world_size=1,16"], 16, 10,
                             {"topology=sequential needs exactly 1 rank": 2,
                              "topology=star needs at least 2 ranks": 2,
@@ -240,6 +241,9 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
                  if o.startswith("topology=")}
         assert ranks == {"sequential": 1, "p2p": 2, "star": 3, "parameter_server": 3, "async": 3,
                          "allgather": 3, "central": 3}
+    if preset == "td3_mujoco":  # the paper's 1M steps, evaluated every 5,000
+        assert sorted(o for j in ran for o in j["overrides"] if o.startswith("env=")) == [
+            "env=halfcheetah", "env=hopper"] and all(j["ranks"] == 8 for j in ran)
     if preset == "topology_throughput":  # the raw-stepping ceiling: algo=random beside each cell
         assert params["algo"] == ["dqn", "random"]
         assert sum("algo=random" in j["overrides"] for j in ran) == 5

@@ -9,6 +9,7 @@ from typing import Any
 
 from drlmpi.report.jobs import Job
 from drlmpi.report.plots import metric_file, training_metrics
+from drlmpi.report.returns import returns_section
 from drlmpi.report.runs import MissingRun, RunSet
 from drlmpi.report.scaling import Cell, Grid
 from drlmpi.report.tables import Group, paper_columns, paper_header
@@ -347,6 +348,7 @@ def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
                 "highest env steps/s at this env and world size among runs that never updated "
                 "(`algo=random`).", ""]
         out += throughput_table(groups) + [""]
+    out += returns_section(groups)
     out += central_section(groups)
     out += trials_section(runset.runs, inputs)
     out += scaling_section(grids or [], scaling_plots or {})
