@@ -4,7 +4,8 @@ later update, falling back to eager execution with one warning line if capturing
 update whose gradients cross ranks through a host exchange is replayed as segments around it;
 :class:`CapturedForward` replays a batched forward pass (a central learner acting for its
 simulators) at padded batch sizes. Nothing here knows an algorithm; on ``device=cpu`` both run
-eagerly (``algo.capture=auto``).
+eagerly (``algo.capture=auto``). ``fused`` is captured as ``graph`` (its body runs kernels that
+:mod:`drlmpi.device.compiled` generated).
 """
 
 from __future__ import annotations
