@@ -7,17 +7,18 @@
 # Prints the pytest summary (CUDA tests of tests/test_capture.py, the device checkpoint round trip
 # and TensorBoard's own reader of our event files, plus the CPU tests of the
 # device code paths), then the benchmark table LAST: updates/s of a bare PyTorch loop and of
-# drlmpi's CPU learner (one CPU thread), and of drlmpi on cuda - eager, CUDA graph, compile -
-# for DQN, TD3 and PPO at batch 64 and 256, with ratios to the bare CPU loop and to drlmpi CPU.
+# drlmpi's CPU learner (one CPU thread), and of drlmpi on cuda - eager, CUDA graph, compile, and
+# fused (DQN, TD3) - for DQN, TD3 and PPO at batch 64 and 256, with ratios to the bare CPU loop
+# and to drlmpi CPU, and each device row's operations per update (--kernels).
 # A capture that fails shows as a note on its row (the run falls back to eager), never a crash.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
-python -m pytest tests/test_capture.py tests/test_device_learner.py tests/test_replay.py \
+python -m pytest tests/test_capture.py tests/test_device_learner.py tests/test_fused.py tests/test_replay.py \
     tests/test_checkpoint.py tests/test_tensorboard.py tests/test_deterministic.py -q -rs -p no:cacheprovider
 status=$?
 python -m drlmpi.bench.learner --algo dqn td3 ppo --batch 64 256 --device cpu cuda \
-    --seconds "${SECONDS_PER_ROW:-3}" --threads 1
+    --seconds "${SECONDS_PER_ROW:-3}" --threads 1 --kernels
 exit $status

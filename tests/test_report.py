@@ -405,6 +405,10 @@ def test_learner_device_is_its_own_regime(tmp_path):
     assert algo_label("dqn", "cuda") == "dqn[cuda]"
     assert algo_label("dqn", "cuda:1", updates=10) == "dqn[cuda:1]"
     assert algo_label("random", "cuda", updates=0) == "random"
+    # a chosen update path is its own cell: graph and fused runs are never averaged together
+    assert algo_label("dqn", "cuda", 10, capture="graph") == "dqn[cuda,graph]"
+    assert algo_label("dqn", "cuda", 10, capture="auto") == "dqn[cuda]"
+    assert algo_label("dqn", "cpu", 10, capture="graph") == "dqn"
 
 
 # The ranks x envs-per-rank grid: (world size, num_envs) -> samples/s of the learning runs (mean of

@@ -189,21 +189,23 @@ def topology_info(name: str, summary: dict[str, Any] | None, config: dict[str, A
                         paper=paper if isinstance(paper, str) and paper else None)
 
 
-def _int_or_none(value: Any) -> int | None:
-    """An int from a config value (``None`` for null or an unresolved interpolation)."""
+def _int_or_none(value: Any) -> int | None:  # None for null or an unresolved interpolation
     try:
         return int(value)
     except (TypeError, ValueError):
         return None
 
 
-def algo_label(name: Any, device: Any, updates: Any = None) -> str:
-    """The algorithm name, plus ``[cuda]`` (the learner's device) when it learned elsewhere than
-    on the CPU: a GPU learner is another regime, compared with the sequential run on the same
-    device. A run that did no update (``algo=random``) has no learner to label."""
+def algo_label(name: Any, device: Any, updates: Any = None, capture: Any = None) -> str:
+    """The algorithm name, plus ``[cuda]`` (the learner's device) when it learned off the CPU (a
+    regime of its own, compared with sequential on that device), or ``[cuda,graph]`` when an
+    ``algo.capture`` other than ``auto`` was chosen (update paths are never averaged together).
+    A run that did no update (``algo=random``) has no learner to label."""
     device = str(device or "cpu")
     if device in ("cpu", "auto", "None") or updates == 0:
         return str(name)
+    if capture not in (None, "auto"):
+        return f"{name}[{device},{capture}]"
     return f"{name}[{device}]"
 
 
@@ -307,7 +309,8 @@ def load_run(run_dir: Path) -> Run | MissingRun:
         return Run(
             path=run_dir, summary=summary, config=config, env=env, base_env=env,
             algo=algo_label(summary.get("algo", _dig(config, "algo", "name")),
-                            summary.get("device", config.get("device")), summary.get("updates")),
+                            summary.get("device", config.get("device")), summary.get("updates"),
+                            _dig(config, "algo", "capture")),
             topology=info.label, world_size=world_size,
             seed=summary.get("seed", config.get("seed")),
             evals=returns["eval"], order=info.order, paper=info.paper, episodes=returns["episode"],
@@ -331,7 +334,8 @@ def load_run(run_dir: Path) -> Run | MissingRun:
     return MissingRun(
         path=run_dir,
         env=env_label(what("env") or "?", _dig(config, "env", "sim_cost_ms"), config.get("env")),
-        algo=algo_label(what("algo") or "?", config.get("device")), topology=topology,
+        algo=algo_label(what("algo") or "?", config.get("device"), capture=_dig(config, "algo", "capture")),
+        topology=topology,
         world_size=world_size,
         seed="?" if what("seed", "") is None else what("seed", ""),
         overrides=overrides, reason=reason, log_tail=log_tail(run_dir / "rank0.log"), last_eval=last,
