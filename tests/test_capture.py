@@ -268,6 +268,29 @@ def test_segmented_capture_learns_what_eager_learns(name, steps_locally):
     assert_same_state(eager, captured)
 
 
+@pytest.mark.parametrize("steps_locally", [True, False], ids=["allreduce_like", "server_like"])
+def test_fused_segments_learn_what_eager_learns(steps_locally):
+    """The default on a GPU (algo.capture=fused) under a gradient exchange that crosses ranks:
+    compiled pieces inside captured segments, the exchange between them, in schedule order."""
+    pytest.importorskip("triton")
+    spec, cfg = probe_spec("CartPole-v1"), cfg_for("dqn", target_update_every=4)
+    rows = random_rows(DQN(spec, cfg, device="cpu", seed=0, learner=False), 2000)
+    learners, syncs = [], []
+    for capture in ("off", "fused"):
+        algo = build(DQN, spec, cfg, capture, rows)
+        sync = HostExchange(steps_locally)
+        for _ in range(UPDATES):
+            algo.update(sync)
+        torch.cuda.synchronize()
+        learners.append(algo)
+        syncs.append(sync)
+    eager, fused = learners
+    assert syncs[0].calls == syncs[1].calls and len(syncs[1].calls) >= UPDATES
+    assert all(r.captured and len(r.graphs) == len(r.cuts) + 1 >= 2 for r in fused._captures.values())
+    assert_all_compiled(fused)
+    assert_same_state(eager, fused, atol=1e-4)
+
+
 def test_capture_failing_after_a_cut_exchanges_once():
     """A body whose second segment cannot be captured (a host read): the fallback's eager
     update performs the exchange, which the failed capture must not have done already."""
