@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.envs.make import is_mujoco
+from drlmpi.envs.make import is_mujoco, make_env
 from drlmpi.run.plan import check_env_options
 from tests.shared_runs import declare
 
@@ -70,3 +70,10 @@ def test_a_mujoco_id_without_mujoco_is_refused_naming_the_extra(monkeypatch):
     message = str(info.value)
     assert "\n" not in message and "HalfCheetah-v5" in message and "pip install 'drlmpi[mujoco]'" in message
     check_env_options(OmegaConf.create({"id": "Pendulum-v1"}))  # other ids do not need it
+
+
+def test_mujoco_warnings_leave_no_log_file_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match="MuJoCo: compiler attribute"):
+        make_env("HalfCheetah-v5").close()  # its model uses an attribute MuJoCo 4 deprecates
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()

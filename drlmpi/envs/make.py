@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -58,6 +59,15 @@ def is_mujoco(env_id: str) -> bool:
     return isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")
 
 
+def route_mujoco_warnings() -> None:
+    """Send MuJoCo's warnings (Gymnasium's v5 models use attributes MuJoCo 4 deprecates) through
+    Python's ``warnings``, shown once per message, instead of MuJoCo's default: a line on stdout
+    AND a ``MUJOCO_LOG.TXT`` appended in the working directory of every rank."""
+    import mujoco
+
+    mujoco.set_mju_user_warning(lambda message: warnings.warn(f"MuJoCo: {message}", stacklevel=2))
+
+
 def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | None = None,
              atari: Any = None, train: bool = True, num_threads: int = 1, **kwargs: Any) -> gym.Env:
     """Create one environment with the project's wrappers.
@@ -83,6 +93,8 @@ def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | Non
                           sim_cost_ms=sim_cost_ms, num_threads=num_threads, **kwargs)
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = int(max_episode_steps)
+    if is_mujoco(env_id):
+        route_mujoco_warnings()
     env = gym.make(env_id, **kwargs)
     if sim_cost_ms and sim_cost_ms > 0:
         env = SimCost(env, sim_cost_ms)
