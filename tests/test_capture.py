@@ -170,6 +170,16 @@ def test_td3_fused_learns_what_eager_learns():
         assert x["critic_loss"] == pytest.approx(y["critic_loss"], rel=1e-3, abs=1e-5)
 
 
+def test_auto_fuses_mlp_updates_and_captures_cnn_updates_as_graphs():
+    from drlmpi.bench.learner import ATARI_CFG, ATARI_SPEC
+
+    assert DQN(probe_spec("CartPole-v1"), cfg_for("dqn"), device="cuda").capture == "fused"
+    cnn = cfg_for("dqn", **ATARI_CFG["dqn"])
+    assert DQN(ATARI_SPEC, cnn, device="cuda").capture == "graph"  # not measured fused
+    asked = cfg_for("dqn", capture="fused", **ATARI_CFG["dqn"])
+    assert DQN(ATARI_SPEC, asked, device="cuda").capture == "fused"
+
+
 @pytest.mark.parametrize("name", ["dqn", "td3"])
 def test_warm_up_compiles_everything_the_updates_run(name):
     """The learner's warm-up (before its training clock) leaves nothing to compile for the

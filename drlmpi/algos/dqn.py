@@ -49,6 +49,8 @@ class DQN(OffPolicyAlgorithm):
         super().__init__(spec, cfg, device, seed, learner)
         #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
         self.encoder = resolve_encoder(spec, cfg, self.config_name(cfg))
+        if self.encoder == "cnn" and self.capture == "fused" and cfg.get("capture", "auto") == "auto":
+            self.capture = "graph"  # auto: the CNN update has not been measured fused (ask for it)
         q_net = network(spec, self.layout, self.encoder, spec.n_actions,
                         tuple(cfg["hidden"])).to(self.device)
         # The target's parameters are views into one flat buffer: a copy or Polyak step is one op.

@@ -61,8 +61,9 @@ def _named(target: str, name: str, what: str) -> dict[str, Option]:
 
 _CAPTURE = _str("auto", "device learner: auto (CUDA graphs on CUDA, eager on cpu) | graph | compile | off",
                 "auto", "graph", "compile", "off")
-_CAPTURE_FUSED = _str("auto", "device learner: auto (fused on CUDA, eager on cpu) | fused (loss and gradient "
-                              "compiled by inductor, replayed in CUDA graphs) | graph | compile | off",
+_CAPTURE_FUSED = _str("auto", "device learner: auto (fused on CUDA, graph for a CNN, eager on cpu) | fused "
+                              "(loss and gradient compiled by inductor, replayed in CUDA graphs) | graph | "
+                              "compile | off",
                       "auto", "fused", "graph", "compile", "off")
 _PER_GRAPH = _int(1, "captured updates: this many updates per graph replay when that many are due")
 _SYNC_UNIT = _str("steps", "what sync_every counts: environment steps or episodes", "steps", "episodes")
