@@ -213,8 +213,7 @@ class TD3(OffPolicyAlgorithm):
                                                     batch["next_obs"], batch["terminated"], eps)
         exchange("critic", critic_group)
         if "actor" in synced:
-            critic = (critic_group.flat.views(critic_group.flat.params.detach())
-                      if self._actor_gradient.fused else None)
+            critic = self._frozen_critic() if self._actor_gradient.fused else None
             (actor_loss,) = self._actor_gradient(batch["obs"], critic)
             exchange("actor", self.policy)
             self._last_actor_loss.copy_(actor_loss)
@@ -224,8 +223,12 @@ class TD3(OffPolicyAlgorithm):
         eps = torch.zeros(batch["action"].shape, device=self.device)
         self._critic_gradient(batch["obs"], batch["action"], batch["reward"], batch["next_obs"],
                               batch["terminated"], eps)
-        critic = self.groups["critic"].flat
-        self._actor_gradient(batch["obs"], critic.views(critic.params.detach()))
+        self._actor_gradient(batch["obs"], self._frozen_critic())
+
+    def _frozen_critic(self) -> dict[str, torch.Tensor]:
+        """The critic's parameters as detached views (the fused actor loss: no critic gradient)."""
+        flat = self.groups["critic"].flat
+        return flat.views(flat.params.detach())
 
     @torch.no_grad()
     def after_update_device(self, synced: tuple[str, ...]) -> None:

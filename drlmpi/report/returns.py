@@ -35,8 +35,8 @@ def returns_section(groups: list[Group]) -> list[str]:
             continue
         best = [float(r.get("best_eval_return")) for r in group.runs if r.get("best_eval_return") is not None]
         steps = [int(r.get("env_steps", 0)) for r in group.runs]
-        env_ids = {r.get("env_id") for r in group.runs}
-        published = PUBLISHED.get((group.algo.split("[")[0], env_ids.pop())) if len(env_ids) == 1 else None
+        tasks = {(r.get("algo"), r.get("env_id")) for r in group.runs}
+        published = PUBLISHED.get(tasks.pop()) if len(tasks) == 1 else None
         shown = "-" if published is None else f"{published[1]:,.0f} +- {published[2]:,.0f} ({published[0]})"
         rows.append(f"| {group.env} | {group.algo} | {group.name} | {len(last)} | "
                     f"{int(np.median(steps)):,} | {_mean_std(last)} | {_mean_std(best)} | {shown} |")
