@@ -11,8 +11,12 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from drlmpi.planner.model import pace, predict
+from drlmpi.planner.model import Prediction, load_at, predict
 from drlmpi.planner.probe import Probe
+from drlmpi.topologies.allgather import Allgather
+from drlmpi.topologies.asynchronous import Asynchronous
+from drlmpi.topologies.sequential import Sequential
+from drlmpi.topologies.star import Star
 from tests.mpirun import REPO
 from tests.shared_runs import CUE
 
@@ -34,42 +38,130 @@ def cfg(topology: str, max_env_steps=None, **options):
 
 
 def test_sequential_steps_and_learns_in_turn():
-    assert predict("sequential", 1, probe(), cfg("sequential")).env_steps_per_s == pytest.approx(1 / 3e-3)
+    assert predict(Sequential, 1, probe(), cfg("sequential")).env_steps_per_s == pytest.approx(1 / 3e-3)
 
 
 def test_a_single_learner_caps_star_async_and_p2p():
     """Simulators add throughput until the learner's 2 ms per update (1 per step) binds."""
     p = probe()
-    assert predict("star", 2, p, cfg("star")).env_steps_per_s == pytest.approx(1 / 2e-3, rel=1e-3)
-    for name in ("star", "async"):
-        cell = predict(name, 16, p, cfg(name))
+    assert predict(Star, 2, p, cfg("star")).env_steps_per_s == pytest.approx(1 / 2e-3, rel=1e-3)
+    for cls in (Star, Asynchronous):
+        cell = predict(cls, 16, p, cfg(cls.name))
         assert cell.env_steps_per_s == pytest.approx(500, rel=1e-3) and cell.bound == "learner"
+    half = predict(Star, 16, probe(updates_per_step=0.5), cfg("star"))  # 1 ms of updates a step
+    assert half.env_steps_per_s == pytest.approx(1000, rel=1e-3) and half.updates_per_s == pytest.approx(500, rel=1e-3)
     slow = probe(sim_step_s=10e-3)  # 10 ms a step: 3 simulators give 300 steps/s, below the cap
-    cell = predict("star", 4, slow, cfg("star"))
+    cell = predict(Star, 4, slow, cfg("star"))
     assert cell.env_steps_per_s == pytest.approx(300, rel=1e-3) and cell.bound == "simulators"
 
 
 def test_data_parallel_splits_the_batch_and_pays_the_allreduce():
     """allgather, 16 ranks, batch_rule=global: each update costs the 8-row update (1 ms) plus
-    the all-reduce (0.4 ms); every rank runs every update of the job's 1 per step."""
-    cell = predict("allgather", 16, probe(), cfg("allgather", batch_rule="global"))
-    step = 1e-3 / 16 + 1.0 * (1e-3 + 4e-4) + pace("allgather", 16, probe(), cfg("allgather")).comm
-    assert cell.env_steps_per_s == pytest.approx(1 / step, rel=1e-6)
-    per_rank = predict("allgather", 16, probe(), cfg("allgather", batch_rule="per_rank"))
+    the all-reduce (0.4 ms); every rank runs every update of the job's 1 per step; each round
+    of 64 steps per rank adds one all-reduce of the step counts."""
+    cell = predict(Allgather, 16, probe(), cfg("allgather", batch_rule="global"))
+    step = 1e-3 / 16 + 1.0 * (1e-3 + 4e-4) + 4e-4 / (16 * 64)
+    assert cell.env_steps_per_s == pytest.approx(1 / step, rel=1e-9)
+    per_rank = predict(Allgather, 16, probe(), cfg("allgather", batch_rule="per_rank"))
     assert per_rank.env_steps_per_s > 5 * cell.env_steps_per_s  # 1/16 of the updates per step
+
+
+def test_device_learners_sharing_one_gpu_take_turns():
+    """allgather on 4 ranks and one GPU: the 32-row update (1.2 ms, interpolated) runs 4 times
+    in turn; the all-reduce over 4 ranks is 0.143 ms (interpolated between 2 and 16 ranks)."""
+    reduce4 = 1e-4 + (4 - 2) / (16 - 2) * 3e-4
+    update32 = 1e-3 + (32 - 8) / (128 - 8) * 1e-3
+    cuda = predict(Allgather, 4, probe(device="cuda", gpus=1), cfg("allgather"))
+    assert cuda.env_steps_per_s == pytest.approx(1 / (1e-3 / 4 + 4 * update32 + reduce4 + reduce4 / 256))
+    two = predict(Allgather, 4, probe(device="cuda", gpus=2), cfg("allgather"))
+    cpu = predict(Allgather, 4, probe(), cfg("allgather"))
+    assert two.env_steps_per_s == pytest.approx(1 / (1e-3 / 4 + 2 * update32 + reduce4 + reduce4 / 256))
+    assert cpu.env_steps_per_s == pytest.approx(1 / (1e-3 / 4 + update32 + reduce4 + reduce4 / 256))
 
 
 def test_the_steps_before_learning_starts_run_at_the_stepping_rate():
     p = probe(learning_starts=1000)
-    cell = predict("sequential", 1, p, cfg("sequential", max_env_steps=2000))
+    cell = predict(Sequential, 1, p, cfg("sequential", max_env_steps=2000))
     assert cell.env_steps_per_s == pytest.approx(2000 / (1000 * 1e-3 + 1000 * 3e-3))
     assert cell.updates_per_s == pytest.approx(1000 / 4.0)
 
 
+def test_a_short_run_pays_the_learners_wait_for_the_first_round():
+    """star, 1,000 steps, rounds of 64 steps: the learner waits 64 x 1 ms before its first
+    rows, then runs at its 2 ms per step."""
+    cell = predict(Star, 16, probe(), cfg("star", max_env_steps=1000))
+    assert cell.env_steps_per_s == pytest.approx(1000 / (0.064 + 1000 * 2e-3), rel=1e-3)
+
+
 def test_a_full_machine_slows_compute_by_the_measured_factor():
     p = probe(slowdown={8: 1.0, 16: 1.5})
-    assert predict("star", 16, p, cfg("star")).env_steps_per_s == pytest.approx(500 / 1.5, rel=1e-3)
-    assert predict("star", 8, p, cfg("star")).env_steps_per_s == pytest.approx(500, rel=1e-3)
+    assert predict(Star, 16, p, cfg("star")).env_steps_per_s == pytest.approx(500 / 1.5, rel=1e-3)
+    assert predict(Star, 8, p, cfg("star")).env_steps_per_s == pytest.approx(500, rel=1e-3)
+
+
+def test_the_calibrated_load_spreads_geometrically_over_the_sizes():
+    """Measured at half the model on 16 ranks: x0.5 there and beyond, x0.5**(log 4/log 16) =
+    x0.707 on 4 ranks, none on one rank."""
+    calibration = {"ranks": 16, "load": 0.5}
+    assert load_at(16, calibration) == pytest.approx(0.5)
+    assert load_at(32, calibration) == pytest.approx(0.5)
+    assert load_at(4, calibration) == pytest.approx(2 ** -0.5)
+    assert load_at(1, calibration) == 1.0
+    assert load_at(4, {"ranks": 16, "error": "did not finish"}) == 1.0
+    cell = predict(Star, 4, probe(), cfg("star"), calibration)
+    assert cell.env_steps_per_s == pytest.approx(500 * 2 ** -0.5, rel=1e-3) and cell.load == pytest.approx(2 ** -0.5)
+
+
+def test_a_cells_range_comes_from_the_probes_spread():
+    """+-10% on the costs: a learner-bound star cell between 500/1.1 and 500/0.9 steps/s."""
+    cell = predict(Star, 16, probe(spread={"sim_step_s": 0.02, "update_s": 0.1}), cfg("star"))
+    assert cell.low == pytest.approx(500 / 1.1, rel=1e-3) and cell.high == pytest.approx(500 / 0.9, rel=1e-3)
+
+
+def test_a_topology_without_a_model_is_listed_not_refused():
+    class Unmodelled:
+        name = "ring"
+
+    cell = predict(Unmodelled, 4, probe(), cfg("ring"))
+    assert cell.env_steps_per_s is None and cell.refused.startswith("not modelled")
+
+
+def test_the_calibration_compares_a_real_job_with_the_model(tmp_path, monkeypatch):
+    """A fake launch 'measures' 250 env steps/s for star on 16 ranks where the model says 500:
+    load x0.5, and the in-job costs are read from the job's ranks."""
+    from drlmpi.planner import calibration
+
+    def fake_launch(jobs, timeout_s):
+        for job in jobs:
+            run_dir = tmp_path / "runs" / job["run_dir"].rsplit("/", 1)[-1]
+            run_dir.mkdir(parents=True)
+            (run_dir / "summary.json").write_text(json.dumps({
+                "env_steps_per_s": 250.0, "env_steps": 10_000, "mpi_wait_share": 0.5,
+                "per_rank": [{"updates": 100, "learn_s": 0.4, "env_steps": 0},
+                             {"updates": 0, "env_steps": 1000, "simulate_s": 1.5}]}))
+            job["run_dir"] = str(run_dir)
+        return [job["run_dir"] for job in jobs]
+
+    monkeypatch.setattr(calibration, "launch", fake_launch)
+    monkeypatch.setattr(calibration, "sizes_to_calibrate", lambda cfgs, ranks: {"star": 16})
+    monkeypatch.setattr("drlmpi.planner.cli.topology_class", lambda c: Star)
+    result = calibration.calibrate({"star": cfg("star")}, [], [1, 16], probe(), 1.0, tmp_path)
+    star = result["star"]
+    assert star["ranks"] == 16 and star["modelled"] == pytest.approx(1e4 / (0.064 + 1e4 * 2e-3), rel=1e-6)
+    assert star["load"] == pytest.approx(250 / star["modelled"])
+    assert star["in_job"] == {"mpi_wait_share": 0.5, "update_s": pytest.approx(4e-3), "sim_step_s": pytest.approx(1.5e-3)}
+
+
+def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():
+    from drlmpi.planner.cli import comparison, recommended
+
+    cells = [Prediction("sequential", 1, 100.0), Prediction("star", 2, 200.0), Prediction("star", 4, 205.0)]
+    assert (recommended(cells).topology, recommended(cells).ranks) == ("star", 2)  # within 3%: fewer ranks
+    lines, result = comparison(cells, {("sequential", 1): [80.0], ("star", 2): [250.0], ("star", 4): [100.0, 300.0]})
+    assert [round(r["error"], 4) for r in result["cells"]] == [0.25, -0.2, 0.025]
+    assert result["within"] == 3 and result["median_error"] == pytest.approx(0.025)
+    assert result["recommended"]["share_of_best"] == pytest.approx(250 / 250)
+    assert "3 of 3 cells within +-25% (100%); median signed error +2%" in lines
 
 
 def _plan(tmp_path, *args: str) -> subprocess.CompletedProcess:
@@ -81,7 +173,7 @@ def _plan(tmp_path, *args: str) -> subprocess.CompletedProcess:
 def test_the_plan_command_probes_predicts_and_compares(tmp_path):
     """One probe of a tiny task (about 7 s: start-up, 0.1 s per quantity, an MPI ping-pong)."""
     proc = _plan(tmp_path, CUE, "algo.hidden=[16]", "--seconds", "0.1", "--ranks", "1,2",
-                 "--topologies", "sequential,star,groups")
+                 "--topologies", "sequential,star,groups", "--no-calibrate")
     assert proc.returncode == 0, proc.stderr[-2000:]
     plan = json.loads((tmp_path / "plan.json").read_text())
     cells = {(c["topology"], c["ranks"]): c for c in plan["cells"]}
@@ -91,7 +183,7 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
     assert cells[("star", 2)]["env_steps_per_s"] > 0 and cells[("sequential", 1)]["env_steps_per_s"] > 0
     assert plan["probe"]["sim_step_s"] > 0 and plan["probe"]["updates_per_step"] > 0
     assert "ping-pong" in plan["probe"]["comm_source"]
-    assert "Recommendation on 2 ranks: topology=star" in proc.stdout
+    assert "Recommendation: topology=" in proc.stdout and "drift" in proc.stdout and "Calibration: none" in proc.stdout
     assert "| star |" in proc.stdout
     runs = tmp_path / "runs"
     for name, ranks, rate in (("sequential", 1, cells[("sequential", 1)]["env_steps_per_s"] * 2),
@@ -102,19 +194,25 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
     compared = _plan(tmp_path, "--plan", "plan.json", "--compare", "runs")
     assert compared.returncode == 0, compared.stderr
     assert "| sequential | 1 |" in compared.stdout and "-50%" in compared.stdout
-    assert "1 of 2 cells within +-25% (50%)" in compared.stdout
+    assert "1 of 2 cells within +-25% (50%); median signed error" in compared.stdout
+    other = _plan(tmp_path, "algo.lr=0.5", "--plan", "plan.json", "--compare", "runs")
+    assert other.returncode == 2 and other.stderr.count("\n") == 1 and "was made for" in other.stderr
 
 
-def test_a_bad_override_is_refused_in_one_line(tmp_path):
-    proc = _plan(tmp_path, "algo.lr=-1")
+@pytest.mark.parametrize("args, says", [(["algo.lr=-1"], "algo.lr"),
+                                        (["--topologies", "star,ring"], "unknown topology ring"),
+                                        (["--ranks", "0,2"], "world sizes must be >= 1"),
+                                        (["--ranks", "two"], "comma-separated whole numbers")])
+def test_bad_input_is_refused_in_one_line(tmp_path, args, says):
+    proc = _plan(tmp_path, *args)
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "algo.lr" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and says in proc.stderr
 
 
 def test_the_probe_runs_for_a_topology_of_several_ranks(tmp_path):
     """The probe runs in one process whatever the topology: a groups-only plan (4 ranks at
     the least) builds its simulator and learner there."""
-    from drlmpi.plan import compose
+    from drlmpi.planner.cli import compose
     from drlmpi.planner.probe import _context, smallest_world
 
     cfg = compose([CUE, "algo.hidden=[16]", "topology=groups"])

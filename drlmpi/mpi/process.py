@@ -20,17 +20,23 @@ def under_mpi_launcher() -> bool:
 
 
 def yield_when_oversubscribed() -> None:
-    """Ask the MPI library to yield the core while it waits, when this host has more ranks than
-    cores (must run before MPI is initialised).
+    """Ask the MPI library to yield the core while it waits when the job's ranks fill the host,
+    and to sleep when they exceed its cores (must run before MPI is initialised).
 
     MPICH and Open MPI busy-poll while a rank waits in a receive or collective. With more ranks
     than cores a waiting simulator then steals the learner's core: on 2 cores, star with 4 ranks
-    ran at half the throughput (250 vs 487 updates/s) until waiting ranks yielded. MPICH (4.3 and
-    later) is also told to sleep after a few empty polls (its progress throttle): a yielding rank
-    still takes a whole idle core, a throttled one about 1% of it while it waits (3 ranks on 2
-    cores, one of them stopped: 100% -> 2% CPU), and throughput is unchanged (star, 4 ranks on
-    2 cores, env.sim_cost_ms=1: 1,148-1,158 env steps/s either way). Setting ``DRLMPI_YIELD=0``
-    or ``=1`` forces the choice; the libraries' own variables, if set, win.
+    ran at half the throughput (250 vs 487 updates/s) until waiting ranks yielded. With exactly a
+    core per rank, polling ranks still slow the working ones (a shared clock, caches and memory):
+    on a 16-core host (Open MPI) star's CPU learner took 2.77 ms per update among 15 polling
+    ranks, 2.33 ms when they yielded and 2.24 ms with 4 ranks. So waiting ranks yield whenever
+    the job's ranks fill the host's cores (``MPIR_CVAR_ENABLE_HEAVY_YIELD``,
+    ``OMPI_MCA_mpi_yield_when_idle``); when ranks exceed the cores, MPICH (4.3 and later) is
+    also told to sleep after a few empty polls (its progress throttle: a throttled rank takes
+    about 1% of a core while it waits; 3 ranks on 2 cores, one stopped: 100% -> 2% CPU), with
+    throughput unchanged (star, 4 ranks on 2 cores, ``env.sim_cost_ms=1``: 1,148-1,158 env
+    steps/s either way); with a core per rank it is not (allgather's per-update all-reduce on 2
+    ranks and 2 cores ran 40% slower asleep). ``DRLMPI_YIELD=0`` or ``=1`` forces the choice;
+    the libraries' own variables, if set, win.
     """
     local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") \
         or os.environ.get("PMI_SIZE")
@@ -39,12 +45,13 @@ def yield_when_oversubscribed() -> None:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover (not Linux)
         cores = os.cpu_count() or 1
-    oversubscribed = local is not None and local.isdigit() and int(local) > cores
-    if forced == "1" or (forced != "0" and oversubscribed):
+    ranks = int(local) if local is not None and local.isdigit() else 1
+    if forced == "1" or (forced != "0" and ranks >= cores and ranks > 1):
         os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")  # MPICH
+        os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # Open MPI
+    if forced == "1" or (forced != "0" and ranks > cores):
         os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE", "1")  # MPICH >= 4.3: sleep when idle
         os.environ.setdefault("MPIR_CVAR_CH4_PROGRESS_THROTTLE_NO_PROGRESS_COUNT", "4")
-        os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # Open MPI
 
 
 def set_thread_counts(threads: object) -> None:

@@ -1,2 +1,12 @@
 """``python -m drlmpi.plan``: predict each topology's throughput from a short probe
-(:mod:`drlmpi.planner.probe`) and a model of what bounds each one (:mod:`drlmpi.planner.model`)."""
+(:mod:`drlmpi.planner.probe`), each topology's own pace model (``pace`` next to its ``run``;
+:mod:`drlmpi.topologies.pace`, :mod:`drlmpi.planner.model`) and a calibration in short real jobs
+(:mod:`drlmpi.planner.calibration`, :mod:`drlmpi.planner.jobs`); the command line is
+:mod:`drlmpi.planner.cli`."""
+
+import os
+
+#: this process's environment before it initialised MPI for the probe: what the planner's own
+#: launches (ping-pong, calibration, measured cells) start from - an MPI singleton's variables
+#: would confuse a launcher started from it
+LAUNCH_ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}

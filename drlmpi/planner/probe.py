@@ -12,6 +12,8 @@ What it measures for the composed config (each with the run's own classes and op
 * ``update_s``: seconds per update on the learner's device at the job's batch and at the
   smaller per-rank batches of the data-parallel topologies (``batch_rule=global``);
 * ``updates_per_step`` (after ``learning_starts``) and ``ingest_row_s`` (storing one row);
+* ``spread``: the relative half-range of three repeats of ``sim_step_s`` and of the update at
+  the job's batch (a cell's range);
 * ``latency_s`` and ``bandwidth_bytes_per_s`` of point-to-point messages: a ping-pong between two MPI
   ranks (:mod:`drlmpi.planner.pingpong`) of the run's row and weight sizes.
 """
@@ -24,9 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -36,88 +37,11 @@ from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
 from drlmpi.run.plan import make_plan, resolve_classes
 from drlmpi.sweep.scheduler import usable_cpus
+from drlmpi.topologies.pace import Probe
 
 #: message latency and bandwidth assumed when no MPI launcher can run the ping-pong
 ASSUMED_LATENCY_S = 5e-6
 ASSUMED_BANDWIDTH_BPS = 5e9
-
-
-@dataclass
-class Probe:
-    """What the probe measured (every time in seconds)."""
-
-    cores: int
-    device: str
-    num_envs: int
-    sim_step_s: float
-    env_step_s: float
-    act_s: dict[int, float]
-    update_s: dict[int, float]
-    update_jitter_s: float
-    learner_update_s: float
-    batch_size: int | None
-    updates_per_step: float
-    learning_starts: int
-    ingest_row_s: float
-    slowdown: dict[int, float]
-    allreduce_s: dict[int, float]
-    row_bytes: int
-    weight_bytes: int
-    latency_s: float
-    bandwidth_bytes_per_s: float
-    comm_source: str
-    probe_seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-    def update_at(self, batch: int | None) -> float:
-        """Seconds per update at ``batch`` rows, interpolated linearly between measured sizes."""
-        if not self.update_s:
-            return 0.0
-        if batch is None or len(self.update_s) == 1:
-            return self.update_s[max(self.update_s)]
-        sizes = sorted(self.update_s)
-        return float(np.interp(batch, sizes, [self.update_s[b] for b in sizes]))
-
-    def learner_update_at(self, batch: int | None) -> float:
-        """A learner's seconds per update at ``batch``: the bare update there, scaled by what
-        the run's learner adds to the bare update at the job's batch (its bookkeeping)."""
-        bare = self.update_at(self.batch_size)
-        return self.learner_update_s * (self.update_at(batch) / bare if bare > 0 else 1.0)
-
-    def slowdown_at(self, ranks: int) -> float:
-        """Compute slows down by this factor with ``ranks`` busy processes on the machine."""
-        points = {1: 1.0, **self.slowdown}
-        sizes = sorted(points)
-        return float(np.interp(ranks, sizes, [points[n] for n in sizes]))
-
-    def allreduce_at(self, ranks: int) -> float:
-        """An all-reduce of the weights over ``ranks`` ranks (measured sizes, else log2 steps of
-        the point-to-point cost)."""
-        if ranks <= 1:
-            return 0.0
-        if self.allreduce_s:
-            sizes = sorted(self.allreduce_s)
-            if ranks <= sizes[-1]:
-                return float(np.interp(ranks, sizes, [self.allreduce_s[n] for n in sizes]))
-            return self.allreduce_s[sizes[-1]] * np.log2(ranks) / max(1.0, np.log2(sizes[-1]))
-        return 2 * np.log2(ranks) * self.message_s(self.weight_bytes)
-
-    def straggler_s(self, ranks: int, slowdown: float = 1.0) -> float:
-        """The expected wait of a collective for the slowest of ``ranks`` ranks' updates: the
-        spread of one update times sqrt(2 ln N) (the expected maximum of N normal draws)."""
-        return self.update_jitter_s * slowdown * float(np.sqrt(2 * np.log(ranks))) if ranks > 1 else 0.0
-
-    def act_at(self, rows: int) -> float:
-        sizes = sorted(self.act_s)
-        return float(np.interp(rows, sizes, [self.act_s[b] for b in sizes]))
-
-    def message_s(self, nbytes: float) -> float:
-        """One-way seconds of a point-to-point message of ``nbytes``."""
-        return self.latency_s + nbytes / self.bandwidth_bytes_per_s
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: ({str(b): t for b, t in v.items()} if isinstance(v, dict) else v)
-                for k, v in asdict(self).items()}
 
 
 def _context(cfg: Any, run_dir: Path):
@@ -143,6 +67,24 @@ def _time_collect(actor: Any, seconds: float) -> float:
         actor.collect(8)
         steps += 8
     return (time.perf_counter() - t0) / (steps * actor.n_envs)
+
+
+def _repeated(measure: Callable[[], float], repeats: int = 3) -> tuple[float, float]:
+    """The median of ``repeats`` measurements and their spread: half the range, relative."""
+    values = sorted(measure() for _ in range(repeats))
+    middle = float(np.median(values))
+    return middle, (values[-1] - values[0]) / (2 * middle) if middle > 0 else 0.0
+
+
+def remeasure(cfg: Any, seconds: float) -> float:
+    """A simulator's seconds per env step, measured again (the probe's first figure: whether
+    the host drifted while the plan was made)."""
+    with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:
+        actor = _context(cfg, Path(tmp)).make_actor(0)
+        try:
+            return _time_collect(actor, seconds)
+        finally:
+            actor.close()
 
 
 def _random_acting(ctx: Any, actor: Any) -> None:
@@ -259,7 +201,9 @@ def measure_messages(sizes: list[int], weight_bytes: int, ranks: int,
     launcher = os.environ.get("DRLMPI_PLAN_MPIEXEC", "mpiexec").split()
     cmd = [*launcher, "-n", str(max(2, ranks)), sys.executable, "-m", "mpi4py", "-m",
            "drlmpi.planner.pingpong", "--sizes", *map(str, sizes), "--allreduce", str(weight_bytes)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    from drlmpi.planner import LAUNCH_ENV
+
+    env = {**LAUNCH_ENV, "OMP_NUM_THREADS": "1"}
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
                              stdin=subprocess.DEVNULL, start_new_session=True)
@@ -283,11 +227,12 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
     cfg = next(iter(cfgs.values()))
     cores = len(usable_cpus())
     notes: list[str] = []
+    spread: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:
         ctx = _context(cfg, Path(tmp))
         actor = ctx.make_actor(0)
         try:
-            sim_step = _time_collect(actor, seconds)
+            sim_step, spread["sim_step_s"] = _repeated(lambda: _time_collect(actor, seconds / 3))
             loads = sorted({n for n in (cores // 2, cores) if n >= 4})
             slow_sim = {n: _under_load(n - 1, lambda: _time_collect(actor, seconds / 3)) / sim_step
                         for n in loads}
@@ -317,6 +262,10 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
                 if size != int(batch):
                     algo = _learner_algo(ctx, share)
                     algo_rows = _fill(algo, ctx.spec)[0]
+                if size == int(batch):  # the job's own batch: three repeats, their spread kept
+                    update_s[size], spread["update_s"] = _repeated(
+                        lambda a=algo, r=algo_rows: _update_rate(a, r, seconds / 6))
+                    continue
                 update_s[int(share.get("batch_size", size))] = _update_rate(algo, algo_rows, seconds / 2)
             jitter = _jitter(learner, rows, seconds / 2)
             bare = update_s[int(batch)]
@@ -343,7 +292,8 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
         sorted({8, row_bytes, weight_bytes, chunk_bytes}), weight_bytes, min(cores, 64))
     if source.startswith("assumed"):
         notes.append(f"message costs {source}")
-    return Probe(cores=cores, device=str(ctx.device), num_envs=int(cfg.env.num_envs),
+    gpus = torch.cuda.device_count() if str(ctx.device).startswith("cuda") else 0
+    return Probe(cores=cores, device=str(ctx.device), gpus=max(1, gpus), num_envs=int(cfg.env.num_envs),
                  sim_step_s=sim_step, env_step_s=env_step, act_s=act_s, update_s=update_s,
                  update_jitter_s=jitter,
                  learner_update_s=learner_update or update_s.get(int(batch or 0), 0.0),
@@ -352,4 +302,4 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
                  slowdown=slowdown, allreduce_s=reduce,
                  row_bytes=row_bytes, weight_bytes=weight_bytes, latency_s=latency,
                  bandwidth_bytes_per_s=bandwidth, comm_source=source,
-                 probe_seconds=time.perf_counter() - started, notes=notes)
+                 probe_seconds=time.perf_counter() - started, notes=notes, spread=spread)

@@ -69,6 +69,7 @@ from drlmpi.topologies.base import (
     Topology,
     learner_report,
 )
+from drlmpi.topologies.pace import Pace, Probe, first_round, sync_rows
 
 
 class Asynchronous(Topology):
@@ -89,6 +90,18 @@ class Asynchronous(Topology):
             raise ConfigError("topology=async sends fixed-size chunks: use topology.sync_unit=steps")
         if algo_cls.kind == "on_policy" and topo.get("utd_mode", "ratio") == "free":
             raise ConfigError(f"topology.utd_mode=free is for off-policy algorithms, not {cfg.algo.name}")
+
+    @classmethod
+    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+        """No rounds: max(s/(N-1), c + rho u + a chunk's receive per row + rho (N-1) weight
+        sends per publish_every updates)."""
+        sims, rows, f = ranks - 1, sync_rows(p, topo_cfg), p.slowdown_at(ranks)
+        publish = max(1, int(topo_cfg.get("publish_every", 32)))
+        per_step = (p.message_s(rows * p.row_bytes) / rows
+                    + p.updates_per_step * sims * p.message_s(p.weight_bytes) / publish)
+        c = p.ingest_row_s * f
+        return Pace(sim=p.sim_step_s * f / sims, learn=c + p.updates_per_step * p.learner_update_at(p.batch_size) * f
+                    + per_step, learn_warm=c + per_step, start=first_round(p, topo_cfg, f))
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:

@@ -48,6 +48,7 @@ from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.base import RankReport, RunContext, Topology, learner_report
+from drlmpi.topologies.pace import Pace, Probe
 
 LEARNER_RANK = 0
 STEP_COLUMNS = ("reward", "terminated", "truncated", "episode_return", "episode_length")
@@ -151,6 +152,22 @@ class Central(Topology):
     min_ranks = 2
     max_ranks = None
     report_order = 45
+
+    @classmethod
+    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+        """Simulators only step; the learner serves each group's actions in one forward pass and
+        trains: max(s_env/(N-1), c + rho u + a serve's pass per row + two messages per group step)."""
+        sims, e, f = ranks - 1, p.num_envs, p.slowdown_at(ranks)
+        groups = max(1, min(int(topo_cfg.get("env_groups", 2)), e))
+        serve_rows, per_message = max(1, sims * e // groups), max(1, e // groups)
+        per_row = (p.act_at(serve_rows) * f / serve_rows
+                   + 2 * p.message_s(per_message * p.row_bytes) / per_message)
+        sim = p.env_step_s * f / sims
+        if groups == 1:  # no other group steps while one waits for its actions
+            sim += per_row * serve_rows / (sims * e)
+        c = p.ingest_row_s * f
+        return Pace(sim=sim, learn=c + p.updates_per_step * p.learner_update_at(p.batch_size) * f + per_row,
+                    learn_warm=c + per_row)
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:

@@ -48,6 +48,7 @@ from drlmpi.topologies.data_parallel.batch_rule import (
 )
 from drlmpi.topologies.data_parallel.learners import DataParallelLearner
 from drlmpi.topologies.data_parallel.rounds import exchange_round_counts, gather_episodes
+from drlmpi.topologies.pace import Pace, Probe, batch_share, device_turns, first_round, log2, sync_rows
 from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink
 from drlmpi.topologies.star import Star
 
@@ -91,6 +92,21 @@ class Groups(DataParallelTopology):
         topo = cfg.topology
         return per_rank_algo_config(cfg.algo, cls.learners(topo), str(topo.get("batch_rule", DEFAULT_RULE)),
                                     str(topo.get("lr_scale", DEFAULT_LR_SCALE)))
+
+    @classmethod
+    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+        """L learners, each fed by its group's simulators, averaging gradients every update:
+        max(s/(N-L), c/L + rho (u(batch/L) + all-reduce(L) + straggler(L))) + round messages."""
+        learners, f = max(1, cls.learners(topo_cfg)), p.slowdown_at(ranks)
+        sims, group, rows = max(1, ranks - learners), ranks // learners, sync_rows(p, topo_cfg)
+        rule = str(topo_cfg.get("batch_rule", DEFAULT_RULE))
+        per_update = (p.learner_update_at(batch_share(p.batch_size, learners, rule)) * f * device_turns(p, learners)
+                      + p.allreduce_at(learners) + p.straggler_s(learners, f))
+        rho = p.updates_per_step if rule == "global" else p.updates_per_step / learners
+        comm = (group - 1) * p.message_s(rows * p.row_bytes) + max(1, log2(group)) * p.message_s(p.weight_bytes)
+        c = p.ingest_row_s * f / learners
+        return Pace(sim=p.sim_step_s * f / sims, learn=c + rho * per_update, comm=comm / (sims * rows),
+                    learn_warm=c, start=first_round(p, topo_cfg, f))
 
     @classmethod
     def check(cls, plan) -> None:

@@ -11,6 +11,8 @@ from.
 
 from __future__ import annotations
 
+from typing import Any
+
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
@@ -19,6 +21,7 @@ from drlmpi.topologies.base import (
     simulator_report,
     sync_amount,
 )
+from drlmpi.topologies.pace import Pace, Probe, star_pace
 from drlmpi.topologies.rounds import LEARNER_RANK, PointToPointLink, learn_in_rounds, simulate_in_rounds
 
 
@@ -33,6 +36,11 @@ class PointToPoint(Topology):
     @classmethod
     def paper_label(cls, world_size: int) -> str | None:
         return "2 Processes"
+
+    @classmethod
+    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+        """Star's model with one simulator: max(s, c + rho u) + a round's messages per row."""
+        return star_pace(1, p, topo_cfg, p.slowdown_at(ranks))
 
     def run(self, ctx: RunContext) -> RankReport:
         link = PointToPointLink(ctx.comm)

@@ -37,6 +37,7 @@ from drlmpi.topologies.base import (
 from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
 from drlmpi.topologies.data_parallel.exchanges import ServerExchange, WorkerExchange, broadcast_all_params
 from drlmpi.topologies.data_parallel.rounds import data_parallel_round
+from drlmpi.topologies.pace import Probe, log2
 
 SERVER = 0
 
@@ -50,6 +51,11 @@ class ParameterServer(DataParallelTopology):
     report_order = 30
     report_variants = {"batch_rule": "global"}
     server_ranks = 1  # rank 0 samples nothing: N = the workers
+
+    @classmethod
+    def exchange_s(cls, ranks: int, p: Probe) -> float:
+        """A Reduce of the gradients to the server and a Bcast of the parameters back."""
+        return p.allreduce_at(ranks) + max(1, log2(ranks)) * p.message_s(p.weight_bytes)
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == SERVER:

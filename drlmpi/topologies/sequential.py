@@ -8,7 +8,10 @@ number of updates).
 
 from __future__ import annotations
 
+from typing import Any
+
 from drlmpi.topologies.base import RankReport, RunContext, Topology, learner_report, sync_amount
+from drlmpi.topologies.pace import Pace, Probe
 
 
 class Sequential(Topology):
@@ -22,6 +25,12 @@ class Sequential(Topology):
     @classmethod
     def paper_label(cls, world_size: int) -> str | None:
         return "Standard"
+
+    @classmethod
+    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+        """Step (and store the row), then train what the step entitles: s + c + rho u."""
+        return Pace(sim=p.sim_step_s + p.ingest_row_s, learn=p.updates_per_step * p.learner_update_at(p.batch_size),
+                    serial=True)
 
     def run(self, ctx: RunContext) -> RankReport:
         every, unit = sync_amount(self.cfg)

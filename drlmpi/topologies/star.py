@@ -11,6 +11,8 @@ therefore lags by one round. (Workers that send gradients instead of experience 
 
 from __future__ import annotations
 
+from typing import Any
+
 from drlmpi.topologies.base import (
     RankReport,
     RunContext,
@@ -19,6 +21,7 @@ from drlmpi.topologies.base import (
     simulator_report,
     sync_amount,
 )
+from drlmpi.topologies.pace import Pace, Probe, star_pace
 from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink, learn_in_rounds, simulate_in_rounds
 
 
@@ -33,6 +36,12 @@ class Star(Topology):
     @classmethod
     def paper_label(cls, world_size: int) -> str | None:
         return f"MP({world_size})"
+
+    @classmethod
+    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+        """N-1 simulators step while the learner trains: max(s/(N-1), c + rho u) + a round's
+        messages per row."""
+        return star_pace(ranks - 1, p, topo_cfg, p.slowdown_at(ranks))
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:

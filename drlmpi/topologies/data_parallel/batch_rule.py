@@ -50,6 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.schema import SCHEMA
 from drlmpi.topologies.base import RunPlan, Topology
+from drlmpi.topologies.pace import Pace, Probe, batch_share, device_turns, sync_rows
 
 _OPTIONS = SCHEMA["topology/allgather"]  # choices and defaults live in the schema
 BATCH_RULES = _OPTIONS["batch_rule"].choices
@@ -185,3 +186,23 @@ class DataParallelTopology(Topology):
     def check(cls, plan: RunPlan) -> None:
         super().check(plan)
         cls.batch_rule(plan.cfg, plan.world_size)
+
+    @classmethod
+    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+        """The N data ranks step their share in turn with every update of the job, each on its
+        share of the batch, paying the exchange and the slowest rank's update:
+        (s + c)/N + rho (u(batch/N) T + exchange(N) + straggler(N)) + the round's step counts,
+        T the device learners that take turns on one GPU (:func:`device_turns`)."""
+        workers, f = cls.data_ranks(ranks), p.slowdown_at(ranks)
+        rule = str(topo_cfg.get("batch_rule", DEFAULT_RULE))
+        per_update = (p.learner_update_at(batch_share(p.batch_size, workers, rule)) * f * device_turns(p, workers)
+                      + p.straggler_s(workers, f) + cls.exchange_s(ranks, p))
+        rho = p.updates_per_step if rule == "global" else p.updates_per_step / workers
+        round_comm = p.allreduce_at(ranks) / (workers * sync_rows(p, topo_cfg))
+        return Pace(sim=(p.sim_step_s + p.ingest_row_s) * f / workers, learn=rho * per_update,
+                    comm=round_comm, serial=True)
+
+    @classmethod
+    def exchange_s(cls, ranks: int, p: Probe) -> float:
+        """Seconds of one update's gradient exchange over ``ranks`` ranks (an all-reduce)."""
+        return p.allreduce_at(ranks)

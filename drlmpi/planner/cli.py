@@ -1,0 +1,393 @@
+"""``python -m drlmpi.plan [overrides] [--ranks 1,2,4] [--topologies a,b] [--seconds S]
+[--no-calibrate] [--out plan.json] [--plan FILE] [--compare DIR ...]``: which topology pays,
+before running any.
+
+A short probe of the composed config on this machine (:mod:`drlmpi.planner.probe`: env step,
+acting, update and message costs) feeds every registered topology's own pace model
+(:mod:`drlmpi.planner.model`); a calibration (short real jobs at the largest size, one launch:
+:mod:`drlmpi.planner.jobs`) adds how a full job loads this machine. It prints env steps/s, their
+range and the speedup over sequential of each topology at each number of ranks, a
+recommendation, the host's drift during the probe, and writes ``plan.json``. ``--compare`` puts
+the measured throughput of finished runs next to the prediction: each cell's error, the share
+within +-25%, the median signed error and how the recommended cell measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from drlmpi.planner.model import TOLERANCE, Prediction, topology_names
+
+#: the probe's first figure measured again at the end: a change beyond this is reported as drift
+DRIFT_TOLERANCE = 0.10
+#: cells within this share of the best predicted rate count as as good: the fewest ranks is chosen
+RECOMMEND_MARGIN = 0.03
+#: the fields of a run's summary that must match the plan's config for --compare
+CONFIG_KEYS = ("algo", "env_id", "device", "sim_cost_ms", "num_envs")
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    parser = argparse.ArgumentParser(
+        prog="python -m drlmpi.plan",
+        description="Predict each topology's env steps/s and speedup from a short probe of the "
+                    "config (overrides as for python -m drlmpi).")
+    parser.add_argument("--ranks", default=None,
+                        help="comma-separated world sizes (default: 1, 2, 4, ... up to this "
+                             "machine's cores, and the cores)")
+    parser.add_argument("--topologies", default=None,
+                        help="comma-separated topologies (default: every registered one)")
+    parser.add_argument("--seconds", type=float, default=1.0,
+                        help="seconds per measured quantity (the probe takes about 6x this, the "
+                             "calibration 4x this per topology, plus start-up)")
+    parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
+                        help="skip the calibration jobs at the largest size (the model from the "
+                             "probe alone)")
+    parser.add_argument("--out", type=Path, default=Path("plan.json"), help="where to write the plan")
+    parser.add_argument("--plan", type=Path, default=None,
+                        help="compare a plan.json written earlier instead of probing again "
+                             "(with --compare)")
+    parser.add_argument("--compare", type=Path, nargs="+", default=[],
+                        help="run or sweep directories whose measured env steps/s go next to "
+                             "the prediction")
+    return parser.parse_known_args(argv)
+
+
+def compose(overrides: list[str]) -> Any:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from drlmpi.config.schema import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def default_ranks(cores: int) -> list[int]:
+    ranks, n = {cores}, 1
+    while n <= cores:
+        ranks.add(n)
+        n *= 2
+    return sorted(ranks)
+
+
+def configs(overrides: list[str], topologies: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """One composed config per topology (the user's overrides plus ``topology=NAME``), and
+    why a topology could not be composed."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    base = [o for o in overrides if not o.startswith(("topology=", "world_size="))]
+    cfgs, refused = {}, {}
+    for name in topologies:
+        try:
+            cfgs[name] = compose([*base, f"topology={name}"])
+        except (OmegaConfBaseException, ValueError, KeyError) as exc:
+            refused[name] = str(exc).splitlines()[0]
+    return cfgs, refused
+
+
+def topology_class(cfg: Any) -> type:
+    from drlmpi.run.plan import resolve_classes
+
+    return resolve_classes(cfg)[1]
+
+
+def accepted(cfg: Any, ranks: int) -> str | None:
+    """Why a job of ``cfg`` on ``ranks`` ranks would be refused (``None``: it would start)."""
+    from drlmpi.config.errors import ConfigError
+    from drlmpi.run.plan import make_plan
+
+    try:
+        make_plan(cfg, ranks)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def plan_cells(cfgs: dict[str, Any], refused: dict[str, str], ranks: list[int], probe: Any,
+               calibrations: dict[str, dict] | None = None) -> list[Prediction]:
+    from drlmpi.planner.model import predict
+
+    calibrations = calibrations or {}
+    cells = []
+    for name in [*cfgs, *refused]:
+        for n in ranks:
+            why = refused.get(name) or accepted(cfgs[name], n)
+            if why is not None:
+                cells.append(Prediction(name, n, refused=why))
+                continue
+            cells.append(predict(topology_class(cfgs[name]), n, probe, cfgs[name], calibrations.get(name)))
+    return cells
+
+
+def _fmt(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:,.0f}"
+
+
+BOUND_CODES = {"simulators": "s", "learner": "l", "exchange": "x", "stepping and learning in turn": "t"}
+
+
+def table(cells: list[Prediction], ranks: list[int]) -> list[str]:
+    base = next((c.env_steps_per_s for c in cells if c.topology == "sequential" and c.ranks == 1
+                 and c.env_steps_per_s), None)
+    lines = ["| topology | " + " | ".join(f"{n} ranks" for n in ranks) + " |",
+             "|---|" + "---|" * len(ranks)]
+    by = {(c.topology, c.ranks): c for c in cells}
+    for name in dict.fromkeys(c.topology for c in cells):
+        row = []
+        for n in ranks:
+            c = by[(name, n)]
+            if c.env_steps_per_s is None:
+                row.append("not modelled" if (c.refused or "").startswith("not modelled") else "")
+                continue
+            speed = f" {c.env_steps_per_s / base:.2f}x" if base else ""
+            spread = f" ({_fmt(c.low)}-{_fmt(c.high)})" if c.low is not None and c.high != c.low else ""
+            row.append(f"{_fmt(c.env_steps_per_s)}{spread}{speed} {BOUND_CODES.get(c.bound, '?')}")
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return lines
+
+
+def recommended(cells: list[Prediction]) -> Prediction | None:
+    """The fastest cell; among cells within :data:`RECOMMEND_MARGIN` of it, the fewest ranks."""
+    ok = [c for c in cells if c.env_steps_per_s]
+    if not ok:
+        return None
+    best = max(c.env_steps_per_s for c in ok)
+    return min((c for c in ok if c.env_steps_per_s >= (1 - RECOMMEND_MARGIN) * best),
+               key=lambda c: (c.ranks, -c.env_steps_per_s))
+
+
+def recommend(cells: list[Prediction]) -> str:
+    best = recommended(cells)
+    if best is None:
+        return "none: no topology runs with this config at these sizes"
+    seq = next((c for c in cells if c.topology == "sequential" and c.env_steps_per_s), None)
+    gain = f", {best.env_steps_per_s / seq.env_steps_per_s:.1f}x sequential" if seq else ""
+    bound = best.bound if best.bound.startswith("stepping") else f"bound by the {best.bound}"
+    return (f"topology={best.topology} on {best.ranks} ranks ({_fmt(best.env_steps_per_s)} env steps/s"
+            f"{gain}; {bound})")
+
+
+def config_of(cfg: Any) -> dict[str, Any]:
+    """What a measured run must share with the plan to be compared with it."""
+    return {"algo": str(cfg.algo.name), "env_id": str(cfg.env.id), "device": str(cfg.device),
+            "sim_cost_ms": float(cfg.env.get("sim_cost_ms") or 0.0), "num_envs": int(cfg.env.num_envs)}
+
+
+def _same_config(summary: dict[str, Any], config: dict[str, Any]) -> bool:
+    for key in CONFIG_KEYS:
+        want, got = config.get(key), summary.get(key)
+        if want is None or got is None:
+            continue
+        if key == "device":  # a run records the resolved device (cuda:0), the plan the option
+            if str(want) != "auto" and not str(got).startswith(str(want)):
+                return False
+        elif isinstance(want, float):
+            if abs(float(got) - want) > 1e-9:
+                return False
+        elif str(got) != str(want):
+            return False
+    return True
+
+
+def measured(paths: list[Path], config: dict[str, Any] | None = None
+             ) -> tuple[dict[tuple[str, int], list[float]], int]:
+    """Env steps/s of every finished run under ``paths`` by (topology, world size), and how many
+    runs were left out as of another config than ``config``."""
+    from drlmpi.sweep.jobs import read_summary
+
+    found: dict[tuple[str, int], list[float]] = defaultdict(list)
+    other = 0
+    for root in paths:
+        for path in sorted(Path(root).rglob("summary.json")):
+            summary = read_summary(path.parent)
+            if summary is None or summary.get("algo") == "random":
+                continue
+            if config and not _same_config(summary, config):
+                other += 1
+                continue
+            found[(str(summary.get("topology")), int(summary.get("world_size", 0)))].append(
+                float(summary.get("env_steps_per_s") or 0.0))
+    return found, other
+
+
+def comparison(cells: list[Prediction], runs: dict[tuple[str, int], list[float]]) -> tuple[list[str], dict]:
+    import numpy as np
+
+    lines = ["| topology | ranks | predicted env steps/s (range) | measured | error |",
+             "|---|---|---|---|---|"]
+    rows, within = [], 0
+    for c in cells:
+        got = runs.get((c.topology, c.ranks))
+        if not got or c.env_steps_per_s is None:
+            continue
+        value = sum(got) / len(got)
+        error = c.env_steps_per_s / value - 1
+        within += abs(error) <= TOLERANCE
+        rows.append({"topology": c.topology, "ranks": c.ranks, "predicted": c.env_steps_per_s,
+                     "low": c.low, "high": c.high, "measured": value, "runs": len(got), "error": error})
+        spread = f" ({_fmt(c.low)}-{_fmt(c.high)})" if c.low is not None else ""
+        lines.append(f"| {c.topology} | {c.ranks} | {_fmt(c.env_steps_per_s)}{spread} | {_fmt(value)} | "
+                     f"{error:+.0%} |")
+    share = within / len(rows) if rows else 0.0
+    median = float(np.median([r["error"] for r in rows])) if rows else 0.0
+    result = {"cells": rows, "within": within, "share_within": share, "tolerance": TOLERANCE,
+              "median_error": median}
+    lines += ["", f"{within} of {len(rows)} cells within +-{TOLERANCE:.0%} ({share:.0%}); "
+                  f"median signed error {median:+.0%}"]
+    best, pick = max(rows, key=lambda r: r["measured"], default=None), recommended(cells)
+    chosen = next((r for r in rows if pick and (r["topology"], r["ranks"]) == (pick.topology, pick.ranks)), None)
+    if best and chosen:
+        result["recommended"] = {"topology": chosen["topology"], "ranks": chosen["ranks"],
+                                 "measured": chosen["measured"], "best": best["measured"],
+                                 "best_cell": [best["topology"], best["ranks"]],
+                                 "share_of_best": chosen["measured"] / best["measured"]}
+        lines.append(f"Recommended {chosen['topology']} on {chosen['ranks']} ranks measured "
+                     f"{_fmt(chosen['measured'])}: {chosen['measured'] / best['measured']:.0%} of the "
+                     f"best measured cell ({best['topology']} on {best['ranks']} ranks, "
+                     f"{_fmt(best['measured'])})")
+    return lines, result
+
+
+def compare_saved(path: Path, runs: list[Path], overrides: list[str]) -> int:
+    """``--plan FILE --compare DIR ...``: the saved plan's cells next to measured runs."""
+    try:
+        saved = json.loads(path.read_text())
+        cells = [Prediction(**cell) for cell in saved["cells"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"drlmpi.plan: error: --plan {path}: not a plan.json ({exc})", file=sys.stderr)
+        return 2
+    if overrides and sorted(overrides) != sorted(saved.get("overrides", [])):
+        print(f"drlmpi.plan: error: --plan {path} was made for {' '.join(saved.get('overrides', [])) or 'no overrides'}"
+              f", not {' '.join(overrides)}", file=sys.stderr)
+        return 2
+    found, other = measured(runs, saved.get("config"))
+    if not found and other:
+        print(f"drlmpi.plan: error: --compare: the {other} run(s) found are of another config than "
+              f"{path} ({', '.join(f'{k}={v}' for k, v in saved.get('config', {}).items())})", file=sys.stderr)
+        return 2
+    lines, saved["comparison"] = comparison(cells, found)
+    if other:
+        lines.append(f"({other} run(s) of another config left out)")
+    print("\n".join(lines), flush=True)
+    path.write_text(json.dumps(saved, indent=2) + "\n")
+    return 0
+
+
+def check_request(args: argparse.Namespace, overrides: list[str]) -> tuple[list[str], list[int] | None]:
+    """The topologies and sizes asked for; :class:`ConfigError` in one line for bad input."""
+    from drlmpi.config.errors import ConfigError
+    from drlmpi.run.arguments import check_command_line
+
+    check_command_line(overrides)
+    known = topology_names()
+    topologies = [t for t in (args.topologies or ",".join(known)).split(",") if t]
+    unknown = sorted(set(topologies) - set(known))
+    if unknown:
+        raise ConfigError(f"--topologies: unknown topology {', '.join(unknown)} (one of {', '.join(known)})")
+    ranks = None
+    if args.ranks:
+        try:
+            ranks = sorted({int(r) for r in args.ranks.split(",") if r.strip()})
+        except ValueError:
+            raise ConfigError(f"--ranks {args.ranks}: comma-separated whole numbers, e.g. 1,2,4") from None
+        if not ranks or min(ranks) < 1:
+            raise ConfigError(f"--ranks {args.ranks}: world sizes must be >= 1")
+    if args.seconds <= 0:
+        raise ConfigError(f"--seconds {args.seconds:g}: must be > 0")
+    return topologies, ranks
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.plan is not None:
+        return compare_saved(args.plan, args.compare, overrides)
+    from drlmpi.config.errors import ConfigError
+
+    try:
+        topologies, ranks = check_request(args, overrides)
+        cfgs, refused = configs(overrides, topologies)
+        if not cfgs:
+            raise ConfigError(f"no topology could be composed: {next(iter(refused.values()))}")
+        first = next(iter(cfgs.values()))
+        from drlmpi.planner.probe import smallest_world
+        from drlmpi.run.plan import make_plan
+
+        make_plan(first, smallest_world(first))  # the config itself: one line if it is wrong
+    except (ConfigError, ValueError) as exc:
+        print(f"drlmpi.plan: error: {exc}", file=sys.stderr)
+        return 2
+    from drlmpi.mpi.process import set_thread_counts
+
+    set_thread_counts(first.get("threads_per_rank"))  # as each rank of the run would
+    import torch
+
+    torch.set_num_threads(int(first.get("threads_per_rank") or 1))
+    from drlmpi.planner.calibration import calibrate, describe_drift
+    from drlmpi.planner.probe import probe as run_probe
+    from drlmpi.planner.probe import remeasure
+
+    print(f"drlmpi.plan: probing {first.algo.name} on {first.env.id} (device {first.device}) ...",
+          file=sys.stderr, flush=True)
+    p = run_probe(cfgs, args.seconds)
+    ranks = ranks or default_ranks(p.cores)
+    calibrations: dict[str, dict] = {}
+    if args.calibrate:
+        with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:
+            calibrations = calibrate(cfgs, overrides, ranks, p, args.seconds, Path(tmp))
+    drift = remeasure(first, args.seconds) / p.sim_step_s - 1
+    cells = plan_cells(cfgs, refused, ranks, p, calibrations)
+    lines = [probe_line(p), *calibration_lines(calibrations), "",
+             "Predicted env steps/s (range from the probe's spread; speedup vs sequential; bound: "
+             "s simulators, l learner, x exchange, t stepping and learning in turn):", "",
+             *table(cells, ranks), ""]
+    refusals = sorted({(c.topology, c.refused) for c in cells if c.refused and c.ranks == max(ranks)})
+    lines += [f"- {name} on {max(ranks)} ranks: {why}" for name, why in refusals]
+    verdict = recommend(cells)
+    lines += ["", f"Recommendation: {verdict}.", describe_drift(drift, DRIFT_TOLERANCE)]
+    lines += [f"Note: {n}" for n in p.notes]
+    result: dict[str, Any] = {"overrides": overrides, "config": config_of(first), "probe": p.to_json(),
+                              "calibration": calibrations, "drift": drift,
+                              "cells": [c.to_json() for c in cells], "recommendation": verdict}
+    if args.compare:
+        found, _ = measured(args.compare, result["config"])
+        compared, result["comparison"] = comparison(cells, found)
+        lines += ["", "Measured (--compare):", "", *compared]
+    print("\n".join(lines), flush=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"drlmpi.plan: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def probe_line(p: Any) -> str:
+    updates = (f"{p.update_at(p.batch_size) * 1e3:.3f} ms per update at batch {p.batch_size} "
+               f"({p.learner_update_s * 1e3:.3f} ms through the run's learner), "
+               f"{p.updates_per_step:g} updates per step" if p.update_s else "no updates (no learner)")
+    spread = ", ".join(f"{k} +-{v:.0%}" for k, v in p.spread.items())
+    return (f"Probe ({p.probe_seconds:.0f} s, {p.cores} cores, learner on {p.device}): "
+            f"{p.sim_step_s * 1e3:.3f} ms per env step with acting ({p.env_step_s * 1e3:.3f} ms without), "
+            f"{updates}, messages {p.latency_s * 1e6:.1f} us + {p.bandwidth_bytes_per_s / 1e9:.2f} GB/s "
+            f"({p.comm_source}); spread between repeats: {spread or 'not measured'}.")
+
+
+def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
+    if not calibrations:
+        return ["Calibration: none (--no-calibrate, or no topology runs on more than one rank here)."]
+    parts = []
+    for name, c in calibrations.items():
+        if "error" in c:
+            parts.append(f"{name}: not calibrated ({c['error']})")
+        else:
+            parts.append(f"{name} on {c['ranks']}: measured {_fmt(c['measured'])} against {_fmt(c['modelled'])}"
+                         f" modelled, load x{c['load']:.2f}")
+    return [f"Calibration ({sum(c.get('seconds', 0) for c in calibrations.values()):.0f} s, one short job per "
+            "topology at its largest size): " + "; ".join(parts) + "."]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

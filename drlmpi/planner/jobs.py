@@ -1,0 +1,152 @@
+"""Real runs for the planner, several in ONE MPI launch: the calibration's short jobs at the
+largest size (:func:`calibration_jobs`) and ``experiments/plan_check.sh``'s measured cells.
+
+``mpiexec -n N python -m mpi4py -m drlmpi.planner.jobs SPEC.json`` runs each job of the spec
+(``{"jobs": [{"overrides": [...], "ranks": n, "run_dir": "..."}]}``) in turn, in-process, on a
+communicator of the first ``n`` ranks: exactly what ``python -m drlmpi OVERRIDES`` runs after Hydra
+composed the config (:func:`drlmpi.run.experiment.run_experiment`), writing its ``summary.json``.
+Ranks outside a job wait asleep (a nonblocking barrier polled every few milliseconds), never
+spinning inside MPI, so they do not load the machine; one start-up (imports, MPI) serves every
+job. Rank 0 prints one JSON line: the run directory of each job that finished.
+
+``python -m drlmpi.planner.jobs --measure OUT [--ranks 1,4] [--topologies a,b] [overrides]``
+measures the cells of a plan that way: every topology at every size it accepts, one job at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: what every planner job sets: no evaluation, no checkpoints, no event files, quiet
+QUIET = ["run.eval_every=1000000000", "run.stop_on_solve=false", "run.progress_every_s=0",
+         "run.tensorboard=false", "run.checkpoint_every_s=0", "run.checkpoint_on_signal=false"]
+
+
+def sleep_until_all_arrive(world: Any) -> None:
+    """A barrier over ``world`` that sleeps between polls instead of spinning in MPI."""
+    request, delay = world.Ibarrier(), 1e-4
+    while not request.Test():
+        time.sleep(delay)
+        delay = min(2 * delay, 5e-3)
+
+
+def run_spec(spec: dict[str, Any]) -> list[str]:
+    """This rank's part of every job in ``spec``; rank 0 returns the finished run directories."""
+    from mpi4py import MPI
+
+    from drlmpi.planner.cli import compose
+    from drlmpi.run.experiment import run_experiment
+
+    world = MPI.COMM_WORLD
+    rank, done = world.Get_rank(), []
+    for job in spec["jobs"]:
+        ranks, run_dir = int(job["ranks"]), Path(job["run_dir"])
+        comm = world.Split(0 if rank < ranks else MPI.UNDEFINED, rank)
+        if comm != MPI.COMM_NULL:
+            try:
+                run_dir.mkdir(parents=True, exist_ok=True)
+                run_experiment(compose(list(job["overrides"])), comm, run_dir, hang_exit=3)
+            except BaseException as exc:  # noqa: BLE001 (its peers may wait for it: end the launch)
+                print(f"drlmpi.planner.jobs: rank {rank}: {run_dir.name}: {exc!r}", file=sys.stderr, flush=True)
+                world.Abort(1)
+            comm.Free()
+            if rank == 0 and (run_dir / "summary.json").is_file():
+                done.append(str(run_dir))
+        sleep_until_all_arrive(world)
+    return done
+
+
+def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> list[str]:
+    """Run ``jobs`` in one launch of ``DRLMPI_PLAN_MPIEXEC`` (default ``mpiexec``) over as many
+    ranks as the largest needs; the run directories that finished (raises ``RuntimeError`` with
+    the launch's last lines when it failed)."""
+    if not jobs:
+        return []
+    ranks = max(int(job["ranks"]) for job in jobs)
+    with tempfile.TemporaryDirectory(prefix="drlmpi-plan-jobs-") as tmp:
+        spec = Path(tmp) / "spec.json"
+        spec.write_text(json.dumps({"jobs": jobs}))
+        launcher = os.environ.get("DRLMPI_PLAN_MPIEXEC", "mpiexec").split()
+        cmd = [*launcher, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "drlmpi.planner.jobs",
+               str(spec)]
+        try:
+            from drlmpi.planner import LAUNCH_ENV
+
+            out = subprocess.run(cmd, env=LAUNCH_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE if quiet else None,
+                                 text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"{' '.join(cmd[:3])} ...: no result within {timeout_s:.0f} s") from exc
+        except OSError as exc:
+            raise RuntimeError(f"could not run {' '.join(cmd[:3])} ...: {exc}") from exc
+        lines = (out.stdout or "").strip().splitlines()
+        if out.returncode != 0 or not lines:
+            tail = " | ".join(((out.stderr or "") + (out.stdout or "")).strip().splitlines()[-3:])
+            raise RuntimeError(f"{' '.join(cmd[:3])} ... ended with exit code {out.returncode}: {tail}")
+        return list(json.loads(lines[-1])["done"])
+
+
+def calibration_jobs(overrides: list[str], sizes: dict[str, int], seconds: float, root: Path) -> list[dict]:
+    """One short job per topology at its size in ``sizes``: ``seconds`` of training (or the
+    config's step budget, if that ends first)."""
+    base = [o for o in overrides if not o.startswith(("topology=", "world_size="))]
+    return [{"overrides": [*base, f"topology={name}", *QUIET, f"run.max_train_seconds={seconds:g}"],
+             "ranks": ranks, "run_dir": str(root / f"calibrate_{name}_n{ranks}")}
+            for name, ranks in sizes.items()]
+
+
+def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[int]) -> int:
+    """``--measure``: every accepted (topology, size) cell of the config, one job each."""
+    from drlmpi.config.errors import ConfigError
+    from drlmpi.planner.cli import configs
+    from drlmpi.run.plan import make_plan
+
+    cfgs, refused = configs(overrides, topologies)
+    jobs = []
+    base = [o for o in overrides if not o.startswith(("topology=", "world_size="))]
+    for name, cfg in cfgs.items():
+        for n in ranks:
+            try:
+                make_plan(cfg, n)
+            except ConfigError:
+                continue
+            jobs.append({"overrides": [*base, f"topology={name}", *QUIET], "ranks": n,
+                         "run_dir": str(out / f"{len(jobs)}_{name}_n{n}")})
+    print(f"drlmpi.planner.jobs: {len(jobs)} job(s) in one launch into {out}"
+          + (f"; not composed: {', '.join(refused)}" if refused else ""), file=sys.stderr, flush=True)
+    done = launch(jobs, timeout_s=120 + 120 * len(jobs), quiet=False)
+    print(f"drlmpi.planner.jobs: {len(done)} of {len(jobs)} finished", file=sys.stderr)
+    return 0 if len(done) == len(jobs) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] != "--measure":
+        from drlmpi.mpi.process import yield_when_oversubscribed
+
+        yield_when_oversubscribed()  # as every rank of a job does, before MPI starts
+        done = run_spec(json.loads(Path(argv[0]).read_text()))
+        from mpi4py import MPI
+
+        if MPI.COMM_WORLD.Get_rank() == 0:
+            print(json.dumps({"done": done}), flush=True)
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m drlmpi.planner.jobs")
+    parser.add_argument("--measure", type=Path, required=True)
+    parser.add_argument("--ranks", default="1,2")
+    parser.add_argument("--topologies", default="sequential,star")
+    args, overrides = parser.parse_known_args(argv)
+    return measure(args.measure, overrides, [t for t in args.topologies.split(",") if t],
+                   sorted({int(r) for r in args.ranks.split(",")}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""The vocabulary of a topology's pace model (the planner, :mod:`drlmpi.planner`): what the probe
+measured on this machine (:class:`Probe`) and what a topology answers with (:class:`Pace`).
+
+A topology models itself with a class method next to its ``run``::
+
+    @classmethod
+    def pace(cls, ranks: int, p: Probe, topo_cfg) -> Pace: ...
+
+the seconds its job spends per job-wide environment step on ``ranks`` ranks, once updates run
+and before ``learning_starts``. Where simulation and learning overlap the slower side sets the
+pace; where one rank does both in turn (``serial``) the parts add up. Messages cost ``latency +
+bytes / bandwidth`` (the probe's ping-pong). A topology without ``pace`` is listed by the planner
+as "not modelled". This module imports nothing of drlmpi: topologies and the planner both read it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Probe:
+    """What the probe measured (every time in seconds)."""
+
+    cores: int
+    device: str
+    num_envs: int
+    sim_step_s: float
+    env_step_s: float
+    act_s: dict[int, float]
+    update_s: dict[int, float]
+    update_jitter_s: float
+    learner_update_s: float
+    batch_size: int | None
+    updates_per_step: float
+    learning_starts: int
+    ingest_row_s: float
+    slowdown: dict[int, float]
+    allreduce_s: dict[int, float]
+    row_bytes: int
+    weight_bytes: int
+    latency_s: float
+    bandwidth_bytes_per_s: float
+    comm_source: str
+    probe_seconds: float = 0.0
+    #: GPUs of this host (device learners on more ranks than GPUs take turns on one)
+    gpus: int = 1
+    notes: list[str] = field(default_factory=list)
+    #: relative half-width of each measured figure's spread between repeats (``sim_step_s``,
+    #: ``learner_update_s``, ...): a cell's range is the model at the low and the high ends
+    spread: dict[str, float] = field(default_factory=dict)
+
+    def scaled(self, factor: float) -> Probe:
+        """This probe with every compute cost (steps, updates, storing rows, forward passes)
+        multiplied by ``factor`` (a cell's range at the ends of the measured spread)."""
+        return replace(
+            self, sim_step_s=self.sim_step_s * factor, env_step_s=self.env_step_s * factor,
+            act_s={b: t * factor for b, t in self.act_s.items()},
+            update_s={b: t * factor for b, t in self.update_s.items()},
+            learner_update_s=self.learner_update_s * factor, ingest_row_s=self.ingest_row_s * factor)
+
+    def update_at(self, batch: int | None) -> float:
+        """Seconds per update at ``batch`` rows, interpolated linearly between measured sizes."""
+        if not self.update_s:
+            return 0.0
+        if batch is None or len(self.update_s) == 1:
+            return self.update_s[max(self.update_s)]
+        sizes = sorted(self.update_s)
+        return float(np.interp(batch, sizes, [self.update_s[b] for b in sizes]))
+
+    def learner_update_at(self, batch: int | None) -> float:
+        """A learner's seconds per update at ``batch``: the bare update there, scaled by what
+        the run's learner adds to the bare update at the job's batch (its bookkeeping)."""
+        bare = self.update_at(self.batch_size)
+        return self.learner_update_s * (self.update_at(batch) / bare if bare > 0 else 1.0)
+
+    def slowdown_at(self, ranks: int) -> float:
+        """Compute slows down by this factor with ``ranks`` busy processes on the machine."""
+        points = {1: 1.0, **self.slowdown}
+        sizes = sorted(points)
+        return float(np.interp(ranks, sizes, [points[n] for n in sizes]))
+
+    def allreduce_at(self, ranks: int) -> float:
+        """An all-reduce of the weights over ``ranks`` ranks (measured sizes, else log2 steps of
+        the point-to-point cost)."""
+        if ranks <= 1:
+            return 0.0
+        if self.allreduce_s:
+            sizes = sorted(self.allreduce_s)
+            if ranks <= sizes[-1]:
+                return float(np.interp(ranks, sizes, [self.allreduce_s[n] for n in sizes]))
+            return self.allreduce_s[sizes[-1]] * np.log2(ranks) / max(1.0, np.log2(sizes[-1]))
+        return 2 * np.log2(ranks) * self.message_s(self.weight_bytes)
+
+    def straggler_s(self, ranks: int, slowdown: float = 1.0) -> float:
+        """The expected wait of a collective for the slowest of ``ranks`` ranks' updates: the
+        spread of one update times sqrt(2 ln N) (the expected maximum of N normal draws)."""
+        return self.update_jitter_s * slowdown * float(np.sqrt(2 * np.log(ranks))) if ranks > 1 else 0.0
+
+    def act_at(self, rows: int) -> float:
+        sizes = sorted(self.act_s)
+        return float(np.interp(rows, sizes, [self.act_s[b] for b in sizes]))
+
+    def message_s(self, nbytes: float) -> float:
+        """One-way seconds of a point-to-point message of ``nbytes``."""
+        return self.latency_s + nbytes / self.bandwidth_bytes_per_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: ({str(b): t for b, t in v.items()} if isinstance(v, dict) else v)
+                for k, v in asdict(self).items()}
+
+
+@dataclass
+class Pace:
+    """Seconds per job-wide env step of each side, once learning runs (and before)."""
+
+    sim: float
+    learn: float
+    comm: float = 0.0
+    serial: bool = False      # one rank simulates and learns in turn: the sides add up
+    learn_warm: float = 0.0   # the learner side before learning_starts
+    start: float = 0.0        # seconds once per run before the learner has its first rows
+
+    def step_s(self, learning: bool = True) -> float:
+        learner = self.learn if learning else self.learn_warm
+        core = self.sim + learner if self.serial else max(self.sim, learner)
+        return core + self.comm
+
+    def bound(self) -> str:
+        if self.comm > 0.25 * self.step_s():
+            return "exchange"
+        if self.serial:
+            return "stepping and learning in turn"
+        return "learner" if self.learn >= self.sim else "simulators"
+
+
+def device_turns(p: Probe, learners: int) -> int:
+    """How many learner ranks take turns on one GPU: CUDA time-slices the processes that share
+    a device, so their updates do not overlap (1 on the CPU, where each rank has its core)."""
+    if not str(p.device).startswith("cuda"):
+        return 1
+    return max(1, math.ceil(learners / max(1, p.gpus)))
+
+
+def log2(n: int) -> int:
+    """Steps of a tree collective over ``n`` ranks."""
+    return max(0, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def batch_share(batch: int | None, ranks: int, rule: str) -> int | None:
+    """A learner's batch when ``ranks`` learners share one update (``batch_rule``)."""
+    if batch is None or rule == "per_rank":
+        return batch
+    return max(1, round(batch / ranks))
+
+
+def sync_rows(p: Probe, topo_cfg: Any) -> int:
+    """Rows a simulator sends per round or chunk: ``sync_every`` steps of its environments."""
+    return max(1, int(topo_cfg.get("sync_every", 256))) * p.num_envs
+
+
+def star_pace(sims: int, p: Probe, topo_cfg: Any, f: float) -> Pace:
+    """One learner fed by ``sims`` simulators in rounds (p2p, star): the learner stores and
+    trains while the simulators step; a round moves each simulator's rows and the weights."""
+    rows = sync_rows(p, topo_cfg)
+    c, u = p.ingest_row_s * f, p.learner_update_at(p.batch_size) * f
+    comm = sims * p.message_s(rows * p.row_bytes) + max(1, log2(sims + 1)) * p.message_s(p.weight_bytes)
+    return Pace(sim=p.sim_step_s * f / sims, learn=c + p.updates_per_step * u,
+                comm=comm / (sims * rows), learn_warm=c, start=first_round(p, topo_cfg, f))
+
+
+def first_round(p: Probe, topo_cfg: Any, f: float = 1.0) -> float:
+    """The learner's wait for the first round or chunk: a simulator stepping ``sync_every``
+    steps of its environments (it overlaps nothing; a short run pays it noticeably)."""
+    return sync_rows(p, topo_cfg) * p.sim_step_s * f
