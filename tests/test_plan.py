@@ -224,3 +224,17 @@ def test_the_probe_runs_for_a_topology_of_several_ranks(tmp_path):
     finally:
         actor.close()
     assert ctx.make_learner(log=False).algo.learner
+
+
+def test_calibration_jobs_train_for_seconds_whatever_the_step_budget(tmp_path):
+    from drlmpi.planner.jobs import calibration_jobs
+
+    jobs = calibration_jobs(["env=lunarlander", "run.max_env_steps=3000", "topology=star", "world_size=4"],
+                            {"star": 16, "allgather": 8}, 4.0, tmp_path)
+    assert [(j["ranks"], j["run_dir"]) for j in jobs] == [(16, str(tmp_path / "calibrate_star_n16")),
+                                                         (8, str(tmp_path / "calibrate_allgather_n8"))]
+    star = jobs[0]["overrides"]
+    assert star[:2] == ["env=lunarlander", "run.max_env_steps=3000"] and "world_size=4" not in star
+    # later overrides win: the user's budget is replaced, evaluation and checkpoints are off
+    assert star.index("run.max_env_steps=null") > 1 and star[-1] == "run.max_train_seconds=4"
+    assert "topology=star" in star and "run.eval_every=1000000000" in star

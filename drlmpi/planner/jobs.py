@@ -95,10 +95,12 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> 
 
 
 def calibration_jobs(overrides: list[str], sizes: dict[str, int], seconds: float, root: Path) -> list[dict]:
-    """One short job per topology at its size in ``sizes``: ``seconds`` of training (or the
-    config's step budget, if that ends first)."""
+    """One short job per topology at its size in ``sizes``: ``seconds`` of training whatever
+    the config's step budget (a job as short as a fast config's budget would weigh its first and
+    last rounds as heavily as its noise; the model is compared at the steps the job made)."""
     base = [o for o in overrides if not o.startswith(("topology=", "world_size="))]
-    return [{"overrides": [*base, f"topology={name}", *QUIET, f"run.max_train_seconds={seconds:g}"],
+    return [{"overrides": [*base, f"topology={name}", *QUIET, "run.max_env_steps=null",
+                           f"run.max_train_seconds={seconds:g}"],
              "ranks": ranks, "run_dir": str(root / f"calibrate_{name}_n{ranks}")}
             for name, ranks in sizes.items()]
 
