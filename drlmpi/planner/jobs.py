@@ -9,8 +9,9 @@ Ranks outside a job wait asleep (a nonblocking barrier polled every few millisec
 spinning inside MPI, so they do not load the machine; one start-up (imports, MPI) serves every
 job. Rank 0 prints one JSON line: the run directory of each job that finished.
 
-``python -m drlmpi.planner.jobs --measure OUT [--ranks 1,4] [--topologies a,b] [overrides]``
-measures the cells of a plan that way: every topology at every size it accepts, one job at a time.
+``python -m drlmpi.planner.jobs --measure OUT [--ranks 1,4] [--topologies a,b] [--repeats R]
+[overrides]`` measures the cells of a plan that way: every topology at every size it accepts, one
+job at a time (R rounds of all of them).
 """
 
 from __future__ import annotations
@@ -105,8 +106,10 @@ def calibration_jobs(overrides: list[str], sizes: dict[str, int], seconds: float
             for name, ranks in sizes.items()]
 
 
-def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[int]) -> int:
-    """``--measure``: every accepted (topology, size) cell of the config, one job each."""
+def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[int], repeats: int = 1) -> int:
+    """``--measure``: every accepted (topology, size) cell of the config, one job each; with
+    ``repeats`` the whole list again that many times (interleaved, so a drifting host spreads
+    over every cell; ``--compare`` averages a cell's runs)."""
     from drlmpi.config.errors import ConfigError
     from drlmpi.planner.cli import configs
     from drlmpi.run.plan import make_plan
@@ -114,14 +117,19 @@ def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[
     cfgs, refused = configs(overrides, topologies)
     jobs = []
     base = [o for o in overrides if not o.startswith(("topology=", "world_size="))]
+    cells = []
     for name, cfg in cfgs.items():
         for n in ranks:
             try:
                 make_plan(cfg, n)
             except ConfigError:
                 continue
+            cells.append((name, n))
+    for repeat in range(repeats):
+        for name, n in cells:
+            suffix = f"_r{repeat}" if repeats > 1 else ""
             jobs.append({"overrides": [*base, f"topology={name}", *QUIET], "ranks": n,
-                         "run_dir": str(out / f"{len(jobs)}_{name}_n{n}")})
+                         "run_dir": str(out / f"{len(jobs)}_{name}_n{n}{suffix}")})
     print(f"drlmpi.planner.jobs: {len(jobs)} job(s) in one launch into {out}"
           + (f"; not composed: {', '.join(refused)}" if refused else ""), file=sys.stderr, flush=True)
     done = launch(jobs, timeout_s=120 + 120 * len(jobs), quiet=False)
@@ -145,9 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measure", type=Path, required=True)
     parser.add_argument("--ranks", default="1,2")
     parser.add_argument("--topologies", default="sequential,star")
+    parser.add_argument("--repeats", type=int, default=1, help="measure every cell this many times")
     args, overrides = parser.parse_known_args(argv)
     return measure(args.measure, overrides, [t for t in args.topologies.split(",") if t],
-                   sorted({int(r) for r in args.ranks.split(",")}))
+                   sorted({int(r) for r in args.ranks.split(",")}), max(1, args.repeats))
 
 
 if __name__ == "__main__":
