@@ -143,9 +143,10 @@ def test_the_calibration_compares_a_real_job_with_the_model(tmp_path, monkeypatc
         return [job["run_dir"] for job in jobs]
 
     monkeypatch.setattr(calibration, "launch", fake_launch)
-    monkeypatch.setattr(calibration, "sizes_to_calibrate", lambda cfgs, ranks: {"star": 16})
+    monkeypatch.setattr(calibration, "sizes_to_calibrate", lambda cfgs, why: {"star": 16})
     monkeypatch.setattr("drlmpi.planner.cli.topology_class", lambda c: Star)
-    result = calibration.calibrate({"star": cfg("star")}, [], [1, 16], probe(), 1.0, tmp_path)
+    result = calibration.calibrate({"star": cfg("star")}, [], {("star", 1): None, ("star", 16): None}, probe(), 1.0,
+                                   tmp_path)
     star = result["star"]
     assert star["ranks"] == 16 and star["modelled"] == pytest.approx(1e4 / (0.064 + 1e4 * 2e-3), rel=1e-6)
     assert star["load"] == pytest.approx(250 / star["modelled"])

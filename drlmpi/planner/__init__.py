@@ -5,8 +5,16 @@
 :mod:`drlmpi.planner.cli`."""
 
 import os
+import sys
 
 #: this process's environment before it initialised MPI for the probe: what the planner's own
 #: launches (ping-pong, calibration, measured cells) start from - an MPI singleton's variables
 #: would confuse a launcher started from it
 LAUNCH_ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+
+def mpi_command(ranks: int, module: str, *args: str) -> list[str]:
+    """The command of one of the planner's MPI launches: ``DRLMPI_PLAN_MPIEXEC`` (default
+    ``mpiexec``) ``-n ranks`` running ``python -m mpi4py -m module args``."""
+    launcher = os.environ.get("DRLMPI_PLAN_MPIEXEC", "mpiexec").split()
+    return [*launcher, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]

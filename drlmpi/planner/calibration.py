@@ -26,16 +26,17 @@ from drlmpi.sweep.jobs import read_summary
 SECONDS_PER_JOB = 4.0
 
 
-def sizes_to_calibrate(cfgs: dict[str, Any], ranks: list[int]) -> dict[str, int]:
-    """Each modelled topology's largest size in ``ranks`` that it accepts, if more than one rank."""
-    from drlmpi.planner.cli import accepted, topology_class
+def sizes_to_calibrate(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None]) -> dict[str, int]:
+    """Each modelled topology's largest size that it accepts (``why``: each cell's refusal,
+    :func:`drlmpi.planner.cli.cell_refusals`), if more than one rank."""
+    from drlmpi.planner.cli import topology_class
     from drlmpi.planner.model import modelled
 
     sizes = {}
     for name, cfg in cfgs.items():
         if not modelled(topology_class(cfg)):
             continue
-        fits = [n for n in ranks if n > 1 and accepted(cfg, n) is None]
+        fits = [n for (topology, n), reason in why.items() if topology == name and n > 1 and reason is None]
         if fits:
             sizes[name] = max(fits)
     return sizes
@@ -55,13 +56,13 @@ def in_job_costs(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-def calibrate(cfgs: dict[str, Any], overrides: list[str], ranks: list[int], p: Any, seconds: float,
-              root: Path) -> dict[str, dict[str, Any]]:
+def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, int], str | None], p: Any,
+              seconds: float, root: Path) -> dict[str, dict[str, Any]]:
     """Per topology: ``{"ranks", "measured", "modelled", "load", "seconds", "in_job"}`` (or
     ``{"ranks", "error"}`` where its job did not finish)."""
     from drlmpi.planner.cli import topology_class
 
-    sizes = sizes_to_calibrate(cfgs, ranks)
+    sizes = sizes_to_calibrate(cfgs, why)
     jobs = calibration_jobs(overrides, sizes, SECONDS_PER_JOB * seconds, root)
     started = time.perf_counter()
     try:

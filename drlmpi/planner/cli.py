@@ -76,12 +76,17 @@ def default_ranks(cores: int) -> list[int]:
     return sorted(ranks)
 
 
+def base_overrides(overrides: list[str]) -> list[str]:
+    """The user's overrides without the topology and world size (each cell sets its own)."""
+    return [o for o in overrides if not o.startswith(("topology=", "world_size="))]
+
+
 def configs(overrides: list[str], topologies: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
     """One composed config per topology (the user's overrides plus ``topology=NAME``), and
     why a topology could not be composed."""
     from omegaconf.errors import OmegaConfBaseException
 
-    base = [o for o in overrides if not o.startswith(("topology=", "world_size="))]
+    base = base_overrides(overrides)
     cfgs, refused = {}, {}
     for name in topologies:
         try:
@@ -109,20 +114,21 @@ def accepted(cfg: Any, ranks: int) -> str | None:
     return None
 
 
-def plan_cells(cfgs: dict[str, Any], refused: dict[str, str], ranks: list[int], probe: Any,
+def cell_refusals(cfgs: dict[str, Any], refused: dict[str, str], ranks: list[int]) -> dict[tuple[str, int], str | None]:
+    """Why each (topology, size) cell would be refused (``None``: it would start), each checked
+    once: the calibration and the cells both read this."""
+    return {(name, n): refused.get(name) or accepted(cfgs[name], n) for name in [*cfgs, *refused] for n in ranks}
+
+
+def plan_cells(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None], probe: Any,
                calibrations: dict[str, dict] | None = None) -> list[Prediction]:
+    """Every cell of ``why`` (:func:`cell_refusals`): refused with its reason, or predicted."""
     from drlmpi.planner.model import predict
 
     calibrations = calibrations or {}
-    cells = []
-    for name in [*cfgs, *refused]:
-        for n in ranks:
-            why = refused.get(name) or accepted(cfgs[name], n)
-            if why is not None:
-                cells.append(Prediction(name, n, refused=why))
-                continue
-            cells.append(predict(topology_class(cfgs[name]), n, probe, cfgs[name], calibrations.get(name)))
-    return cells
+    return [Prediction(name, n, refused=reason) if reason is not None
+            else predict(topology_class(cfgs[name]), n, probe, cfgs[name], calibrations.get(name))
+            for (name, n), reason in why.items()]
 
 
 def _fmt(rate: float | None) -> str:
@@ -336,12 +342,13 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr, flush=True)
     p = run_probe(cfgs, args.seconds)
     ranks = ranks or default_ranks(p.cores)
+    why = cell_refusals(cfgs, refused, ranks)
     calibrations: dict[str, dict] = {}
     if args.calibrate:
         with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:
-            calibrations = calibrate(cfgs, overrides, ranks, p, args.seconds, Path(tmp))
+            calibrations = calibrate(cfgs, overrides, why, p, args.seconds, Path(tmp))
     drift = remeasure(first, args.seconds) / p.sim_step_s - 1
-    cells = plan_cells(cfgs, refused, ranks, p, calibrations)
+    cells = plan_cells(cfgs, why, p, calibrations)
     lines = [probe_line(p), *calibration_lines(calibrations), "",
              "Predicted env steps/s (range from the probe's spread; speedup vs sequential; bound: "
              "s simulators, l learner, x exchange, t stepping and learning in turn):", "",

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from drlmpi.planner import LAUNCH_ENV, mpi_command
 
 #: what every planner job sets: no evaluation, no checkpoints, no event files, quiet
 QUIET = ["run.eval_every=1000000000", "run.stop_on_solve=false", "run.progress_every_s=0",
@@ -75,12 +76,8 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> 
     with tempfile.TemporaryDirectory(prefix="drlmpi-plan-jobs-") as tmp:
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"jobs": jobs}))
-        launcher = os.environ.get("DRLMPI_PLAN_MPIEXEC", "mpiexec").split()
-        cmd = [*launcher, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "drlmpi.planner.jobs",
-               str(spec)]
+        cmd = mpi_command(ranks, "drlmpi.planner.jobs", str(spec))
         try:
-            from drlmpi.planner import LAUNCH_ENV
-
             out = subprocess.run(cmd, env=LAUNCH_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE if quiet else None,
                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
                                  start_new_session=True)
@@ -95,14 +92,21 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> 
         return list(json.loads(lines[-1])["done"])
 
 
+def job(overrides: list[str], topology: str, ranks: int, run_dir: Path, *extra: str) -> dict[str, Any]:
+    """One job of a spec: the user's overrides for ``topology`` on ``ranks`` ranks, quiet,
+    then ``extra`` (later overrides win)."""
+    from drlmpi.planner.cli import base_overrides
+
+    return {"overrides": [*base_overrides(overrides), f"topology={topology}", *QUIET, *extra],
+            "ranks": ranks, "run_dir": str(run_dir)}
+
+
 def calibration_jobs(overrides: list[str], sizes: dict[str, int], seconds: float, root: Path) -> list[dict]:
     """One short job per topology at its size in ``sizes``: ``seconds`` of training whatever
     the config's step budget (a job as short as a fast config's budget would weigh its first and
     last rounds as heavily as its noise; the model is compared at the steps the job made)."""
-    base = [o for o in overrides if not o.startswith(("topology=", "world_size="))]
-    return [{"overrides": [*base, f"topology={name}", *QUIET, "run.max_env_steps=null",
-                           f"run.max_train_seconds={seconds:g}"],
-             "ranks": ranks, "run_dir": str(root / f"calibrate_{name}_n{ranks}")}
+    return [job(overrides, name, ranks, root / f"calibrate_{name}_n{ranks}",
+                "run.max_env_steps=null", f"run.max_train_seconds={seconds:g}")
             for name, ranks in sizes.items()]
 
 
@@ -110,26 +114,15 @@ def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[
     """``--measure``: every accepted (topology, size) cell of the config, one job each; with
     ``repeats`` the whole list again that many times (interleaved, so a drifting host spreads
     over every cell; ``--compare`` averages a cell's runs)."""
-    from drlmpi.config.errors import ConfigError
-    from drlmpi.planner.cli import configs
-    from drlmpi.run.plan import make_plan
+    from drlmpi.planner.cli import cell_refusals, configs
 
     cfgs, refused = configs(overrides, topologies)
-    jobs = []
-    base = [o for o in overrides if not o.startswith(("topology=", "world_size="))]
-    cells = []
-    for name, cfg in cfgs.items():
-        for n in ranks:
-            try:
-                make_plan(cfg, n)
-            except ConfigError:
-                continue
-            cells.append((name, n))
+    cells = [cell for cell, reason in cell_refusals(cfgs, {}, ranks).items() if reason is None]
+    jobs: list[dict[str, Any]] = []
     for repeat in range(repeats):
         for name, n in cells:
             suffix = f"_r{repeat}" if repeats > 1 else ""
-            jobs.append({"overrides": [*base, f"topology={name}", *QUIET], "ranks": n,
-                         "run_dir": str(out / f"{len(jobs)}_{name}_n{n}{suffix}")})
+            jobs.append(job(overrides, name, n, out / f"{len(jobs)}_{name}_n{n}{suffix}"))
     print(f"drlmpi.planner.jobs: {len(jobs)} job(s) in one launch into {out}"
           + (f"; not composed: {', '.join(refused)}" if refused else ""), file=sys.stderr, flush=True)
     done = launch(jobs, timeout_s=120 + 120 * len(jobs), quiet=False)

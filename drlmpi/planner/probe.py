@@ -21,7 +21,6 @@ What it measures for the composed config (each with the run's own classes and op
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from omegaconf import OmegaConf
 
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
+from drlmpi.planner import LAUNCH_ENV, mpi_command
 from drlmpi.run.plan import make_plan, resolve_classes
 from drlmpi.sweep.scheduler import usable_cpus
 from drlmpi.topologies.pace import Probe
@@ -198,11 +198,8 @@ def measure_messages(sizes: list[int], weight_bytes: int, ranks: int,
     """Latency, bandwidth and all-reduce seconds by ranks, from ``mpiexec -n ranks`` running
     :mod:`drlmpi.planner.pingpong` (``DRLMPI_PLAN_MPIEXEC`` names another launcher); assumed
     point-to-point costs and no all-reduce figures when that cannot run."""
-    launcher = os.environ.get("DRLMPI_PLAN_MPIEXEC", "mpiexec").split()
-    cmd = [*launcher, "-n", str(max(2, ranks)), sys.executable, "-m", "mpi4py", "-m",
-           "drlmpi.planner.pingpong", "--sizes", *map(str, sizes), "--allreduce", str(weight_bytes)]
-    from drlmpi.planner import LAUNCH_ENV
-
+    cmd = mpi_command(max(2, ranks), "drlmpi.planner.pingpong", "--sizes", *map(str, sizes),
+                      "--allreduce", str(weight_bytes))
     env = {**LAUNCH_ENV, "OMP_NUM_THREADS": "1"}
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
@@ -217,7 +214,7 @@ def measure_messages(sizes: list[int], weight_bytes: int, ranks: int,
     latency = times[small]
     bandwidth = ((large - small) / max(times[large] - latency, 1e-9) if large > small
                  else ASSUMED_BANDWIDTH_BPS)
-    return latency, bandwidth, reduce, f"{launcher[0]} -n {max(2, ranks)}: ping-pong and all-reduce"
+    return latency, bandwidth, reduce, f"{cmd[0]} -n {max(2, ranks)}: ping-pong and all-reduce"
 
 
 def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
