@@ -250,20 +250,17 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
             from drlmpi.topologies.data_parallel.batch_rule import per_rank_algo_config
 
             for size in per_rank_batches(int(batch), cores):
-                ranks = max(1, round(int(batch) / size))
-                try:
-                    share = per_rank_algo_config(algo_cfg, ranks, "global").algo_cfg
-                except Exception:  # noqa: BLE001 (a share the batch rule refuses: not measured)
-                    continue
-                algo, algo_rows = learner, rows
-                if size != int(batch):
-                    algo = _learner_algo(ctx, share)
-                    algo_rows = _fill(algo, ctx.spec)[0]
                 if size == int(batch):  # the job's own batch: three repeats, their spread kept
                     update_s[size], spread["update_s"] = _repeated(
-                        lambda a=algo, r=algo_rows: _update_rate(a, r, seconds / 6))
+                        lambda: _update_rate(learner, rows, seconds / 6))
                     continue
-                update_s[int(share.get("batch_size", size))] = _update_rate(algo, algo_rows, seconds / 2)
+                try:
+                    share = per_rank_algo_config(algo_cfg, max(1, round(int(batch) / size)), "global").algo_cfg
+                except Exception:  # noqa: BLE001 (a share the batch rule refuses: not measured)
+                    continue
+                algo = _learner_algo(ctx, share)
+                update_s[int(share.get("batch_size", size))] = _update_rate(algo, _fill(algo, ctx.spec)[0],
+                                                                            seconds / 2)
             jitter = _jitter(learner, rows, seconds / 2)
             bare = update_s[int(batch)]
             slowdown = {n: max(slow_sim[n], 1.0 / _under_load(
