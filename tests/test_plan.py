@@ -154,7 +154,8 @@ def test_the_calibration_compares_a_real_job_with_the_model(tmp_path, monkeypatc
 
 
 def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():
-    from drlmpi.planner.cli import comparison, recommended
+    from drlmpi.planner.compare import comparison
+    from drlmpi.planner.model import recommended
 
     cells = [Prediction("sequential", 1, 100.0), Prediction("star", 2, 200.0), Prediction("star", 4, 205.0)]
     assert (recommended(cells).topology, recommended(cells).ranks) == ("star", 2)  # within 3%: fewer ranks

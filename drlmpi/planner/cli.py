@@ -18,18 +18,14 @@ import argparse
 import json
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from drlmpi.planner.model import TOLERANCE, Prediction, topology_names
+from drlmpi.planner.compare import compare_saved, comparison, config_of, fmt_rate, measured
+from drlmpi.planner.model import Prediction, recommended, topology_names
 
 #: the probe's first figure measured again at the end: a change beyond this is reported as drift
 DRIFT_TOLERANCE = 0.10
-#: cells within this share of the best predicted rate count as as good: the fewest ranks is chosen
-RECOMMEND_MARGIN = 0.03
-#: the fields of a run's summary that must match the plan's config for --compare
-CONFIG_KEYS = ("algo", "env_id", "device", "sim_cost_ms", "num_envs")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -131,10 +127,6 @@ def plan_cells(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None], pro
             for (name, n), reason in why.items()]
 
 
-def _fmt(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:,.0f}"
-
-
 BOUND_CODES = {"simulators": "s", "learner": "l", "exchange": "x", "stepping and learning in turn": "t"}
 
 
@@ -152,20 +144,10 @@ def table(cells: list[Prediction], ranks: list[int]) -> list[str]:
                 row.append("not modelled" if (c.refused or "").startswith("not modelled") else "")
                 continue
             speed = f" {c.env_steps_per_s / base:.2f}x" if base else ""
-            spread = f" ({_fmt(c.low)}-{_fmt(c.high)})" if c.low is not None and c.high != c.low else ""
-            row.append(f"{_fmt(c.env_steps_per_s)}{spread}{speed} {BOUND_CODES.get(c.bound, '?')}")
+            spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if c.low is not None and c.high != c.low else ""
+            row.append(f"{fmt_rate(c.env_steps_per_s)}{spread}{speed} {BOUND_CODES.get(c.bound, '?')}")
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     return lines
-
-
-def recommended(cells: list[Prediction]) -> Prediction | None:
-    """The fastest cell; among cells within :data:`RECOMMEND_MARGIN` of it, the fewest ranks."""
-    ok = [c for c in cells if c.env_steps_per_s]
-    if not ok:
-        return None
-    best = max(c.env_steps_per_s for c in ok)
-    return min((c for c in ok if c.env_steps_per_s >= (1 - RECOMMEND_MARGIN) * best),
-               key=lambda c: (c.ranks, -c.env_steps_per_s))
 
 
 def recommend(cells: list[Prediction]) -> str:
@@ -175,114 +157,8 @@ def recommend(cells: list[Prediction]) -> str:
     seq = next((c for c in cells if c.topology == "sequential" and c.env_steps_per_s), None)
     gain = f", {best.env_steps_per_s / seq.env_steps_per_s:.1f}x sequential" if seq else ""
     bound = best.bound if best.bound.startswith("stepping") else f"bound by the {best.bound}"
-    return (f"topology={best.topology} on {best.ranks} ranks ({_fmt(best.env_steps_per_s)} env steps/s"
+    return (f"topology={best.topology} on {best.ranks} ranks ({fmt_rate(best.env_steps_per_s)} env steps/s"
             f"{gain}; {bound})")
-
-
-def config_of(cfg: Any) -> dict[str, Any]:
-    """What a measured run must share with the plan to be compared with it."""
-    return {"algo": str(cfg.algo.name), "env_id": str(cfg.env.id), "device": str(cfg.device),
-            "sim_cost_ms": float(cfg.env.get("sim_cost_ms") or 0.0), "num_envs": int(cfg.env.num_envs)}
-
-
-def _same_config(summary: dict[str, Any], config: dict[str, Any]) -> bool:
-    for key in CONFIG_KEYS:
-        want, got = config.get(key), summary.get(key)
-        if want is None or got is None:
-            continue
-        if key == "device":  # a run records the resolved device (cuda:0), the plan the option
-            if str(want) != "auto" and not str(got).startswith(str(want)):
-                return False
-        elif isinstance(want, float):
-            if abs(float(got) - want) > 1e-9:
-                return False
-        elif str(got) != str(want):
-            return False
-    return True
-
-
-def measured(paths: list[Path], config: dict[str, Any] | None = None
-             ) -> tuple[dict[tuple[str, int], list[float]], int]:
-    """Env steps/s of every finished run under ``paths`` by (topology, world size), and how many
-    runs were left out as of another config than ``config``."""
-    from drlmpi.sweep.jobs import read_summary
-
-    found: dict[tuple[str, int], list[float]] = defaultdict(list)
-    other = 0
-    for root in paths:
-        for path in sorted(Path(root).rglob("summary.json")):
-            summary = read_summary(path.parent)
-            if summary is None or summary.get("algo") == "random":
-                continue
-            if config and not _same_config(summary, config):
-                other += 1
-                continue
-            found[(str(summary.get("topology")), int(summary.get("world_size", 0)))].append(
-                float(summary.get("env_steps_per_s") or 0.0))
-    return found, other
-
-
-def comparison(cells: list[Prediction], runs: dict[tuple[str, int], list[float]]) -> tuple[list[str], dict]:
-    import numpy as np
-
-    lines = ["| topology | ranks | predicted env steps/s (range) | measured | error |",
-             "|---|---|---|---|---|"]
-    rows, within = [], 0
-    for c in cells:
-        got = runs.get((c.topology, c.ranks))
-        if not got or c.env_steps_per_s is None:
-            continue
-        value = sum(got) / len(got)
-        error = c.env_steps_per_s / value - 1
-        within += abs(error) <= TOLERANCE
-        rows.append({"topology": c.topology, "ranks": c.ranks, "predicted": c.env_steps_per_s,
-                     "low": c.low, "high": c.high, "measured": value, "runs": len(got), "error": error})
-        spread = f" ({_fmt(c.low)}-{_fmt(c.high)})" if c.low is not None else ""
-        lines.append(f"| {c.topology} | {c.ranks} | {_fmt(c.env_steps_per_s)}{spread} | {_fmt(value)} | "
-                     f"{error:+.0%} |")
-    share = within / len(rows) if rows else 0.0
-    median = float(np.median([r["error"] for r in rows])) if rows else 0.0
-    result = {"cells": rows, "within": within, "share_within": share, "tolerance": TOLERANCE,
-              "median_error": median}
-    lines += ["", f"{within} of {len(rows)} cells within +-{TOLERANCE:.0%} ({share:.0%}); "
-                  f"median signed error {median:+.0%}"]
-    best, pick = max(rows, key=lambda r: r["measured"], default=None), recommended(cells)
-    chosen = next((r for r in rows if pick and (r["topology"], r["ranks"]) == (pick.topology, pick.ranks)), None)
-    if best and chosen:
-        result["recommended"] = {"topology": chosen["topology"], "ranks": chosen["ranks"],
-                                 "measured": chosen["measured"], "best": best["measured"],
-                                 "best_cell": [best["topology"], best["ranks"]],
-                                 "share_of_best": chosen["measured"] / best["measured"]}
-        lines.append(f"Recommended {chosen['topology']} on {chosen['ranks']} ranks measured "
-                     f"{_fmt(chosen['measured'])}: {chosen['measured'] / best['measured']:.0%} of the "
-                     f"best measured cell ({best['topology']} on {best['ranks']} ranks, "
-                     f"{_fmt(best['measured'])})")
-    return lines, result
-
-
-def compare_saved(path: Path, runs: list[Path], overrides: list[str]) -> int:
-    """``--plan FILE --compare DIR ...``: the saved plan's cells next to measured runs."""
-    try:
-        saved = json.loads(path.read_text())
-        cells = [Prediction(**cell) for cell in saved["cells"]]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"drlmpi.plan: error: --plan {path}: not a plan.json ({exc})", file=sys.stderr)
-        return 2
-    if overrides and sorted(overrides) != sorted(saved.get("overrides", [])):
-        print(f"drlmpi.plan: error: --plan {path} was made for {' '.join(saved.get('overrides', [])) or 'no overrides'}"
-              f", not {' '.join(overrides)}", file=sys.stderr)
-        return 2
-    found, other = measured(runs, saved.get("config"))
-    if not found and other:
-        print(f"drlmpi.plan: error: --compare: the {other} run(s) found are of another config than "
-              f"{path} ({', '.join(f'{k}={v}' for k, v in saved.get('config', {}).items())})", file=sys.stderr)
-        return 2
-    lines, saved["comparison"] = comparison(cells, found)
-    if other:
-        lines.append(f"({other} run(s) of another config left out)")
-    print("\n".join(lines), flush=True)
-    path.write_text(json.dumps(saved, indent=2) + "\n")
-    return 0
 
 
 def check_request(args: argparse.Namespace, overrides: list[str]) -> tuple[list[str], list[int] | None]:
@@ -390,7 +266,7 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
         if "error" in c:
             parts.append(f"{name}: not calibrated ({c['error']})")
         else:
-            parts.append(f"{name} on {c['ranks']}: measured {_fmt(c['measured'])} against {_fmt(c['modelled'])}"
+            parts.append(f"{name} on {c['ranks']}: measured {fmt_rate(c['measured'])} against {fmt_rate(c['modelled'])}"
                          f" modelled, load x{c['load']:.2f}")
     return [f"Calibration ({sum(c.get('seconds', 0) for c in calibrations.values()):.0f} s, one short job per "
             "topology at its largest size): " + "; ".join(parts) + "."]

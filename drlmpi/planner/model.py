@@ -22,6 +22,8 @@ from drlmpi.topologies.pace import Pace, Probe
 
 #: a prediction within this share of the measured throughput counts as right
 TOLERANCE = 0.25
+#: cells within this share of the best predicted rate count as as good: the fewest ranks is chosen
+RECOMMEND_MARGIN = 0.03
 #: a calibration's load factor is kept within these bounds (beyond them the job was disturbed)
 LOAD_BOUNDS = (0.05, 20.0)
 
@@ -98,3 +100,13 @@ def predict(cls: type, ranks: int, p: Probe, cfg: Any, calibration: dict[str, An
             for sign in (1, -1)]
     return Prediction(name, ranks, env_steps_per_s=env_rate * load, updates_per_s=update_rate * load,
                       bound=model.bound(), low=min(ends), high=max(ends), load=load)
+
+
+def recommended(cells: list[Prediction]) -> Prediction | None:
+    """The fastest cell; among cells within :data:`RECOMMEND_MARGIN` of it, the fewest ranks."""
+    ok = [c for c in cells if c.env_steps_per_s]
+    if not ok:
+        return None
+    best = max(c.env_steps_per_s for c in ok)
+    return min((c for c in ok if c.env_steps_per_s >= (1 - RECOMMEND_MARGIN) * best),
+               key=lambda c: (c.ranks, -c.env_steps_per_s))
