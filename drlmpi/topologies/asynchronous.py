@@ -69,7 +69,7 @@ from drlmpi.topologies.base import (
     Topology,
     learner_report,
 )
-from drlmpi.topologies.pace import Pace, Probe, first_round, sync_rows
+from drlmpi.topologies.pace import Pace, Probe, first_round, learner_side, sync_rows
 
 
 class Asynchronous(Topology):
@@ -99,9 +99,8 @@ class Asynchronous(Topology):
         publish = max(1, int(topo_cfg.get("publish_every", 32)))
         per_step = (p.message_s(rows * p.row_bytes) / rows
                     + p.updates_per_step * sims * p.message_s(p.weight_bytes) / publish)
-        c = p.ingest_row_s * f
-        return Pace(sim=p.sim_step_s * f / sims, learn=c + p.updates_per_step * p.learner_update_at(p.batch_size) * f
-                    + per_step, learn_warm=c + per_step, start=first_round(p, topo_cfg, f))
+        learn, warm = learner_side(p, f, per_step)
+        return Pace(sim=p.sim_step_s * f / sims, learn=learn, learn_warm=warm, start=first_round(p, topo_cfg, f))
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:

@@ -48,7 +48,7 @@ from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.base import RankReport, RunContext, Topology, learner_report
-from drlmpi.topologies.pace import Pace, Probe
+from drlmpi.topologies.pace import Pace, Probe, learner_side
 
 LEARNER_RANK = 0
 STEP_COLUMNS = ("reward", "terminated", "truncated", "episode_return", "episode_length")
@@ -165,9 +165,8 @@ class Central(Topology):
         sim = p.env_step_s * f / sims
         if groups == 1:  # no other group steps while one waits for its actions
             sim += per_row * serve_rows / (sims * e)
-        c = p.ingest_row_s * f
-        return Pace(sim=sim, learn=c + p.updates_per_step * p.learner_update_at(p.batch_size) * f + per_row,
-                    learn_warm=c + per_row)
+        learn, warm = learner_side(p, f, per_row)
+        return Pace(sim=sim, learn=learn, learn_warm=warm)
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:

@@ -163,14 +163,22 @@ def sync_rows(p: Probe, topo_cfg: Any) -> int:
     return max(1, int(topo_cfg.get("sync_every", 256))) * p.num_envs
 
 
+def learner_side(p: Probe, f: float, extra: float = 0.0) -> tuple[float, float]:
+    """``(learn, learn_warm)`` of ONE learner that stores every row of the job (p2p, star, async,
+    central): c + rho u + ``extra`` per job-wide step once learning runs, c + ``extra`` before,
+    every compute cost slowed by ``f``."""
+    c = p.ingest_row_s * f
+    return c + p.updates_per_step * p.learner_update_at(p.batch_size) * f + extra, c + extra
+
+
 def star_pace(sims: int, p: Probe, topo_cfg: Any, f: float) -> Pace:
     """One learner fed by ``sims`` simulators in rounds (p2p, star): the learner stores and
     trains while the simulators step; a round moves each simulator's rows and the weights."""
     rows = sync_rows(p, topo_cfg)
-    c, u = p.ingest_row_s * f, p.learner_update_at(p.batch_size) * f
     comm = sims * p.message_s(rows * p.row_bytes) + max(1, log2(sims + 1)) * p.message_s(p.weight_bytes)
-    return Pace(sim=p.sim_step_s * f / sims, learn=c + p.updates_per_step * u,
-                comm=comm / (sims * rows), learn_warm=c, start=first_round(p, topo_cfg, f))
+    learn, warm = learner_side(p, f)
+    return Pace(sim=p.sim_step_s * f / sims, learn=learn, comm=comm / (sims * rows), learn_warm=warm,
+                start=first_round(p, topo_cfg, f))
 
 
 def first_round(p: Probe, topo_cfg: Any, f: float = 1.0) -> float:
