@@ -84,12 +84,3 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
                      "seconds": took, "env_steps": int(summary["env_steps"]),
                      "in_job": in_job_costs(summary)}
     return out
-
-
-def describe_drift(drift: float, tolerance: float) -> str:
-    """One line on how far the probe's first figure moved between the start and the end."""
-    if abs(drift) > tolerance:
-        return (f"Warning: the host drifted {drift:+.0%} during planning (a simulator's step measured "
-                f"again at the end; tolerance +-{tolerance:.0%}): predictions are as unsteady as the "
-                "host - plan again on a quieter machine or expect errors of that size.")
-    return f"Host drift during planning: {drift:+.1%} (a simulator's step measured again at the end)."

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(int(first.get("threads_per_rank") or 1))
-    from drlmpi.planner.calibration import calibrate, describe_drift
+    from drlmpi.planner.calibration import calibrate
     from drlmpi.planner.probe import probe as run_probe
     from drlmpi.planner.probe import remeasure
 
@@ -270,6 +270,15 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
                          f" modelled, load x{c['load']:.2f}")
     return [f"Calibration ({sum(c.get('seconds', 0) for c in calibrations.values()):.0f} s, one short job per "
             "topology at its largest size): " + "; ".join(parts) + "."]
+
+
+def describe_drift(drift: float, tolerance: float) -> str:
+    """One line on how far the probe's first figure moved between the start and the end."""
+    if abs(drift) > tolerance:
+        return (f"Warning: the host drifted {drift:+.0%} during planning (a simulator's step measured "
+                f"again at the end; tolerance +-{tolerance:.0%}): predictions are as unsteady as the "
+                "host - plan again on a quieter machine or expect errors of that size.")
+    return f"Host drift during planning: {drift:+.1%} (a simulator's step measured again at the end)."
 
 
 if __name__ == "__main__":
