@@ -49,7 +49,8 @@ def test_a_single_learner_caps_star_async_and_p2p():
         cell = predict(cls, 16, p, cfg(cls.name))
         assert cell.env_steps_per_s == pytest.approx(500, rel=1e-3) and cell.bound == "learner"
     half = predict(Star, 16, probe(updates_per_step=0.5), cfg("star"))  # 1 ms of updates a step
-    assert half.env_steps_per_s == pytest.approx(1000, rel=1e-3) and half.updates_per_s == pytest.approx(500, rel=1e-3)
+    assert half.env_steps_per_s == pytest.approx(1000, rel=1e-3)
+    assert half.updates_per_s == pytest.approx(500, rel=1e-3)
     slow = probe(sim_step_s=10e-3)  # 10 ms a step: 3 simulators give 300 steps/s, below the cap
     cell = predict(Star, 4, slow, cfg("star"))
     assert cell.env_steps_per_s == pytest.approx(300, rel=1e-3) and cell.bound == "simulators"
@@ -109,7 +110,8 @@ def test_the_calibrated_load_spreads_geometrically_over_the_sizes():
     assert load_at(1, calibration) == 1.0
     assert load_at(4, {"ranks": 16, "error": "did not finish"}) == 1.0
     cell = predict(Star, 4, probe(), cfg("star"), calibration)
-    assert cell.env_steps_per_s == pytest.approx(500 * 2 ** -0.5, rel=1e-3) and cell.load == pytest.approx(2 ** -0.5)
+    assert cell.env_steps_per_s == pytest.approx(500 * 2 ** -0.5, rel=1e-3)
+    assert cell.load == pytest.approx(2 ** -0.5)
 
 
 def test_a_cells_range_comes_from_the_probes_spread():
@@ -145,12 +147,13 @@ def test_the_calibration_compares_a_real_job_with_the_model(tmp_path, monkeypatc
     monkeypatch.setattr(calibration, "launch", fake_launch)
     monkeypatch.setattr(calibration, "sizes_to_calibrate", lambda cfgs, why: {"star": 16})
     monkeypatch.setattr("drlmpi.planner.cli.topology_class", lambda c: Star)
-    result = calibration.calibrate({"star": cfg("star")}, [], {("star", 1): None, ("star", 16): None}, probe(), 1.0,
-                                   tmp_path)
+    why = {("star", 1): None, ("star", 16): None}
+    result = calibration.calibrate({"star": cfg("star")}, [], why, probe(), 1.0, tmp_path)
     star = result["star"]
     assert star["ranks"] == 16 and star["modelled"] == pytest.approx(1e4 / (0.064 + 1e4 * 2e-3), rel=1e-6)
     assert star["load"] == pytest.approx(250 / star["modelled"])
-    assert star["in_job"] == {"mpi_wait_share": 0.5, "update_s": pytest.approx(4e-3), "sim_step_s": pytest.approx(1.5e-3)}
+    assert star["in_job"] == {"mpi_wait_share": 0.5, "update_s": pytest.approx(4e-3),
+                              "sim_step_s": pytest.approx(1.5e-3)}
 
 
 def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():
@@ -159,7 +162,8 @@ def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():
 
     cells = [Prediction("sequential", 1, 100.0), Prediction("star", 2, 200.0), Prediction("star", 4, 205.0)]
     assert (recommended(cells).topology, recommended(cells).ranks) == ("star", 2)  # within 3%: fewer ranks
-    lines, result = comparison(cells, {("sequential", 1): [80.0], ("star", 2): [250.0], ("star", 4): [100.0, 300.0]})
+    runs = {("sequential", 1): [80.0], ("star", 2): [250.0], ("star", 4): [100.0, 300.0]}
+    lines, result = comparison(cells, runs)
     assert [round(r["error"], 4) for r in result["cells"]] == [0.25, -0.2, 0.025]
     assert result["within"] == 3 and result["median_error"] == pytest.approx(0.025)
     assert result["recommended"]["share_of_best"] == pytest.approx(250 / 250)
@@ -185,7 +189,8 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
     assert cells[("star", 2)]["env_steps_per_s"] > 0 and cells[("sequential", 1)]["env_steps_per_s"] > 0
     assert plan["probe"]["sim_step_s"] > 0 and plan["probe"]["updates_per_step"] > 0
     assert "ping-pong" in plan["probe"]["comm_source"]
-    assert "Recommendation: topology=" in proc.stdout and "drift" in proc.stdout and "Calibration: none" in proc.stdout
+    assert "Recommendation: topology=" in proc.stdout and "drift" in proc.stdout
+    assert "Calibration: none" in proc.stdout
     assert "| star |" in proc.stdout
     runs = tmp_path / "runs"
     for name, ranks, rate in (("sequential", 1, cells[("sequential", 1)]["env_steps_per_s"] * 2),

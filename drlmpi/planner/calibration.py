@@ -3,7 +3,8 @@
 A full job loads the machine in ways one process does not: ranks waiting inside MPI poll, every
 core busy lowers the clock, caches and memory bandwidth are shared, and a collective waits for its
 slowest rank. For each topology the calibration runs ONE short real job (``4 x --seconds`` of
-training whatever the config's step budget, no evaluation) at the largest size asked for, all of them in a single MPI launch
+training whatever the config's step budget, no evaluation) at the largest size asked for, all
+of them in a single MPI launch
 (:mod:`drlmpi.planner.jobs`), and compares its measured env steps/s with the model's prediction
 at that size from the probe alone. The ratio is the topology's load factor at that size; the
 model spreads it over the smaller sizes (:func:`drlmpi.planner.model.load_at`). What the job's

@@ -110,10 +110,12 @@ def accepted(cfg: Any, ranks: int) -> str | None:
     return None
 
 
-def cell_refusals(cfgs: dict[str, Any], refused: dict[str, str], ranks: list[int]) -> dict[tuple[str, int], str | None]:
+def cell_refusals(cfgs: dict[str, Any], refused: dict[str, str],
+                  ranks: list[int]) -> dict[tuple[str, int], str | None]:
     """Why each (topology, size) cell would be refused (``None``: it would start), each checked
     once: the calibration and the cells both read this."""
-    return {(name, n): refused.get(name) or accepted(cfgs[name], n) for name in [*cfgs, *refused] for n in ranks}
+    return {(name, n): refused.get(name) or accepted(cfgs[name], n)
+            for name in [*cfgs, *refused] for n in ranks}
 
 
 def plan_cells(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None], probe: Any,
@@ -144,7 +146,8 @@ def table(cells: list[Prediction], ranks: list[int]) -> list[str]:
                 row.append("not modelled" if (c.refused or "").startswith("not modelled") else "")
                 continue
             speed = f" {c.env_steps_per_s / base:.2f}x" if base else ""
-            spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if c.low is not None and c.high != c.low else ""
+            ranged = c.low is not None and c.high != c.low
+            spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if ranged else ""
             row.append(f"{fmt_rate(c.env_steps_per_s)}{spread}{speed} {BOUND_CODES.get(c.bound, '?')}")
         lines.append(f"| {name} | " + " | ".join(row) + " |")
     return lines
@@ -266,9 +269,11 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
         if "error" in c:
             parts.append(f"{name}: not calibrated ({c['error']})")
         else:
-            parts.append(f"{name} on {c['ranks']}: measured {fmt_rate(c['measured'])} against {fmt_rate(c['modelled'])}"
+            parts.append(f"{name} on {c['ranks']}: measured {fmt_rate(c['measured'])} against "
+                         f"{fmt_rate(c['modelled'])}"
                          f" modelled, load x{c['load']:.2f}")
-    return [f"Calibration ({sum(c.get('seconds', 0) for c in calibrations.values()):.0f} s, one short job per "
+    seconds = sum(c.get('seconds', 0) for c in calibrations.values())
+    return [f"Calibration ({seconds:.0f} s, one short job per "
             "topology at its largest size): " + "; ".join(parts) + "."]
 
 

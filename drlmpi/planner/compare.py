@@ -81,7 +81,8 @@ def comparison(cells: list[Prediction], runs: dict[tuple[str, int], list[float]]
         rows.append({"topology": c.topology, "ranks": c.ranks, "predicted": c.env_steps_per_s,
                      "low": c.low, "high": c.high, "measured": value, "runs": len(got), "error": error})
         spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if c.low is not None else ""
-        lines.append(f"| {c.topology} | {c.ranks} | {fmt_rate(c.env_steps_per_s)}{spread} | {fmt_rate(value)} | "
+        lines.append(f"| {c.topology} | {c.ranks} | {fmt_rate(c.env_steps_per_s)}{spread} | "
+                     f"{fmt_rate(value)} | "
                      f"{error:+.0%} |")
     share = within / len(rows) if rows else 0.0
     median = float(np.median([r["error"] for r in rows])) if rows else 0.0
@@ -90,7 +91,8 @@ def comparison(cells: list[Prediction], runs: dict[tuple[str, int], list[float]]
     lines += ["", f"{within} of {len(rows)} cells within +-{TOLERANCE:.0%} ({share:.0%}); "
                   f"median signed error {median:+.0%}"]
     best, pick = max(rows, key=lambda r: r["measured"], default=None), recommended(cells)
-    chosen = next((r for r in rows if pick and (r["topology"], r["ranks"]) == (pick.topology, pick.ranks)), None)
+    chosen = next((r for r in rows if pick and (r["topology"], r["ranks"]) == (pick.topology, pick.ranks)),
+                  None)
     if best and chosen:
         result["recommended"] = {"topology": chosen["topology"], "ranks": chosen["ranks"],
                                  "measured": chosen["measured"], "best": best["measured"],
@@ -112,13 +114,15 @@ def compare_saved(path: Path, runs: list[Path], overrides: list[str]) -> int:
         print(f"drlmpi.plan: error: --plan {path}: not a plan.json ({exc})", file=sys.stderr)
         return 2
     if overrides and sorted(overrides) != sorted(saved.get("overrides", [])):
-        print(f"drlmpi.plan: error: --plan {path} was made for {' '.join(saved.get('overrides', [])) or 'no overrides'}"
+        made_for = ' '.join(saved.get('overrides', [])) or 'no overrides'
+        print(f"drlmpi.plan: error: --plan {path} was made for {made_for}"
               f", not {' '.join(overrides)}", file=sys.stderr)
         return 2
     found, other = measured(runs, saved.get("config"))
     if not found and other:
         print(f"drlmpi.plan: error: --compare: the {other} run(s) found are of another config than "
-              f"{path} ({', '.join(f'{k}={v}' for k, v in saved.get('config', {}).items())})", file=sys.stderr)
+              f"{path} ({', '.join(f'{k}={v}' for k, v in saved.get('config', {}).items())})",
+              file=sys.stderr)
         return 2
     lines, saved["comparison"] = comparison(cells, found)
     if other:

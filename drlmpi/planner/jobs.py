@@ -57,7 +57,8 @@ def run_spec(spec: dict[str, Any]) -> list[str]:
                 run_dir.mkdir(parents=True, exist_ok=True)
                 run_experiment(compose(list(job["overrides"])), comm, run_dir, hang_exit=3)
             except BaseException as exc:  # noqa: BLE001 (its peers may wait for it: end the launch)
-                print(f"drlmpi.planner.jobs: rank {rank}: {run_dir.name}: {exc!r}", file=sys.stderr, flush=True)
+                print(f"drlmpi.planner.jobs: rank {rank}: {run_dir.name}: {exc!r}", file=sys.stderr,
+                      flush=True)
                 world.Abort(1)
             comm.Free()
             if rank == 0 and (run_dir / "summary.json").is_file():
@@ -78,7 +79,8 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> 
         spec.write_text(json.dumps({"jobs": jobs}))
         cmd = mpi_command(ranks, "drlmpi.planner.jobs", str(spec))
         try:
-            out = subprocess.run(cmd, env=LAUNCH_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE if quiet else None,
+            out = subprocess.run(cmd, env=LAUNCH_ENV, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE if quiet else None,
                                  text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
                                  start_new_session=True)
         except subprocess.TimeoutExpired as exc:
@@ -110,7 +112,8 @@ def calibration_jobs(overrides: list[str], sizes: dict[str, int], seconds: float
             for name, ranks in sizes.items()]
 
 
-def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[int], repeats: int = 1) -> int:
+def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[int],
+            repeats: int = 1) -> int:
     """``--measure``: every accepted (topology, size) cell of the config, one job each; with
     ``repeats`` the whole list again that many times (interleaved, so a drifting host spreads
     over every cell; ``--compare`` averages a cell's runs)."""

@@ -4,11 +4,12 @@
 
 Every topology writes itself as the seconds its job spends per job-wide environment step, once
 updates run (``learn``) and before ``learning_starts`` (``warm``); a run of ``B`` steps then takes
-``start + L * warm + (B - L) * learn`` seconds (``start``: the learner's wait for its first round). What the probe cannot see in one process - how a full job
-slows its own ranks down - a calibration (:mod:`drlmpi.planner.calibrate`) measures in a short real
-job at the largest size: its ratio of measured to modelled throughput is the topology's load
-factor there, spread over the sizes in between geometrically in the number of ranks (none at one
-rank, all of it at the calibrated size).
+``start + L * warm + (B - L) * learn`` seconds (``start``: the learner's wait for its first
+round). What the probe cannot see in one process - how a full job slows its own ranks down - a
+calibration (:mod:`drlmpi.planner.calibration`) measures in a short real job at the largest size:
+its ratio of measured to modelled throughput is the topology's load factor there, spread over the
+sizes in between geometrically in the number of ranks (none at one rank, all of it at the
+calibrated size).
 """
 
 from __future__ import annotations

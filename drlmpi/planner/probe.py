@@ -25,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -255,7 +256,8 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
                         lambda: _update_rate(learner, rows, seconds / 6))
                     continue
                 try:
-                    share = per_rank_algo_config(algo_cfg, max(1, round(int(batch) / size)), "global").algo_cfg
+                    ranks = max(1, round(int(batch) / size))
+                    share = per_rank_algo_config(algo_cfg, ranks, "global").algo_cfg
                 except Exception:  # noqa: BLE001 (a share the batch rule refuses: not measured)
                     continue
                 algo = _learner_algo(ctx, share)

@@ -100,7 +100,8 @@ class Asynchronous(Topology):
         per_step = (p.message_s(rows * p.row_bytes) / rows
                     + p.updates_per_step * sims * p.message_s(p.weight_bytes) / publish)
         learn, warm = learner_side(p, f, per_step)
-        return Pace(sim=p.sim_step_s * f / sims, learn=learn, learn_warm=warm, start=first_round(p, topo_cfg, f))
+        return Pace(sim=p.sim_step_s * f / sims, learn=learn, learn_warm=warm,
+                    start=first_round(p, topo_cfg, f))
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:

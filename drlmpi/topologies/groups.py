@@ -100,10 +100,12 @@ class Groups(DataParallelTopology):
         learners, f = max(1, cls.learners(topo_cfg)), p.slowdown_at(ranks)
         sims, group, rows = max(1, ranks - learners), ranks // learners, sync_rows(p, topo_cfg)
         rule = str(topo_cfg.get("batch_rule", DEFAULT_RULE))
-        per_update = (p.learner_update_at(batch_share(p.batch_size, learners, rule)) * f * device_turns(p, learners)
+        per_update = (p.learner_update_at(batch_share(p.batch_size, learners, rule)) * f
+                      * device_turns(p, learners)
                       + p.allreduce_at(learners) + p.straggler_s(learners, f))
         rho = p.updates_per_step if rule == "global" else p.updates_per_step / learners
-        comm = (group - 1) * p.message_s(rows * p.row_bytes) + max(1, log2(group)) * p.message_s(p.weight_bytes)
+        comm = ((group - 1) * p.message_s(rows * p.row_bytes)
+                + max(1, log2(group)) * p.message_s(p.weight_bytes))
         c = p.ingest_row_s * f / learners
         return Pace(sim=p.sim_step_s * f / sims, learn=c + rho * per_update, comm=comm / (sims * rows),
                     learn_warm=c, start=first_round(p, topo_cfg, f))

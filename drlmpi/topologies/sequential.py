@@ -29,7 +29,8 @@ class Sequential(Topology):
     @classmethod
     def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
         """Step (and store the row), then train what the step entitles: s + c + rho u."""
-        return Pace(sim=p.sim_step_s + p.ingest_row_s, learn=p.updates_per_step * p.learner_update_at(p.batch_size),
+        return Pace(sim=p.sim_step_s + p.ingest_row_s,
+                    learn=p.updates_per_step * p.learner_update_at(p.batch_size),
                     serial=True)
 
     def run(self, ctx: RunContext) -> RankReport:

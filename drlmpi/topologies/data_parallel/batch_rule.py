@@ -195,7 +195,8 @@ class DataParallelTopology(Topology):
         T the device learners that take turns on one GPU (:func:`device_turns`)."""
         workers, f = cls.data_ranks(ranks), p.slowdown_at(ranks)
         rule = str(topo_cfg.get("batch_rule", DEFAULT_RULE))
-        per_update = (p.learner_update_at(batch_share(p.batch_size, workers, rule)) * f * device_turns(p, workers)
+        per_update = (p.learner_update_at(batch_share(p.batch_size, workers, rule)) * f
+                      * device_turns(p, workers)
                       + p.straggler_s(workers, f) + cls.exchange_s(ranks, p))
         rho = p.updates_per_step if rule == "global" else p.updates_per_step / workers
         round_comm = p.allreduce_at(ranks) / (workers * sync_rows(p, topo_cfg))
