@@ -22,6 +22,12 @@ from typing import Any
 import numpy as np
 
 
+def interpolate(table: dict[int, float], x: float) -> float:
+    """``table`` (size -> seconds) at ``x``, linear between its sizes, flat beyond them."""
+    sizes = sorted(table)
+    return float(np.interp(x, sizes, [table[n] for n in sizes]))
+
+
 @dataclass
 class Probe:
     """What the probe measured (every time in seconds)."""
@@ -51,7 +57,7 @@ class Probe:
     gpus: int = 1
     notes: list[str] = field(default_factory=list)
     #: relative half-width of each measured figure's spread between repeats (``sim_step_s``,
-    #: ``learner_update_s``, ...): a cell's range is the model at the low and the high ends
+    #: ``update_s``): a cell's range is the model at the low and the high ends
     spread: dict[str, float] = field(default_factory=dict)
 
     def scaled(self, factor: float) -> Probe:
@@ -69,8 +75,7 @@ class Probe:
             return 0.0
         if batch is None or len(self.update_s) == 1:
             return self.update_s[max(self.update_s)]
-        sizes = sorted(self.update_s)
-        return float(np.interp(batch, sizes, [self.update_s[b] for b in sizes]))
+        return interpolate(self.update_s, batch)
 
     def learner_update_at(self, batch: int | None) -> float:
         """A learner's seconds per update at ``batch``: the bare update there, scaled by what
@@ -80,9 +85,7 @@ class Probe:
 
     def slowdown_at(self, ranks: int) -> float:
         """Compute slows down by this factor with ``ranks`` busy processes on the machine."""
-        points = {1: 1.0, **self.slowdown}
-        sizes = sorted(points)
-        return float(np.interp(ranks, sizes, [points[n] for n in sizes]))
+        return interpolate({1: 1.0, **self.slowdown}, ranks)
 
     def allreduce_at(self, ranks: int) -> float:
         """An all-reduce of the weights over ``ranks`` ranks (measured sizes, else log2 steps of
@@ -92,7 +95,7 @@ class Probe:
         if self.allreduce_s:
             sizes = sorted(self.allreduce_s)
             if ranks <= sizes[-1]:
-                return float(np.interp(ranks, sizes, [self.allreduce_s[n] for n in sizes]))
+                return interpolate(self.allreduce_s, ranks)
             return self.allreduce_s[sizes[-1]] * np.log2(ranks) / max(1.0, np.log2(sizes[-1]))
         return 2 * np.log2(ranks) * self.message_s(self.weight_bytes)
 
@@ -102,8 +105,8 @@ class Probe:
         return self.update_jitter_s * slowdown * float(np.sqrt(2 * np.log(ranks))) if ranks > 1 else 0.0
 
     def act_at(self, rows: int) -> float:
-        sizes = sorted(self.act_s)
-        return float(np.interp(rows, sizes, [self.act_s[b] for b in sizes]))
+        """Seconds of one batched forward pass of ``rows`` observations on the learner's device."""
+        return interpolate(self.act_s, rows)
 
     def message_s(self, nbytes: float) -> float:
         """One-way seconds of a point-to-point message of ``nbytes``."""
