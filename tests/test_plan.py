@@ -118,6 +118,9 @@ def test_a_cells_range_comes_from_the_probes_spread():
     """+-10% on the costs: a learner-bound star cell between 500/1.1 and 500/0.9 steps/s."""
     cell = predict(Star, 16, probe(spread={"sim_step_s": 0.02, "update_s": 0.1}), cfg("star"))
     assert cell.low == pytest.approx(500 / 1.1, rel=1e-3) and cell.high == pytest.approx(500 / 0.9, rel=1e-3)
+    # a repeat that hit a pause (spread 136%): the cheap end stops at a tenth of the costs
+    wild = predict(Star, 16, probe(update_s={8: 1e-3, 128: 2e-3}, spread={"update_s": 1.36}), cfg("star"))
+    assert wild.low == pytest.approx(500 / 2.36, rel=1e-3) and wild.high == pytest.approx(500 / 0.1, rel=1e-3)
 
 
 def test_a_topology_without_a_model_is_listed_not_refused():

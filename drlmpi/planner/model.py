@@ -27,6 +27,9 @@ TOLERANCE = 0.25
 RECOMMEND_MARGIN = 0.03
 #: a calibration's load factor is kept within these bounds (beyond them the job was disturbed)
 LOAD_BOUNDS = (0.05, 20.0)
+#: the cheap end of a cell's range scales the costs by 1 - spread, but never below this: a spread
+#: of the probe's repeats beyond 90% (one repeat hit a pause) would otherwise make costs negative
+CHEAPEST_END = 0.1
 
 
 @dataclass
@@ -97,8 +100,8 @@ def predict(cls: type, ranks: int, p: Probe, cfg: Any, calibration: dict[str, An
     model = cls.pace(ranks, p, cfg.topology)
     env_rate, update_rate = rates(model, p, budget)
     spread = max(p.spread.values(), default=0.0)
-    ends = [rates(cls.pace(ranks, p.scaled(1 + sign * spread), cfg.topology), p, budget)[0] * load
-            for sign in (1, -1)]
+    ends = [rates(cls.pace(ranks, p.scaled(factor), cfg.topology), p, budget)[0] * load
+            for factor in (1 + spread, max(1 - spread, CHEAPEST_END))]
     return Prediction(name, ranks, env_steps_per_s=env_rate * load, updates_per_s=update_rate * load,
                       bound=model.bound(), low=min(ends), high=max(ends), load=load)
 
