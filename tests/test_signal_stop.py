@@ -131,3 +131,25 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     assert proc.returncode == 130 and proc.stdout == "asked\n", proc.stderr
     assert proc.stderr.count("stopping at the next safe point") == 1
     assert "interrupted again: aborting without a checkpoint" in proc.stderr
+
+
+def test_another_ranks_request_is_renamed_into_place_whole(tmp_path, monkeypatch):
+    """Rank 0 polls for the request file: a rank writes it beside and renames it in, so rank 0
+    never reads a created but still empty file (which it would take for a SIGTERM)."""
+    from drlmpi.mpi.stop import REQUEST_FILE, StopRequest
+
+    renamed = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        assert Path(src).read_text() == "SIGUSR1" and not Path(dst).exists()  # whole before it appears
+        renamed.append(Path(dst).name)
+        real_replace(src, dst)
+
+    monkeypatch.setattr("drlmpi.mpi.stop.os.replace", replace)
+    sender, receiver = StopRequest(), StopRequest()
+    sender.rank, sender.file = 2, tmp_path / REQUEST_FILE
+    receiver.rank, receiver.file = 0, tmp_path / REQUEST_FILE
+    sender._handle(signal.SIGUSR1, None)
+    assert renamed == [REQUEST_FILE] and sorted(p.name for p in tmp_path.iterdir()) == [REQUEST_FILE]
+    assert receiver.requested() == "SIGUSR1"

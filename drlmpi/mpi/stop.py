@@ -72,8 +72,13 @@ class StopRequest:
             os.write(2, f"drlmpi: {name}: stopping at the next safe point with a checkpoint "
                         f"(Ctrl-C again to abort)\n".encode())
         elif self.file is not None:
+            # Written whole, then renamed into place: rank 0 polls for the file and must never
+            # read it between its creation and its content (it would take the empty file for
+            # a SIGTERM).
+            partial = self.file.with_name(f"{self.file.name}.rank{self.rank}")
             try:
-                self.file.write_text(name)
+                partial.write_text(name)
+                os.replace(partial, self.file)
             except OSError:  # the run directory cannot be written: the job's own error will say
                 pass
 
