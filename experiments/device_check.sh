@@ -4,9 +4,12 @@
 #   bash experiments/device_check.sh            # ~5 minutes on one H100/H200
 #   SECONDS_PER_ROW=5 bash experiments/device_check.sh
 #
-# Prints the pytest summary (CUDA tests of tests/test_capture.py, the device checkpoint round trip
-# and TensorBoard's own reader of our event files, plus the CPU tests of the
-# device code paths), then the benchmark table LAST: updates/s of a bare PyTorch loop and of
+# Needs every optional package the tests use (the tuned Atari and MuJoCo files compose in
+# tests/test_config.py): on the accelerator machine, the wheels of
+# `../shared/tools/device-wheels.sh --atari --mujoco`. On two GPUs the NCCL tests run too.
+#
+# Prints the pytest summary of every test file that names CUDA (its CUDA tests, which skip on CI,
+# and its CPU tests of the same code paths), then the benchmark table LAST: updates/s of a bare PyTorch loop and of
 # drlmpi's CPU learner (one CPU thread), and of drlmpi on cuda - eager, CUDA graph, compile, and
 # fused (DQN, TD3) - for DQN, TD3 and PPO at batch 64 and 256, with ratios to the bare CPU loop
 # and to drlmpi CPU, and each device row's operations per update (--kernels).
@@ -16,8 +19,9 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(),
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
-python -m pytest tests/test_capture.py tests/test_device_learner.py tests/test_fused.py tests/test_replay.py \
-    tests/test_checkpoint.py tests/test_tensorboard.py tests/test_deterministic.py -q -rs -p no:cacheprovider
+# Every test that touches CUDA: any test file that names it (the two-GPU NCCL tests skip on one GPU).
+mapfile -t files < <(grep -l "cuda" tests/test_*.py)
+python -m pytest "${files[@]}" -q -rs -p no:cacheprovider
 status=$?
 python -m drlmpi.bench.learner --algo dqn td3 ppo --batch 64 256 --device cpu cuda \
     --seconds "${SECONDS_PER_ROW:-3}" --threads 1 --kernels

@@ -122,14 +122,47 @@ def test_dqn_fused_learns_what_eager_learns(target):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-3, abs=1e-5)
 
 
+def clear_of_kinks(algo, batch, margin: float = 1e-6) -> torch.Tensor:
+    """The samples whose every hidden ReLU input - in both critics on the stored action, the actor,
+    and Q1 on the actor's action (the actor's loss) - lies beyond ``margin`` of 0.
+
+    A ReLU input within rounding of 0 can fall on either side in two programs that sum in different
+    orders; the one sample's share of that unit's gradient is then in one gradient and not the other.
+    On an H200 (seed 0) one input of Q1's second layer was 1.0e-8: the fused and eager critic
+    gradients differed by 2.9e-3 (relative), all of it in row 40 of q1.2.weight, q1.2.bias[40] and
+    what flows back from that unit; every other element agreed to 1e-7.
+    """
+
+    def keep(net, x):
+        mask = torch.ones(len(x), dtype=torch.bool, device=x.device)
+        for layer in net:
+            if isinstance(layer, torch.nn.ReLU):
+                mask &= (x.abs() > margin).all(dim=1)
+            x = layer(x)
+        return mask
+
+    with torch.no_grad():
+        obs = batch["obs"]
+        mask = keep(algo.actor.net, obs)
+        for net, action in ((algo.critic.q1, batch["action"]), (algo.critic.q2, batch["action"]),
+                            (algo.critic.q1, algo.actor(obs))):
+            mask &= keep(net, torch.cat([obs, action], dim=1))
+    return mask
+
+
 def test_td3_fused_gradients_equal_eager_gradients():
     """The compiled critic and actor gradients against backward through the networks, from the
-    same state on the same minibatch and noise."""
+    same state on the same minibatch and noise - the samples clear of every ReLU kink (see
+    :func:`clear_of_kinks`; the test reports how many it dropped). A fused gradient that drops or
+    rescales a term, or a wrong target, moves the gradient far beyond the 1e-4 bound."""
     pytest.importorskip("triton")
     spec = probe_spec("Pendulum-v1")
     cfg = cfg_for("td3")
     algo = build(TD3, spec, cfg, "off", random_rows(TD3(spec, cfg, learner=False), 2000))
     batch = {k: v.clone() for k, v in algo.next_batch().items()}
+    mask = clear_of_kinks(algo, batch)
+    assert mask.sum() >= 3 * len(mask) // 4, f"only {int(mask.sum())} of {len(mask)} samples clear of kinks"
+    batch = {k: v[mask] for k, v in batch.items()}
     eps = torch.randn(batch["action"].shape, device="cuda")
     critic = algo.groups["critic"]
     inputs = (batch["obs"], batch["action"], batch["reward"], batch["next_obs"], batch["terminated"], eps)
@@ -141,10 +174,9 @@ def test_td3_fused_gradients_equal_eager_gradients():
     algo._critic_gradient(*inputs)
     algo._actor_gradient(batch["obs"], critic.flat.views(critic.flat.params.detach()))
     assert algo._critic_gradient.program.compiled and algo._actor_gradient.program.compiled
-    # Compared as vectors: a ReLU input within rounding of 0 can take the other side of the kink
-    # in one program, which changes a few elements by one sample's share of the gradient.
     assert relative_error(critic.flat.grads, eager) < 1e-4
     assert relative_error(algo.policy.flat.grads, eager_actor) < 1e-4
+    print(f"compared on {int(mask.sum())} of {len(mask)} samples (the rest within 1e-6 of a ReLU kink)")
 
 
 def relative_error(x: torch.Tensor, reference: torch.Tensor) -> float:
