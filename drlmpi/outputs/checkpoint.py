@@ -163,10 +163,13 @@ class Checkpointer:
         every rank of ``comm`` calls this at the same point - a rank without learning state with
         ``learner=None`` (the final checkpoint of a signal stop, where simulators meet too) - and
         they meet in one small Allreduce before rank 0 publishes the generation in
-        ``meta.json``."""
+        ``meta.json``. A network trained into NaN stops the run instead
+        (``learner.check_weights``): the last generation, written while finite, stays the one
+        to resume."""
         t0 = time.perf_counter()
         generation = self.generation + 1
         if learner is not None:
+            learner.check_weights()
             checkpoint_dir(self.run_dir).mkdir(parents=True, exist_ok=True)
             algo = learner.algo
             fits = algo.storage_bytes(algo.spec, algo.cfg) <= MAX_STORAGE_BYTES

@@ -11,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 
 from drlmpi.algos.base import Algorithm
+from drlmpi.config.errors import NonFiniteError
 from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
 from drlmpi.mpi.watchdog import PROGRESS
 
@@ -116,7 +117,16 @@ class Actor:
         """Act, then one step of every environment; returns its rows and the episodes it
         finished."""
         PROGRESS.begin("acting (policy forward pass)")
-        actions, extras = self.algo.act(self.obs, self.global_steps(), explore=True)
+        try:
+            actions, extras = self.algo.act(self.obs, self.global_steps(), explore=True)
+        except Exception as exc:
+            # A policy that samples (PPO) raises on NaN observations before any learner sees
+            # them: say so as the learner's finite check would (checked only here, at no cost
+            # to a step that acts).
+            if self.layout.packed or np.isfinite(self.obs).all():
+                raise
+            raise NonFiniteError(f"non-finite observation in its own environments at their env step "
+                                 f"{self.steps:,} (acting on it raised {type(exc).__name__})") from None
         PROGRESS.done()
         return self.step(actions, extras)
 

@@ -16,6 +16,8 @@ import torch
 
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import LOCAL, GradientExchange
+from drlmpi.config.errors import NonFiniteError
+from drlmpi.data.finite import first_non_finite
 from drlmpi.mpi.watchdog import PROGRESS
 from drlmpi.roles.actor import episode_stats
 from drlmpi.roles.evaluate import evaluate
@@ -69,6 +71,8 @@ class Learner:
         exchange: how gradients reach the optimizers (the topology's: gradients averaged with
             other learners, a parameter server's round trip; :data:`~drlmpi.algos.exchange.LOCAL`
             for a single learner).
+        rank: this learner's job rank (names where experience came from when the finite check
+            of :meth:`store` stops the run).
     """
 
     def __init__(self, algo: Algorithm, make_eval_envs: Callable[[], list[gym.Env]],
@@ -76,8 +80,9 @@ class Learner:
                  log: Callable[..., None] | None = None, seed: int = 0,
                  mpi_clock: Callable[[], float] | None = None,
                  exchange: GradientExchange = LOCAL,
-                 stop_request: Callable[[], str | None] | None = None) -> None:
+                 stop_request: Callable[[], str | None] | None = None, rank: int = 0) -> None:
         self.algo = algo
+        self.rank = rank
         #: asks whether a signal wants the run stopped (the deciding learner only:
         #: :data:`drlmpi.mpi.stop.STOP` on rank 0 with ``run.checkpoint_on_signal``)
         self.stop_request = stop_request
@@ -173,7 +178,7 @@ class Learner:
         ONE chunk (one copy to the learner's device); counted and logged per part."""
         if rows.shape[0] == 0:
             return 0
-        due = self.store(rows)
+        due = self.store(rows, [source for count, source, _ in parts for _ in range(count)])
         start = 0
         for count, source_rank, policy_lag in parts:
             if count:
@@ -184,12 +189,23 @@ class Learner:
                 start += count
         return due
 
-    def store(self, rows: np.ndarray) -> int:
+    def store(self, rows: np.ndarray, sources: list[int] | None = None) -> int:
         """Store rows and accrue the updates they entitle, without counting job-wide steps
         (data-parallel ranks count the agreed job-wide total with :meth:`count_steps`).
-        Returns the updates these rows entitle."""
+        Returns the updates these rows entitle.
+
+        Every topology's experience reaches the algorithm here, so this is where it is checked:
+        a NaN or an infinity in a float column raises :class:`NonFiniteError` before anything is
+        stored (``sources``: the rank each row came from, for the message; this rank's own by
+        default)."""
         if rows.shape[0] == 0:
             return 0
+        found = first_non_finite(rows, self.algo.layout)
+        if found is not None:
+            row, what = found
+            source = self.rank if sources is None else sources[row]
+            self.stop_non_finite(f"non-finite {what} in the experience of rank {source} "
+                                 f"at env step {self.env_steps + row + 1:,}")
         self.algo.observe(rows)
         due = self.algo.updates_due(rows.shape[0])
         self.pending_updates += due
@@ -280,6 +296,22 @@ class Learner:
         After a solve they would be wasted, so they are skipped."""
         if self.stop_reason() != "solved":
             self.train()
+
+    def finite_weights(self) -> bool:
+        """Whether every parameter of every trained network is finite (one check per flat
+        buffer: a network trained into NaN must not be written as a policy or a checkpoint)."""
+        return all(bool(torch.isfinite(group.flat.params).all()) for group in self.algo.groups.values())
+
+    def check_weights(self) -> None:
+        """Raise :class:`NonFiniteError` if a trained network holds a NaN or an infinity."""
+        if not self.finite_weights():
+            self.stop_non_finite(f"non-finite policy weights after {self.updates:,} updates "
+                                 f"at env step {self.env_steps:,}")
+
+    def stop_non_finite(self, what: str) -> None:
+        """Stop the run: raise :class:`NonFiniteError` saying ``what``, carrying the policy's
+        state while its weights are still finite (the run writes it as ``policy.pt``)."""
+        raise NonFiniteError(what, policy=self.algo.state_dict() if self.finite_weights() else None)
 
     def policy_weights(self) -> np.ndarray:
         """The policy's flat float32 parameters (a view on CPU, one copy from a GPU)."""

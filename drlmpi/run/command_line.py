@@ -34,6 +34,7 @@ from drlmpi.mpi.abort import (
     CONFIG_ERROR_GRACE_S,
     CRASH_EXIT,
     HANG_EXIT,
+    NON_FINITE_EXIT,
     SIGNAL_EXIT,
     end_job,
 )
@@ -118,7 +119,7 @@ def _task(cfg) -> float | int:
     from mpi4py import MPI
 
     set_thread_counts(cfg.get("threads_per_rank"))
-    from drlmpi.config.errors import ConfigError
+    from drlmpi.config.errors import ConfigError, NonFiniteError
     from drlmpi.run.experiment import run_experiment
 
     world = MPI.COMM_WORLD
@@ -138,6 +139,14 @@ def _task(cfg) -> float | int:
             time.sleep(CONFIG_ERROR_GRACE_S)
         end_job(f"drlmpi: error: {exc}" if rank == 0 else f"drlmpi: error (rank {rank}): {exc}",
                 CONFIG_ERROR_EXIT, abort=world.Get_size() > 1)
+    except NonFiniteError as exc:
+        # Not a bug of drlmpi's: one line, no traceback; MPI_Abort so no peer is left waiting.
+        # Data-parallel learners may all see it at once: rank 0 speaks at once, the others a
+        # second apart in rank order, so the first one's abort lands before the next speaks.
+        if rank != 0:
+            time.sleep(CONFIG_ERROR_GRACE_S + min(rank, 10))
+        end_job(f"drlmpi: error: rank {rank} stopped the run: {exc}", NON_FINITE_EXIT,
+                abort=world.Get_size() > 1)
     except OSError as exc:
         if exc.errno not in WRITE_FAILURES:
             end_job(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",

@@ -6,6 +6,7 @@ rank that stops making progress for ``run.rank_timeout_s`` ends the job.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 
+from drlmpi.config.errors import NonFiniteError
 from drlmpi.device.determinism import set_deterministic
 from drlmpi.mpi.stop import STOP, stopped_by_signal_line
 from drlmpi.mpi.timed import TimedComm
@@ -83,7 +85,10 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
         for line in start_lines(plan, run_dir):
             logger.info(line)
     topology = plan.topology_cls(plan.cfg.topology)
-    report = topology.run(ctx)
+    try:
+        report = topology.run(ctx)
+    except NonFiniteError as exc:
+        raise NonFiniteError(f"{exc}; {_keep_finite_policy(exc.policy, run_dir)}") from None
     report.wall_s = time.perf_counter() - start
     learner = report.learner
     by_signal = False
@@ -100,6 +105,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
         report.extra["rss_kib"] = memory.stop()
     if learner is not None:
         if comm.rank == 0:
+            learner.check_weights()  # never a NaN policy.pt
             PROGRESS.begin("writing %s", POLICY_FILE)
             torch.save(learner.algo.state_dict(), Path(run_dir) / POLICY_FILE)
             PROGRESS.done()
@@ -120,3 +126,18 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
             print(stopped_by_signal_line(STOP.requested() or "a signal", run_dir), flush=True)
     comm.free()
     return summary
+
+
+def _keep_finite_policy(policy: dict[str, Any] | None, run_dir: Path) -> str:
+    """On a non-finite stop: write the learner's policy as ``policy.pt`` while its weights are
+    still finite (experience is checked before it is stored, so they usually are); never a NaN
+    one, and none where a simulator stopped the run (it holds no learner). Data-parallel
+    learners may do this at once with the same weights: the file is renamed into place whole.
+    Says what became of ``policy.pt``."""
+    path = Path(run_dir) / POLICY_FILE
+    if policy is None:  # the weights were not finite, or a simulator saw it
+        return f"no {POLICY_FILE} written"
+    tmp = path.with_name(f"{POLICY_FILE}.{socket.gethostname()}.{os.getpid()}.tmp")
+    torch.save(policy, tmp)
+    os.replace(tmp, path)
+    return f"the last finite policy is in {path}"

@@ -233,8 +233,8 @@ class RunContext:
         # A signal's stop is decided by the job's rank 0 alone and reaches the others in the
         # topology's control messages (drlmpi.mpi.stop).
         stop = STOP.requested if self.rank == 0 and run.get("checkpoint_on_signal", True) else None
-        learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"), log=run_log,
-                          seed=self.seed, mpi_clock=self.mpi_clock, exchange=exchange, stop_request=stop)
+        learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"), log=run_log, seed=self.seed,
+                          mpi_clock=self.mpi_clock, exchange=exchange, stop_request=stop, rank=self.rank)
         if meta is not None:
             try:
                 state = load_rank_state(self.run_dir, self.rank, meta)
