@@ -1,7 +1,8 @@
 """A simulator whose observations or rewards turn NaN stops the run in one line, naming the rank,
 the env step and what was not finite, and never leaves a NaN ``policy.pt`` (docs/architecture.md,
 "Failing clearly, never hanging"). The check itself, where every topology's experience is stored
-(``Learner.store``), the weights before a checkpoint, and one real job (tests/nan_env.py)."""
+(``Learner.store``), the loss where update metrics are read, the weights before a checkpoint, and
+one real job (tests/nan_env.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from drlmpi.config.errors import NonFiniteError
 from drlmpi.config.schema import group_config
 from drlmpi.data.finite import first_non_finite
 from drlmpi.data.layout import ExperienceLayout
+from drlmpi.device.metrics import Metrics, non_finite_metrics, read_metrics
 from drlmpi.envs.make import make_env
 from drlmpi.envs.spec import env_spec
 from drlmpi.mpi.abort import NON_FINITE_EXIT
+from drlmpi.outputs.tensorboard_log import TensorBoardLog
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
 from tests.mpirun import run_job
@@ -101,6 +104,33 @@ def test_nan_weights_are_never_checkpointed_or_handed_on():
     with pytest.raises(NonFiniteError, match="^non-finite policy weights after 0 updates") as caught:
         learner.check_weights()
     assert caught.value.policy is None
+
+
+def test_a_loss_that_is_not_finite_is_found_where_metrics_are_read():
+    """TD3's actor loss is NaN by design before its first actor step; a critic loss that is NaN
+    in any one sample of the interval (the interval's mean leaves NaNs out) is found. Fails if the
+    check reads the means, or checks every metric."""
+    names = ("critic_loss", "actor_loss", "q_mean")
+    samples = [Metrics(names, torch.tensor([1.0, float("nan"), 2.0])),
+               Metrics(names, torch.tensor([0.5, 0.3, 2.0]))]
+    assert non_finite_metrics(read_metrics(samples), ("critic_loss",)) == {}
+    samples.append(Metrics(names, torch.tensor([float("inf"), 0.3, float("nan")])))
+    samples.append(Metrics(names, torch.tensor([0.4, 0.3, 2.0])))
+    assert non_finite_metrics(read_metrics(samples), ("critic_loss",)) == {"critic_loss": float("inf")}
+
+
+def test_the_tensorboard_log_stops_on_a_nan_loss(tmp_path):
+    """The one place update metrics are read (every ``run.tensorboard_every_s``): a DQN loss
+    gone NaN stops the run there. Fails without the check in ``TensorBoardLog.write_interval``."""
+    learner = _learner()
+    log = TensorBoardLog(tmp_path, every_s=0.0)
+    log.attach(learner)
+    learner.last_metrics = Metrics(("loss", "q_mean"), torch.tensor([0.5, 1.0]))
+    log.poll()
+    learner.last_metrics = Metrics(("loss", "q_mean"), torch.tensor([float("nan"), 1.0]))
+    with pytest.raises(NonFiniteError,
+                       match=r"^non-finite loss \(loss = nan\) after 0 updates at env step 0$"):
+        log.poll()
 
 
 def test_a_sampling_policy_that_meets_a_nan_observation_says_so():

@@ -60,7 +60,6 @@ class Algorithm(TrainingState, ABC):
     extra_columns: ClassVar[tuple[tuple[str, int], ...]] = ()
     #: whether it takes uint8 image observations (through :mod:`drlmpi.algos.encoders`).
     takes_images: ClassVar[bool] = False
-
     #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
     storage_option: ClassVar[str] = "buffer_size"
     #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured graph
@@ -69,8 +68,9 @@ class Algorithm(TrainingState, ABC):
     #: whether :meth:`next_batch` and :meth:`learn` may be captured (device work only), and
     #: their gradients compiled too (``fusable``: ``algo.capture=fused``)
     capturable, fusable = False, False
-    #: names of the values :meth:`learn` returns, in order
+    #: names of the values :meth:`learn` returns, in order; ``loss_metrics``: those that must stay finite
     metric_names: tuple[str, ...] = ()
+    loss_metrics: tuple[str, ...] = ()
 
     groups: dict[str, ParamGroup]
     policy: ParamGroup

@@ -42,6 +42,7 @@ class DQN(OffPolicyAlgorithm):
     """
 
     metric_names = ("loss", "q_mean")
+    loss_metrics = ("loss",)
     takes_images = True
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",

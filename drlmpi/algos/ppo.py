@@ -110,6 +110,7 @@ class PPO(Algorithm):
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"
     metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
+    loss_metrics = ("policy_loss", "value_loss")
     takes_images = True
 
     @classmethod

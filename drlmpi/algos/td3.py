@@ -82,6 +82,7 @@ class TD3(OffPolicyAlgorithm):
     """
 
     metric_names = ("critic_loss", "actor_loss", "q_mean")
+    loss_metrics = ("critic_loss",)  # the actor loss is NaN until the first actor step
 
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",

@@ -49,9 +49,14 @@ class Metrics(Mapping):
 def mean_metrics(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
     """The mean of each metric over ``samples`` (update metrics kept over a logging interval),
     NaNs left out (TD3's actor loss before the first actor step); a metric that is NaN in
-    every sample is left out. The :class:`Metrics` among the samples are stacked and read in
-    ONE device-to-host transfer (one host synchronisation for the whole interval); plain
-    mappings are read as they are."""
+    every sample is left out. See :func:`read_metrics` for how they are read."""
+    return table_means(read_metrics(samples))
+
+
+def read_metrics(samples: Sequence[Mapping[str, float]]) -> dict[tuple[str, ...], np.ndarray]:
+    """``samples`` as tables, one per tuple of metric names: ``(samples, names)`` float64. The
+    :class:`Metrics` among them are stacked and read in ONE device-to-host transfer (one host
+    synchronisation for the whole interval); plain mappings are read as they are."""
     rows: dict[tuple[str, ...], list[np.ndarray]] = {}
     lazy: dict[tuple[tuple[str, ...], torch.device], list[torch.Tensor]] = {}
     for sample in samples:
@@ -63,13 +68,32 @@ def mean_metrics(samples: Sequence[Mapping[str, float]]) -> dict[str, float]:
     for (names, _), tensors in lazy.items():
         values = torch.stack(tensors).to("cpu", torch.float64).numpy()
         rows.setdefault(names, []).extend(values)
+    return {names: np.asarray(values, dtype=np.float64).reshape(-1, len(names))
+            for names, values in rows.items()}
+
+
+def table_means(tables: Mapping[tuple[str, ...], np.ndarray]) -> dict[str, float]:
+    """:func:`mean_metrics` of tables :func:`read_metrics` read."""
     out: dict[str, float] = {}
-    for names, values in rows.items():
-        table = np.asarray(values, dtype=np.float64).reshape(-1, len(names))
+    for names, table in tables.items():
         finite = ~np.isnan(table)
         counts = finite.sum(axis=0)
         sums = np.where(finite, table, 0.0).sum(axis=0)
         for name, total, count in zip(names, sums, counts):
             if count:
                 out[name] = float(total / count)
+    return out
+
+
+def non_finite_metrics(tables: Mapping[tuple[str, ...], np.ndarray],
+                       must_be_finite: Sequence[str]) -> dict[str, float]:
+    """The metrics among ``must_be_finite`` (an algorithm's losses) that were NaN or infinite in
+    a sample of ``tables``, each with its first such value."""
+    out: dict[str, float] = {}
+    for names, table in tables.items():
+        for j, name in enumerate(names):
+            if name in must_be_finite and name not in out:
+                bad = table[~np.isfinite(table[:, j]), j]
+                if len(bad):
+                    out[name] = float(bad[0])
     return out

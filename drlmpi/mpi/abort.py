@@ -14,7 +14,7 @@ CRASH_EXIT = 1  # a rank raised
 CONFIG_ERROR_EXIT = 2  # the configuration was refused before any communication
 HANG_EXIT = 3  # a rank made no progress for run.rank_timeout_s (its watchdog ended the job)
 SIGNAL_EXIT = 4  # stopped by SIGTERM, SIGUSR1 or Ctrl-C with a checkpoint written (resume= continues)
-NON_FINITE_EXIT = 5  # experience or the policy weights were NaN or infinite: the run stopped
+NON_FINITE_EXIT = 5  # experience, a loss or the policy weights were NaN or infinite: the run stopped
 CONFIG_ERROR_GRACE_S = 3.0
 # Before MPI_Abort kills the job, give the launcher a moment to forward the line just printed:
 # under load an immediate abort can lose a rank's last output.

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from drlmpi.device.metrics import mean_metrics
+from drlmpi.device.metrics import non_finite_metrics, read_metrics, table_means
 from drlmpi.outputs.event_file import EventWriter
 
 TB_DIR = "tb"
@@ -101,8 +101,14 @@ class TensorBoardLog:
         last_clock, last_steps, last_updates = self._mark
         if steps == last_steps and updates == last_updates and not self._samples:
             return
+        tables = read_metrics(self._samples)
+        # Where the update metrics are read is where a loss gone NaN or infinite shows (no other
+        # host read of them): the run stops here, before it writes or checkpoints a NaN policy.
+        for name, value in non_finite_metrics(tables, learner.algo.loss_metrics).items():
+            learner.stop_non_finite(f"non-finite loss ({name} = {value}) after {updates:,} updates "
+                                    f"at env step {steps:,}")
         values: dict[str, float] = {}
-        values.update({f"train/{k}": v for k, v in mean_metrics(self._samples).items()})
+        values.update({f"train/{k}": v for k, v in table_means(tables).items()})
         values.update({f"train/{k}": v for k, v in learner.algo.schedule_values(steps).items()})
         self._samples.clear()
         total = [0.0, 0.0, 0]

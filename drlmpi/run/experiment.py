@@ -105,7 +105,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
         report.extra["rss_kib"] = memory.stop()
     if learner is not None:
         if comm.rank == 0:
-            learner.check_weights()  # never a NaN policy.pt
+            learner.check_weights()  # never a NaN policy.pt (a loss read before would have said)
             PROGRESS.begin("writing %s", POLICY_FILE)
             torch.save(learner.algo.state_dict(), Path(run_dir) / POLICY_FILE)
             PROGRESS.done()
