@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import statistics
 
+import numpy as np
 import pytest
 
 from drlmpi.mpi.wire import ChunkHeader, WeightsHeader
@@ -198,6 +199,62 @@ def test_async_discards_chunks_beyond_max_policy_lag(runs):
     stats = summary["topology_stats"]
     assert stats["utd_mode"] == "free" and stats["discarded_chunks"] > 0
     assert summary["policy_lag_max"] == 0  # every chunk it learned from was fresh
+
+
+class _TakingLearner:
+    """The part of a Learner that ``AsyncLearner._take`` drives, recording what became of each
+    chunk."""
+
+    def __init__(self, updates: int) -> None:
+        self.updates = updates
+        self.taken: list[tuple[str, int | None]] = []
+
+    def ingest(self, rows, source_rank, policy_lag=None) -> int:
+        self.taken.append(("learned", policy_lag))
+        return 1
+
+    def discard(self, rows, source_rank) -> None:
+        self.taken.append(("discarded", None))
+
+
+def test_async_keeps_a_chunk_exactly_at_the_lag_bound_and_discards_the_next():
+    """``AsyncLearner._take`` at ``max_policy_lag=8``: a chunk acted 8 updates ago is learned
+    from, one acted 9 ago is discarded and counted (rows too). Catches an off-by-one in the
+    compare either way (``>=`` discards lag 8; ``> bound + 1`` keeps lag 9)."""
+    from drlmpi.topologies.asynchronous import AsyncLearner
+
+    taking = AsyncLearner.__new__(AsyncLearner)  # no MPI: only the take path's own state
+    taking.learner = _TakingLearner(updates=20)
+    taking.max_lag, taking.next_sequence, taking.most_owed_by_a_chunk = 8, {1: 0}, 1
+    taking.discarded = taking.discarded_rows = 0
+    rows = np.zeros((5, 3), dtype=np.float32)
+    for version in (20, 12, 11, 0, 13):  # lags 0, 8, 9, 20, 7
+        taking._take(1, rows, version)
+    assert taking.learner.taken == [("learned", 0), ("learned", 8), ("discarded", None),
+                                    ("discarded", None), ("learned", 7)]
+    assert (taking.discarded, taking.discarded_rows, taking.next_sequence[1]) == (2, 10, 5)
+
+
+def test_async_replay_holds_the_rows_received_less_those_discarded(pool, tmp_path):
+    """A run at ``max_policy_lag=8`` whose simulators keep their first weights (no publication
+    within the budget): chunks from before the 9th update are learned from, later ones
+    discarded. The replay (read from the learner's algorithm at the end) holds exactly the rows
+    received less the discarded ones and those that arrived after the stop; the summary's
+    counts add up. Catches a discarded chunk that is stored anyway, or a count of rows that
+    misses some."""
+    overrides = ["topology=async", "algo._target_=tests.recording_algo.ReplayRecordingDQN",
+                 "topology.utd_mode=free", "topology.max_policy_lag=8", "topology.publish_every=100000",
+                 *TINY_DQN]
+    replay_rows = pool.submit(3, "tests.pool_worker:call_with_attribute", call="tests.pool_worker:experiment",
+                              attribute="tests.recording_algo:REPLAY_ROWS", overrides=overrides,
+                              run_dir=str(tmp_path / "run")).result()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    stats = summary["topology_stats"]
+    assert stats["max_policy_lag"] == 8 and stats["discarded_rows"] > 0
+    learned = stats["received_rows"] - stats["discarded_rows"] - stats["steps_after_stop"]
+    assert replay_rows == [learned] and learned > 0
+    assert summary["env_steps"] == stats["received_rows"] - stats["steps_after_stop"]
+    assert summary["policy_lag_max"] <= 8
 
 
 @pytest.mark.parametrize(("algo", "bursts"), [("RecordingDQN", False), ("QueuingDQN", True)])

@@ -162,6 +162,8 @@ class AsyncLearner:
         self.reordered = 0
         self.last_heard = {s: time.perf_counter() for s in self.sims}
         self.discarded = 0
+        self.received_rows = 0  # every chunk's rows, learned from, discarded, held or after the stop
+        self.discarded_rows = 0
         self.skipped_publications = 0
         self.publications = 0
         self.steps_after_stop = 0
@@ -176,6 +178,7 @@ class AsyncLearner:
         self.chunks[sim] += 1
         self.last_heard[sim] = time.perf_counter()
         rows = msg.payload[: int(msg.header[ChunkHeader.ROWS])]
+        self.received_rows += len(rows)
         version = int(msg.header[ChunkHeader.POLICY_VERSION])
         sequence = int(msg.header[ChunkHeader.SEQUENCE])
         if stopping:  # the run is over: count the chunk, learn nothing from it
@@ -197,6 +200,7 @@ class AsyncLearner:
         lag = self.learner.updates - version
         if self.max_lag is not None and lag > self.max_lag:
             self.discarded += 1
+            self.discarded_rows += len(rows)
             self.discard(sim, rows)
         else:
             self.most_owed_by_a_chunk = max(self.most_owed_by_a_chunk, self.learn_from(sim, rows, lag))
@@ -305,9 +309,10 @@ class AsyncLearner:
         return learner_report(self.comm.rank, learner, stats=stats)
 
     def chunk_stats(self) -> dict[str, Any]:
-        """What became of the chunks: discarded (too old), reordered, received per simulator;
-        and the weights publications."""
+        """What became of the chunks: discarded (too old), reordered, received per simulator,
+        rows received and discarded; and the weights publications."""
         return {"discarded_chunks": self.discarded, "reordered_chunks": self.reordered,
+                "received_rows": self.received_rows, "discarded_rows": self.discarded_rows,
                 "chunks_received": {str(s): c for s, c in self.chunks.items()},
                 "publications": self.publications}
 
