@@ -14,6 +14,7 @@ from drlmpi.algos.ppo import PPO
 from drlmpi.config.schema import group_config
 from drlmpi.envs.make import make_env
 from drlmpi.envs.spec import env_spec
+from drlmpi.mpi.wire import Tag
 from drlmpi.roles.actor import Actor
 from drlmpi.topologies.central import Central, Group, StepWire, env_groups
 
@@ -115,3 +116,57 @@ def test_padded_buckets_and_the_eager_forward_on_the_cpu():
     assert forward.mode == "off"  # a CPU learner: nothing to capture
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     assert np.array_equal(algo.finish_act(forward(obs), 10**9, False)[0], algo.act(obs, 10**9, False)[0])
+
+
+class Replying:
+    """A communicator that records each reply as it was sent (the buffer is reused)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, int, np.ndarray]] = []
+
+    def Isend(self, buf, dest, tag, kind):  # noqa: N802 (MPI name)
+        self.sent.append((dest, tag, buf.copy()))
+        return len(self.sent)
+
+    def wait(self, request) -> None:
+        pass
+
+
+def test_one_serve_answers_each_group_with_the_actions_of_its_own_observations():
+    """Three groups of 2, 3 and 1 environments (two simulators) arrive together; ``Central._serve``
+    acts on them in ONE batched forward pass and slices the actions back. Each group's reply must
+    be ``algo.act`` of its own observations, and what it keeps (the forward output, the policy
+    version) its own part. The observations are picked so each group's greedy actions differ from
+    its neighbours' (0 1 | 1 1 0 | 1): swapped slices, or offsets off by one, give another group's
+    actions."""
+    import torch
+
+    from drlmpi.algos.dqn import DQN
+
+    cfg = group_config("algo", "dqn")
+    cfg.eps_end, cfg.hidden = 0.0, [16]  # greedy after exploration: actions depend on observations only
+    algo = DQN(env_spec(make_env("CartPole-v1")), cfg, seed=0)
+    steps = 10**6
+    candidates = np.random.default_rng(3).normal(scale=3.0, size=(64, 4)).astype(np.float32)
+    greedy = algo.act(candidates, steps, explore=True)[0][:, 0]
+    by_action = {a: list(candidates[greedy == a]) for a in (0, 1)}
+    wanted = ([0, 1], [1, 1, 0], [1])
+    wire = StepWire(algo.layout)
+    groups = [Group(source, index, len(actions), 0, wire)
+              for (source, index), actions in zip([(1, 0), (1, 1), (2, 0)], wanted)]
+    for group, actions in zip(groups, wanted):
+        group.obs = np.stack([by_action[a].pop() for a in actions])
+    learner = Taking(algo)
+    learner.env_steps, learner.updates = steps, 7
+    comm, stats = Replying(), {"serves": 0, "rows_served": 0, "inference_s": 0.0}
+    Central._serve(comm, groups, learner, Central._acting(algo, 8), stats)
+
+    assert stats["serves"] == 1 and stats["rows_served"] == 6
+    assert [(dest, tag) for dest, tag, _ in comm.sent] == [
+        (g.source, int(Tag.ACTIONS) + g.index) for g in groups]
+    for group, actions, (_, _, reply) in zip(groups, wanted, comm.sent):
+        own = algo.act(group.obs, steps, explore=True)[0]
+        assert reply[0] == 0.0  # not the stop flag
+        assert np.array_equal(reply[1:], own.reshape(-1)) and own[:, 0].tolist() == actions
+        assert torch.equal(torch.as_tensor(group.out), algo.act_tensor(torch.as_tensor(group.obs), True))
+        assert group.version == 7 and group.extras is None
