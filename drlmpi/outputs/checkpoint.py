@@ -25,7 +25,6 @@ A file holds tensors, numbers, strings, lists and dicts only, and is loaded with
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import zipfile
@@ -34,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from drlmpi.outputs.files import FileWriteError, atomic_save, atomic_write_json
 
 CHECKPOINT_DIR = "checkpoint"
 META_FILE = "meta.json"
@@ -48,19 +49,6 @@ def checkpoint_dir(run_dir: Path | str) -> Path:
 
 def rank_file(run_dir: Path | str, rank: int, generation: int) -> Path:
     return checkpoint_dir(run_dir) / f"rank{rank}.g{generation}.pt"
-
-
-def atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``."""
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def atomic_write_json(data: dict[str, Any], path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def file_generation(path: Path) -> int | None:
@@ -88,6 +76,10 @@ def read_meta(run_dir: Path | str) -> dict[str, Any] | None:
 
 class DamagedFileError(ValueError):
     """A checkpoint or policy file that exists but cannot be read back (truncated, corrupted)."""
+
+
+class CheckpointWriteError(FileWriteError):
+    """A checkpoint file could not be written; the previous generation is intact."""
 
 
 def load_tensors(path: Path | str) -> Any:
@@ -174,8 +166,8 @@ class Checkpointer:
             algo = learner.algo
             fits = algo.storage_bytes(algo.spec, algo.cfg) <= MAX_STORAGE_BYTES
             self._with_storage = self.with_storage and fits
-            atomic_save(learner.checkpoint_state(self._with_storage),
-                        rank_file(self.run_dir, self.rank, generation))
+            state = learner.checkpoint_state(self._with_storage)
+            self._write(lambda: atomic_save(state, rank_file(self.run_dir, self.rank, generation)))
         if comm is not None:
             from mpi4py import MPI
 
@@ -194,9 +186,26 @@ class Checkpointer:
                 "saved_at": time.strftime("%Y-%m-%d %H:%M:%S"),
                 **self.description,
             }
-            atomic_write_json(meta, checkpoint_dir(self.run_dir) / META_FILE)
+            try:
+                self._write(lambda: atomic_write_json(meta, checkpoint_dir(self.run_dir) / META_FILE))
+            except CheckpointWriteError:  # the new generation's files would never be read
+                for rank in meta["ranks_with_state"]:
+                    rank_file(self.run_dir, rank, generation).unlink(missing_ok=True)
+                raise
             remove_older_generations(self.run_dir, generation)
         self.generation = generation
         self.last = time.monotonic()
         self.saved += 1
         self.seconds += time.perf_counter() - t0
+
+    def _write(self, write: Any) -> None:
+        """Run ``write()``; a refused write becomes :class:`CheckpointWriteError`, whose line
+        says which generation is still complete (nothing it names was touched)."""
+        try:
+            write()
+        except FileWriteError as exc:
+            kept = (f"the last complete generation {self.generation} is kept: python -m drlmpi "
+                    f"resume={self.run_dir} continues from it" if self.generation
+                    else "no checkpoint generation was complete yet")
+            line = f"checkpoint: cannot write {exc.path}: {exc.reason}; {kept}"
+            raise CheckpointWriteError(exc.path, exc.reason, line) from None

@@ -3,15 +3,16 @@ explains every field), written by rank 0, and the short summary it prints."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from drlmpi.outputs.files import atomic_write_json
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
     """Write ``summary.json`` (indented, keys in insertion order)."""
     path = Path(run_dir) / "summary.json"
-    path.write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    atomic_write_json(summary, path)  # whole or not at all: the sweep launcher reuses a run that has one
     return path
 
 

@@ -120,6 +120,7 @@ def _task(cfg) -> float | int:
 
     set_thread_counts(cfg.get("threads_per_rank"))
     from drlmpi.config.errors import ConfigError, NonFiniteError
+    from drlmpi.outputs.files import FileWriteError
     from drlmpi.run.experiment import run_experiment
 
     world = MPI.COMM_WORLD
@@ -147,6 +148,13 @@ def _task(cfg) -> float | int:
             time.sleep(CONFIG_ERROR_GRACE_S + min(rank, 10))
         end_job(f"drlmpi: error: rank {rank} stopped the run: {exc}", NON_FINITE_EXIT,
                 abort=world.Get_size() > 1)
+    except FileWriteError as exc:
+        # A file of the run the file system refused (a checkpoint, policy.pt, summary.json): one
+        # line naming it. In a collective checkpoint several ranks may fail alike: rank 0 speaks
+        # and aborts; another rank only if rank 0's abort has not ended it after a moment.
+        if rank != 0:
+            time.sleep(CONFIG_ERROR_GRACE_S)
+        end_job(f"drlmpi: rank {rank} failed: {exc}", CRASH_EXIT, abort=world.Get_size() > 1)
     except OSError as exc:
         if exc.errno not in WRITE_FAILURES:
             end_job(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",

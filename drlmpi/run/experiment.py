@@ -19,6 +19,7 @@ from drlmpi.device.determinism import set_deterministic
 from drlmpi.mpi.stop import STOP, stopped_by_signal_line
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.watchdog import PROGRESS, start_watchdog
+from drlmpi.outputs.files import atomic_save
 from drlmpi.outputs.summary import format_summary, write_summary
 from drlmpi.run.memory import MemorySampler
 from drlmpi.run.plan import make_plan
@@ -107,7 +108,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
         if comm.rank == 0:
             learner.check_weights()  # never a NaN policy.pt (a loss read before would have said)
             PROGRESS.begin("writing %s", POLICY_FILE)
-            torch.save(learner.algo.state_dict(), Path(run_dir) / POLICY_FILE)
+            atomic_save(learner.algo.state_dict(), Path(run_dir) / POLICY_FILE)
             PROGRESS.done()
         learner.close()
     if ctx.log is not None:
