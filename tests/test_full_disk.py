@@ -19,8 +19,8 @@ import torch
 
 from drlmpi.outputs import files
 from drlmpi.outputs.checkpoint import (
-    CheckpointWriteError,
     Checkpointer,
+    CheckpointWriteError,
     check_rank_files,
     checkpoint_dir,
     load_rank_state,
@@ -120,15 +120,16 @@ def test_a_run_whose_disk_fills_at_a_checkpoint_ends_in_one_line_and_resumes(tmp
     run_dir = tmp_path / "run"
     checkpoint_dir(run_dir).mkdir(parents=True)
     (checkpoint_dir(run_dir) / "rank0.g2.pt.tmp").symlink_to("/dev/full")
-    overrides = ["run.checkpoint_every_s=0.05", "run.max_env_steps=100000",
-                 "algo.hidden=[16]", "run.tensorboard=false", "run.eval_every=1000000", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.run([sys.executable, "-m", "drlmpi", *overrides], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    overrides = ["run.checkpoint_every_s=0.05", "run.max_env_steps=100000", "algo.hidden=[16]",
+                 "run.tensorboard=false", "run.eval_every=1000000", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run([sys.executable, "-m", "drlmpi", *overrides], cwd=REPO, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     path = checkpoint_dir(run_dir) / "rank0.g2.pt"
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.count("failed") == 1, proc.stderr
     assert (f"drlmpi: rank 0 failed: checkpoint: cannot write {path}: No space left on device; the last "
-            f"complete generation 1 is kept: python -m drlmpi resume={run_dir} continues from it") in proc.stderr
+            f"complete generation 1 is kept: python -m drlmpi resume={run_dir} continues from it"
+            ) in proc.stderr
     assert sorted(p.name for p in checkpoint_dir(run_dir).iterdir()) == ["meta.json", "rank0.g1.pt"]
     assert json.loads((checkpoint_dir(run_dir) / "meta.json").read_text())["generation"] == 1
     argv, ranks = resume_arguments([f"resume={run_dir}"])
