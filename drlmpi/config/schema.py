@@ -123,6 +123,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                             "point with a checkpoint, summary and policy (exit code 4)"),
         "checkpoint_replay": _bool(True, "checkpoints include the replay or rollout contents "
                                          "(skipped above 2 GiB)"),
+        "overwrite": _bool(False, "a hydra.run.dir holding a finished run (summary.json) is replaced "
+                                  "(its summary, policy, checkpoints and tb/ removed) instead of refused"),
         "tensorboard": _bool(True, "rank 0 writes TensorBoard event files to <run dir>/tb/"),
         "tensorboard_every_s": _positive(2, "seconds between TensorBoard records (update metrics "
                                             "averaged over each)"),

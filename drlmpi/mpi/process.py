@@ -19,6 +19,15 @@ def under_mpi_launcher() -> bool:
     return any(v in os.environ for v in LAUNCHER_VARIABLES)
 
 
+def first_process() -> bool:
+    """Whether this process is the job's rank 0 (or a singleton), read from the launcher's
+    variables before MPI starts."""
+    for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        if name in os.environ:
+            return os.environ[name] == "0"
+    return True
+
+
 def yield_when_oversubscribed() -> None:
     """Ask the MPI library to yield the core while it waits when the job's ranks fill the host,
     and to sleep when they exceed its cores (must run before MPI is initialised).

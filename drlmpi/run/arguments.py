@@ -1,6 +1,6 @@
 """The command line's checks before Hydra or MPI start: every override's value against the schema
-(every value of a sweep), output directories that can be written, and ``resume=DIR`` turned
-into the run's own overrides.
+(every value of a sweep), output directories that can be written, the run directory claimed
+(:mod:`drlmpi.run.ownership`), and ``resume=DIR`` turned into the run's own overrides.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drlmpi.config.checks import check_override
-from drlmpi.config.overrides import find, parse, value_text
+from drlmpi.config.overrides import find, parse, value_text, values
 
 
 def chosen(argv: list[str], group: str, default: str) -> str | None:
@@ -73,6 +73,23 @@ def check_writable(option: str, path: str) -> None:
                 break
 
 
+def claim_run_directory(argv: list[str]) -> bool:
+    """Claim the run directory (:func:`drlmpi.run.ownership.claim`) when the command line names it
+    as a plain path (``hydra.run.dir=PATH``; ``resume=`` does); a directory Hydra must resolve is
+    claimed by rank 0 once resolved. Returns whether it claimed. Raises ConfigError for a live
+    run's directory, or a finished run's that ``resume=`` or ``run.overwrite=true`` do not allow."""
+    from drlmpi.run.ownership import claim, say
+
+    given = find(argv, "hydra.run.dir")
+    path = value_text(given) if given is not None else None
+    if not path or "${" in path:
+        return False
+    overwrite = find(argv, "run.overwrite")
+    say(claim(path, overwrite=overwrite is not None and values(overwrite) == [True],
+              resuming=find(argv, "resume") is not None))
+    return True
+
+
 #: overrides a resumed run may change (budgets and reporting; anything else would change the run).
 RESUME_MAY_CHANGE = ("run.max_env_steps", "run.max_train_seconds", "run.max_episodes",
                      "run.checkpoint_every_s", "run.progress_every_s", "run.stop_on_solve")
@@ -111,6 +128,7 @@ def resume_arguments(argv: list[str]) -> tuple[list[str], int]:
     if meta is None:
         raise ConfigError(f"resume: {value} has no checkpoint yet (one is written every "
                           f"run.checkpoint_every_s seconds), got {value}")
+    own = ("resume=", "hydra.run.dir=", "run.overwrite=")  # where and how the first part started
     saved = [str(o) for o in OmegaConf.load(overrides_file)
-             if not str(o).startswith(("resume=", "hydra.run.dir=")) and str(o) not in extra]
+             if not str(o).startswith(own) and str(o) not in extra]
     return [*saved, *extra, f"resume={run_dir}", f"hydra.run.dir={run_dir}"], int(meta["world_size"])

@@ -38,8 +38,19 @@ from drlmpi.mpi.abort import (
     SIGNAL_EXIT,
     end_job,
 )
-from drlmpi.mpi.process import set_thread_counts, under_mpi_launcher, yield_when_oversubscribed
-from drlmpi.run.arguments import check_command_line, check_output_directories, resume_arguments
+from drlmpi.mpi.process import (
+    first_process,
+    set_thread_counts,
+    under_mpi_launcher,
+    yield_when_oversubscribed,
+)
+from drlmpi.run.arguments import (
+    check_command_line,
+    check_output_directories,
+    claim_run_directory,
+    resume_arguments,
+)
+from drlmpi.run.ownership import INHERITED_LOCK, lock_owner, release
 
 _launch_time = datetime.now()
 
@@ -64,6 +75,11 @@ def _is_multirun(argv: list[str]) -> bool:
                 if OmegaConf.select(preset, "hydra.mode", default=None) == "MULTIRUN":
                     return True
     return False
+
+
+def _is_single_run(argv: list[str]) -> bool:
+    """One run (not a sweep, nor a command that only prints the config or Hydra's help)."""
+    return not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info") for a in argv)
 
 
 def _launch_time_resolver(fmt: str = "%Y-%m-%d_%H-%M-%S") -> str:
@@ -131,7 +147,11 @@ def _task(cfg) -> float | int:
         run_dir = Path.cwd()
     summary = None
     try:
-        summary = run_experiment(cfg, world, run_dir, hang_exit=HANG_EXIT)
+        try:
+            summary = run_experiment(cfg, world, run_dir, hang_exit=HANG_EXIT)
+        finally:  # before any end_job below: its MPI_Abort ends this process at once
+            if rank == 0:
+                release(run_dir)
     except ConfigError as exc:
         # Every rank normally refuses the same config before any message: rank 0 reports it
         # once and ends the job. Other ranks give it a moment and speak (and abort) only if it
@@ -257,8 +277,9 @@ def main(argv: list[str] | None = None) -> None:
     given = list(argv)
     resume_ranks = None
     launched = under_mpi_launcher()
-    first = not launched or os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) == "0"
+    first = not launched or first_process()
     every_rank_refuses = True
+    claimed = False
     try:
         # The same files and overrides give every rank the same verdict: all of them stop here.
         if any(a.startswith("resume=") for a in argv):
@@ -269,14 +290,16 @@ def main(argv: list[str] | None = None) -> None:
         every_rank_refuses = False
         if first:
             check_output_directories(argv)
+            if _is_single_run(argv):  # a live or finished run in hydra.run.dir: refused here
+                claimed = claim_run_directory(argv)
     except ConfigError as exc:
         end_job(f"drlmpi: error: {exc}" if first else None, CONFIG_ERROR_EXIT,
                 abort=launched and not every_rank_refuses)
-    single = not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info")
-                                                for a in argv)
-    if single:
+    if _is_single_run(argv):
         ranks = _requested_world_size(argv) if resume_ranks is None else resume_ranks
         if ranks is not None and ranks > 1 and not under_mpi_launcher():
+            if claimed:  # rank 0 takes the lock over from this process (mpiexec after the exec)
+                os.environ[INHERITED_LOCK] = lock_owner()
             _relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
         argv = _prepare_single_run(argv)
     # Cached, as Hydra's own ${now:}: a launcher that runs the jobs in other processes

@@ -1,0 +1,37 @@
+"""Hydra callbacks (``hydra.callbacks`` in conf/config.yaml): checks that need the directory or
+the sweeper Hydra resolved, made before Hydra writes anything or a sweep starts a job.
+
+* ``on_run_start`` (one run; rank 0): claim the run directory (:mod:`drlmpi.run.ownership`)
+  when the command line did not name it as a plain path - the default
+  ``outputs/<date>/<time>_...`` directory that two runs started in the same second would share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+
+class RunChecks(Callback):
+    """Refuses, in one line, a run directory taken by another run; see the module docstring."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from drlmpi.config.errors import ConfigError
+        from drlmpi.mpi.abort import CONFIG_ERROR_EXIT, end_job
+        from drlmpi.mpi.process import first_process, under_mpi_launcher
+        from drlmpi.run.ownership import claim, say
+
+        if not first_process():
+            return
+        try:
+            say(claim(str(config.hydra.run.dir), overwrite=bool(config.run.get("overwrite", False)),
+                      resuming=config.get("resume") is not None))
+        except ConfigError as exc:
+            several = False
+            if under_mpi_launcher():
+                from mpi4py import MPI
+
+                several = MPI.COMM_WORLD.Get_size() > 1
+            end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=several)

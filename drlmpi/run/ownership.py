@@ -1,0 +1,150 @@
+"""One run per run directory: ``run.lock`` names the host and process that own it.
+
+Two jobs writing one directory interleave ``metrics.csv`` and overwrite each other's checkpoints;
+a command re-run with a finished run's ``hydra.run.dir`` replaces its results. So, before any
+rank starts (in the process the user started, for a ``hydra.run.dir`` given literally or
+``resume=``; otherwise on rank 0 once Hydra has resolved the directory, before it writes there),
+the run *claims* its directory:
+
+* a ``run.lock`` whose process is alive on this host, or that was written on another host (which
+  this one cannot check), is a live run: refused in one line;
+* a ``run.lock`` whose process is gone on this host (a job killed with -9, or ended by its
+  watchdog) is stale: taken over, with a note;
+* a directory holding a finished run (``summary.json``) is refused unless the run continues it
+  (``resume=``) or replaces it (``run.overwrite=true``: its summary, policy, checkpoints and
+  TensorBoard files are removed first).
+
+The lock is written whole (a temporary file hard-linked into place, which fails if another run
+linked first). A process that re-launches itself under ``mpiexec`` passes ``host:pid`` of its
+lock to the ranks in ``DRLMPI_RUN_LOCK``; rank 0 recognises it as its own and rewrites it with
+its pid. Rank 0 removes the lock when the run ends (a clean end, a refusal, a crash it reports).
+Multirun jobs are claimed by their own ranks, like any run (the sweep launcher starts each job
+with its ``hydra.run.dir``); the sweeping process claims nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+from drlmpi.config.errors import ConfigError
+
+LOCK_FILE = "run.lock"
+#: ``host:pid`` of the lock a re-launching process took for the ranks it starts
+INHERITED_LOCK = "DRLMPI_RUN_LOCK"
+#: what ``run.overwrite=true`` removes of the finished run (metrics.csv is rewritten by the run)
+REPLACED = ("summary.json", "policy.pt", "checkpoint", "tb", "stop_request")
+
+
+def lock_owner() -> str:
+    """``host:pid`` of this process, as a lock names its owner."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def read_lock(run_dir: Path) -> dict | None:
+    """The lock's ``{"host", "pid", "started"}`` (``None``: no lock; ``{}``: unreadable)."""
+    try:
+        holder = json.loads((Path(run_dir) / LOCK_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs. A zombie does not: a rank killed with -9 stays
+    one until reaped, which in a container without an init process may be never."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc (not Linux): the signal's answer stands
+        return True
+    return state not in ("Z", "X")
+
+
+def _write_lock(run_dir: Path, replace: bool) -> bool:
+    """Write this process's lock; without ``replace``, only if none exists (``False``: one did)."""
+    lock = Path(run_dir) / LOCK_FILE
+    tmp = lock.with_name(f"{LOCK_FILE}.{os.getpid()}.tmp")
+    host, pid = lock_owner().rsplit(":", 1)
+    tmp.write_text(json.dumps({"host": host, "pid": int(pid),
+                               "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
+    try:
+        if replace:
+            os.replace(tmp, lock)
+            return True
+        try:
+            os.link(tmp, lock)  # atomic and exclusive: two runs starting together, one wins
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _live_run(run_dir: Path, holder: dict) -> str:
+    where = f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}"
+    if holder.get("host") == socket.gethostname():
+        return f"hydra.run.dir holds a live run ({where}): choose another directory, got {run_dir}"
+    return (f"hydra.run.dir holds a run of another host ({where}), which this host cannot check: if it "
+            f"has ended, delete {Path(run_dir) / LOCK_FILE}; got {run_dir}")
+
+
+def claim(run_dir: Path | str, *, overwrite: bool = False, resuming: bool = False) -> str | None:
+    """Make this process the owner of ``run_dir`` (created if needed). Returns a note to print
+    (a stale lock taken over) or ``None``; raises :class:`ConfigError` for a directory that holds
+    a live run, or a finished one that this run neither continues nor replaces."""
+    run_dir = Path(run_dir).expanduser().absolute()
+    holder = read_lock(run_dir)
+    if holder is not None:
+        owner = f"{holder.get('host')}:{holder.get('pid')}"
+        if owner in (lock_owner(), os.environ.get(INHERITED_LOCK)):  # taken by this process or its launcher
+            _write_lock(run_dir, replace=True)
+            return None
+    note = None
+    if holder is not None:
+        same_host = holder.get("host") == socket.gethostname()
+        if not (same_host and isinstance(holder.get("pid"), int) and not _alive(holder["pid"])):
+            raise ConfigError(_live_run(run_dir, holder) if holder else
+                              f"hydra.run.dir has an unreadable {LOCK_FILE}: if no run uses the directory, "
+                              f"delete it; got {run_dir}")
+        note = (f"drlmpi: note: {run_dir / LOCK_FILE} named pid {holder['pid']}, which is no longer "
+                f"running (a run that was killed): taken over")
+    if (run_dir / "summary.json").exists() and not resuming:
+        if not overwrite:
+            resumable = (run_dir / "checkpoint" / "meta.json").is_file()
+            go_on = f"continue it with resume={run_dir}, " if resumable else ""
+            raise ConfigError(f"hydra.run.dir holds a finished run (summary.json): {go_on}replace it with "
+                              f"run.overwrite=true, or choose another directory, got {run_dir}")
+        for name in REPLACED:
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if holder is not None:
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
+    if not _write_lock(run_dir, replace=False):  # another run claimed it in between
+        raise ConfigError(_live_run(run_dir, read_lock(run_dir) or {}))
+    return note
+
+
+def release(run_dir: Path | str) -> None:
+    """Remove ``run_dir``'s lock if this process holds it."""
+    holder = read_lock(Path(run_dir))
+    if holder and f"{holder.get('host')}:{holder.get('pid')}" == lock_owner():
+        (Path(run_dir) / LOCK_FILE).unlink(missing_ok=True)
+
+
+def say(note: str | None) -> None:
+    if note:
+        print(note, file=sys.stderr, flush=True)
