@@ -141,3 +141,21 @@ def test_a_second_run_into_a_live_runs_directory_is_refused_before_it_writes(tmp
                                    f"host {socket.gethostname()}, started 2026-01-01 00:00:00): choose "
                                    f"another directory, got {run}")
     assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE]
+
+
+def test_a_sweep_that_runs_every_job_again_replaces_their_finished_runs(tmp_path):
+    """hydra.launcher.resume=false runs every job again: over a finished run it passes
+    run.overwrite=true (else the job refuses its own directory), and a later sweep still sees the
+    job's overrides as its own. Catches a re-run sweep whose jobs all fail with exit code 2, and
+    one that then calls them 'a finished run of other overrides'."""
+    from drlmpi.sweep.jobs import recorded_overrides
+    from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher
+
+    job = tmp_path / "0_dqn"
+    (job / ".hydra").mkdir(parents=True)
+    assert MPILauncher(resume=False).replacing(job) == []
+    (job / "summary.json").write_text("{}")
+    assert MPILauncher(resume=False).replacing(job) == ["run.overwrite=true"]
+    assert MPILauncher(resume=True).replacing(job) == []  # reused, never run
+    (job / ".hydra" / "overrides.yaml").write_text("- seed=1\n- run.overwrite=true\n")
+    assert recorded_overrides(job) == ["seed=1"]

@@ -32,12 +32,15 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
 
 
 def recorded_overrides(run_dir: Path) -> list[str] | None:
-    """The overrides a run directory was made with (``.hydra/overrides.yaml``), if known."""
+    """The overrides a run directory was made with (``.hydra/overrides.yaml``), if known; without
+    ``run.overwrite=``, which says how the run started, not what it ran."""
     try:
         value = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text())
     except (OSError, yaml.YAMLError):
         return None
-    return [str(v) for v in value] if isinstance(value, list) else None
+    if not isinstance(value, list):
+        return None
+    return [str(v) for v in value if not str(v).startswith("run.overwrite=")]
 
 
 def read_records(path: Path) -> tuple[list[dict[str, Any]], str | None]:

@@ -156,6 +156,11 @@ class MPILauncher(Launcher):
                 "-m", "mpi4py", "-m", "drlmpi", *overrides, f"hydra.run.dir={run_dir}",
                 "hydra.mode=RUN"]  # a preset may set MULTIRUN: the job itself is one run
 
+    def replacing(self, run_dir: Path) -> list[str]:
+        """``run.overwrite=true`` for a job run again over its finished run (``resume=false``:
+        every job runs again), which the job would otherwise refuse; else nothing."""
+        return ["run.overwrite=true"] if not self.resume and (run_dir / "summary.json").exists() else []
+
     def resume_command(self, ranks: int, run_dir: Path) -> list[str]:
         """The command line of a job that continues ``run_dir`` from its checkpoint."""
         binding = NO_BIND_ARGS.get(mpi_flavour(self.mpiexec[0]), []) if self.pin else []
@@ -249,7 +254,7 @@ class MPILauncher(Launcher):
             outcome = "solved" if summary.get("solved") else "not solved"
             log.info(f"{tag}: reused (finished earlier, {outcome})")
             return job
-        cmd = self.command(overrides, job.ranks, run_dir)
+        cmd = self.command(overrides, job.ranks, run_dir) + self.replacing(run_dir)
         if stopped and recorded_overrides(run_dir) == overrides:
             cmd, job.resumes = self.resume_command(job.ranks, run_dir), True
             log.info(f"{tag}: stopped by a signal earlier: resuming it from its checkpoint")
