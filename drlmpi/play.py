@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=12345, help="seed of the first episode")
     parser.add_argument("--render", action="store_true", help="render to a window (needs a display)")
     args = parser.parse_args(argv)
+    if args.episodes < 1:  # a mean over no episode is nan, not a result
+        print(f"drlmpi.play: error: --episodes must be at least 1, got {args.episodes}", file=sys.stderr)
+        return 2
     try:
         cfg, algo = load_policy(args.run_dir)
     except (FileNotFoundError, DamagedFileError) as exc:

@@ -60,6 +60,13 @@ def test_play_refuses_a_damaged_policy_in_one_line(checkpointed_copy, capsys):
     assert "weights_only" not in err
 
 
+@pytest.mark.parametrize("episodes", ["0", "-3"])
+def test_play_refuses_no_episodes_in_one_line(tmp_path, capsys, episodes):
+    """Catches play exiting 0 with a mean return of nan over no episode."""
+    assert play([str(tmp_path), "--episodes", episodes]) == 2
+    assert capsys.readouterr().err == f"drlmpi.play: error: --episodes must be at least 1, got {episodes}\n"
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
 def test_a_full_disk_ends_the_run_in_one_line(tmp_path):
     """metrics.csv on a device that is always full (/dev/full): the first flush fails."""

@@ -107,3 +107,61 @@ def test_an_optuna_sweep_of_two_trials_ends_with_a_best_value(tmp_path):
     section = "\n".join(trials_section(discover([sweep_dir]).runs, [sweep_dir]))  # the report's section
     assert "**env_steps_to_threshold**, 2 trial(s):" in section
     assert f"best value {min(values):,.0f}" in section
+
+
+OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+
+
+def _sweep_config(objective, direction="minimize", target=OPTUNA):
+    config = OmegaConf.create({"hydra": {"sweeper": {"_target_": target, "direction": direction}},
+                               "run": {"objective": objective}})
+    OmegaConf.set_readonly(config.hydra, True)  # as Hydra hands it over
+    return config
+
+
+def test_a_tuning_sweep_needs_an_objective_and_takes_its_direction():
+    """Catches: an Optuna sweep let through without run.objective (the sweeper's ValueError
+    traceback after the first batch of jobs), and a return or throughput minimised - the sweeper's
+    default - which tunes toward the worst run."""
+    from drlmpi.run.objective import check_tuning, direction_of
+
+    with pytest.raises(ValueError, match=r"^hydra/sweeper=optuna tunes by one number from each run: set "
+                                         r"run.objective to a summary field, smaller is better: "
+                                         r"train_seconds_to_threshold, .*; larger is better: "
+                                         r"best_eval_return"):
+        check_tuning(_sweep_config(None))
+    assert {name: direction_of(name) for name in OBJECTIVES} == {
+        "train_seconds_to_threshold": "minimize", "env_steps_to_threshold": "minimize",
+        "updates_to_threshold": "minimize", "best_eval_return": "maximize", "last_eval_return": "maximize",
+        "env_steps_per_s": "maximize", "updates_per_s": "maximize"}
+    wrong = _sweep_config("best_eval_return")
+    assert check_tuning(wrong) == ("drlmpi: note: run.objective=best_eval_return is better larger: the sweep "
+                                   "will maximize it (hydra.sweeper.direction=maximize, was minimize)")
+    assert wrong.hydra.sweeper.direction == "maximize"
+    assert check_tuning(_sweep_config("env_steps_to_threshold")) is None
+    slow = _sweep_config("updates_to_threshold", direction="maximize")
+    assert "will minimize it" in check_tuning(slow) and slow.hydra.sweeper.direction == "minimize"
+    assert check_tuning(_sweep_config("best_eval_return", direction=["maximize", "minimize"])) is None
+    assert check_tuning(_sweep_config(None, target="hydra._internal.core_plugins.basic_sweeper."
+                                                   "BasicSweeper")) is None
+
+
+def test_an_optuna_sweep_without_an_objective_is_refused_before_any_job(tmp_path):
+    """The form a user sees (exit code 2, one line, no sweep directory), and a return objective
+    reaching the sweeper as maximised (a dry run: no job runs). Catches the check not wired into
+    the sweep (the callback missing from conf/config.yaml), and the direction changed too late for
+    the sweeper to see it. ~6 s: the second command starts the Optuna sweeper and plans its one
+    job (imports torch); only a real sweep shows what direction the sweeper was built with."""
+    base = [sys.executable, "-m", "drlmpi", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1"]
+    proc = subprocess.run([*base, f"hydra.sweep.dir={tmp_path / 'a'}"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("drlmpi: error: hydra/sweeper=optuna tunes by one number from each "
+                                          "run: set run.objective") and "\n" not in proc.stderr.strip()
+    assert not (tmp_path / "a").exists()
+    proc = subprocess.run([*base, f"hydra.sweep.dir={tmp_path / 'b'}", "run.objective=best_eval_return",
+                           "hydra.launcher.dry_run=true"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = proc.stdout + proc.stderr
+    assert "the sweep will maximize it" in said and "Directions: ['maximize']" in said

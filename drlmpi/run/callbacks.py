@@ -3,7 +3,9 @@ the sweeper Hydra resolved, made before Hydra writes anything or a sweep starts 
 
 * ``on_run_start`` (one run; rank 0): claim the run directory (:mod:`drlmpi.run.ownership`)
   when the command line did not name it as a plain path - the default
-  ``outputs/<date>/<time>_...`` directory that two runs started in the same second would share.
+  ``outputs/<date>/<time>_...`` directory that two runs started in the same second would share;
+* ``on_multirun_start`` (the sweeping process): a tuning sweep's objective and direction
+  (:func:`drlmpi.run.objective.check_tuning`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from omegaconf import DictConfig
 
 
 class RunChecks(Callback):
-    """Refuses, in one line, a run directory taken by another run; see the module docstring."""
+    """Refuses, in one line, a run directory taken by another run and a tuning sweep that cannot
+    tune; see the module docstring."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from drlmpi.config.errors import ConfigError
@@ -35,3 +38,13 @@ class RunChecks(Callback):
 
                 several = MPI.COMM_WORLD.Get_size() > 1
             end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=several)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from drlmpi.mpi.abort import CONFIG_ERROR_EXIT, end_job
+        from drlmpi.run.objective import check_tuning
+        from drlmpi.run.ownership import say
+
+        try:
+            say(check_tuning(config))
+        except ValueError as exc:
+            end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)

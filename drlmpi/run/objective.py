@@ -54,3 +54,42 @@ def worst_value(direction: Any) -> float:
     default of Hydra's Optuna sweeper), ``-inf`` when it maximises."""
     text = str(direction).lower()
     return -math.inf if "max" in text else math.inf
+
+
+def direction_of(name: str) -> str:
+    """The direction a tuner must take objective ``name``: the ``*_to_threshold`` fields (time,
+    steps, updates to solve) are better smaller, returns and throughputs larger."""
+    return "minimize" if OBJECTIVES[name] is not None else "maximize"
+
+
+def check_tuning(config: Any) -> str | None:
+    """A tuning sweep's checks, on the composed config before the sweeper starts (the ``hydra``
+    node included). Hydra's Optuna sweeper needs one number from each run: without
+    ``run.objective`` raise ValueError (its one line). Its direction defaults to ``minimize``,
+    which for a return or a throughput would tune toward the worst run: the direction is set to
+    the objective's (:func:`direction_of`), and the returned note says so. Other sweepers, and a
+    multi-objective direction list, are left alone (``None``)."""
+    from omegaconf import open_dict, read_write
+
+    sweeper = config.hydra.get("sweeper") or {}
+    if "optuna" not in str(sweeper.get("_target_", "")).lower():
+        return None
+    name = config.run.get("objective")
+    if not name:
+        by_direction = {d: [n for n in OBJECTIVES if direction_of(n) == d] for d in ("minimize", "maximize")}
+        raise ValueError("hydra/sweeper=optuna tunes by one number from each run: set run.objective to a "
+                         f"summary field, smaller is better: {', '.join(by_direction['minimize'])}; larger "
+                         f"is better: {', '.join(by_direction['maximize'])}")
+    direction = sweeper.get("direction")
+    wanted = direction_of(name)
+    if isinstance(direction, (list, tuple)) or (direction is not None and not isinstance(direction, str)
+                                                 and not hasattr(direction, "name")):
+        return None
+    given = str(getattr(direction, "name", direction) or "minimize").lower()
+    if given == wanted:
+        return None
+    with read_write(config.hydra), open_dict(config.hydra):
+        config.hydra.sweeper.direction = wanted
+    better = "larger" if wanted == "maximize" else "smaller"
+    return (f"drlmpi: note: run.objective={name} is better {better}: the sweep will {wanted[:-1]}e it "
+            f"(hydra.sweeper.direction={wanted}, was {given})")
