@@ -53,6 +53,7 @@ def _disk_with_room(monkeypatch, free: int) -> None:
 def _learner(weights: torch.Tensor) -> SimpleNamespace:
     algo = SimpleNamespace(spec=None, cfg=None, storage_bytes=lambda spec, cfg: 0)
     return SimpleNamespace(algo=algo, env_steps=100, updates=10, clock=SimpleNamespace(elapsed=lambda: 1.0),
+                           check_weights=lambda: None,
                            checkpoint_state=lambda with_storage: {"weights": weights.clone()})
 
 
