@@ -4,7 +4,18 @@ holds every episode once and in order, and the summary covers the whole run.
 The job that is killed is a real ``mpiexec`` job; the resumed part runs on MPI pool ranks
 (:func:`tests.pool_worker.resume` does what ``python -m drlmpi resume=DIR`` does after
 re-reading the run's overrides), except for star, which is resumed from the command line as a
-user would (re-launched under ``mpiexec -n 3``). The refusals: tests/test_refusals.py."""
+user would (re-launched under ``mpiexec -n 3``). The refusals: tests/test_refusals.py.
+
+Resume restores everything: the runs use :class:`tests.resume_probe.ResumeProbeDQN`, whose
+resumed learners write a digest of their state as their first new update starts (a SHA-256 of
+every network tensor, online and target, of Adam's moments and step, of the numpy, torch and
+replay-sampler random states, plus the update counter and the optimizer's hyperparameters); every
+rank that saved state must match, key by key, the same digest of its rank file of the generation
+the run resumed from (read before resuming: the resumed part's checkpoints delete it). Checked to
+fail when the resume skips the networks' weights, the optimizer state, or any of the three random
+states (``TrainingState.load_training_state``, ``ReplayBuffer.load_state``), and when building a
+simulator on the learner's rank reseeds torch after the restore (sequential, allgather, parameter
+server workers: ``RunContext.make_local_actor``). It costs a few milliseconds per rank."""
 
 from __future__ import annotations
 
@@ -18,8 +29,9 @@ import time
 
 import pytest
 
-from drlmpi.outputs.checkpoint import file_generation, rank_file, read_meta
+from drlmpi.outputs.checkpoint import file_generation, load_tensors, rank_file, read_meta
 from tests.mpirun import REPO, mpiexec_command
+from tests.resume_probe import ENV_VAR, differences, read_digests, saved_digest
 
 FAST = ["algo.hidden=[32,32]", "algo.batch_size=32", "algo.learning_starts=200", "algo.updates_per_step=0.1",
         "run.stop_on_solve=false", "run.eval_every=1000000", "run.progress_every_s=0",
@@ -67,7 +79,8 @@ def episode_rows(run_dir) -> list[dict]:
                                             ("allgather", 3), ("parameter_server", 3), ("groups", 4)])
 def test_kill_then_resume_finishes_with_every_episode_once(pool, topology, ranks, tmp_path):
     run_dir = tmp_path / "run"
-    extra = [f"topology={topology}", f"run.max_env_steps={NEVER_REACHED}", *FAST]
+    extra = [f"topology={topology}", f"run.max_env_steps={NEVER_REACHED}",
+             "algo._target_=tests.resume_probe.ResumeProbeDQN", *FAST]
     if topology == "async":
         extra.append("topology.max_policy_lag=64")
     proc = start(ranks, extra, run_dir)
@@ -83,17 +96,34 @@ def test_kill_then_resume_finishes_with_every_episode_once(pool, topology, ranks
     found = {file_generation(p) for p in (run_dir / "checkpoint").glob("*.pt")}
     assert found <= {generation - 1, generation, generation + 1}, found
 
+    # read now: the resumed part's own checkpoints soon delete this generation
+    saved = {r: saved_digest(load_tensors(rank_file(run_dir, r, generation)))
+             for r in meta["ranks_with_state"]}
+    probe = tmp_path / "probe"
+
     budget = meta["env_steps"] + MORE_STEPS
     if topology == "star":
         resumed = subprocess.run([sys.executable, "-m", "drlmpi", f"resume={run_dir}",
                                   f"run.max_env_steps={budget}"], cwd=REPO,
                                  capture_output=True, text=True, timeout=240,
-                                 env={**os.environ, "OMP_NUM_THREADS": "1", "MPIEXEC_TIMEOUT": "200"})
+                                 env={**os.environ, "OMP_NUM_THREADS": "1", "MPIEXEC_TIMEOUT": "200",
+                                      ENV_VAR: str(probe)})
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert f"starting mpiexec -n {ranks}" in resumed.stderr
     else:
-        pool.submit(ranks, "tests.pool_worker:resume", run_dir=str(run_dir),
+        pool.submit(ranks, "tests.resume_probe:resume", run_dir=str(run_dir), probe=str(probe),
                     extra=[f"run.max_env_steps={budget}"]).result()
+    # every rank that saved state holds exactly that state when its first new update starts
+    live = read_digests(probe)
+    assert sorted(live) == sorted(saved), f"digests from ranks {sorted(live)}, state saved by {sorted(saved)}"
+    for r in saved:
+        kinds = {k.split(".")[0] + "." + k.split(".")[-1] for k in saved[r]}
+        assert {"network.weight", "rng.numpy", "rng.torch", "rng.replay_sampler"} <= kinds, kinds
+        assert any(k.startswith("network.q_target.") for k in saved[r])
+        if r == 0:  # the learner (a parameter server's workers step no optimizer of their own)
+            assert {"optimizer.exp_avg", "optimizer.exp_avg_sq", "optimizer.step"} <= kinds, kinds
+        wrong = differences(saved[r], live[r])
+        assert not wrong, f"rank {r} resumed from generation {generation} with other {wrong}"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] >= budget and summary["topology"] == topology
     assert summary["stop_reason"] == "max_env_steps"

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import LOCAL, GradientExchange
@@ -202,7 +203,12 @@ class RunContext:
         mode = str(self.cfg.get("act_device", "auto"))
         if mode == "auto":
             mode = "learner" if self.spec.image and str(self.device).startswith("cuda") else "cpu"
-        actor = self.make_actor(simulator_index, algo=learner.algo if mode == "learner" else None)
+        # Building an acting copy seeds torch's generators (Algorithm.__init__): a resumed
+        # learner's random states, restored from its checkpoint, are kept as saved.
+        device = learner.algo.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [],
+                                   enabled=self.resume_meta is not None):
+            actor = self.make_actor(simulator_index, algo=learner.algo if mode == "learner" else None)
         actor.follow(learner.algo)
         return actor
 
