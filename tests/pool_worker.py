@@ -129,14 +129,21 @@ def _write_hydra_files(cfg: Any, overrides: list[str], run_dir: Path) -> None:
 
 
 def experiment(comm: Any, overrides: list[str], run_dir: str) -> str:
-    """One run of ``overrides`` on ``comm`` writing ``run_dir`` (as ``hydra.run.dir``)."""
+    """One run of ``overrides`` on ``comm`` writing ``run_dir`` (as ``hydra.run.dir``); on the
+    stamped task with the ledger of its rows."""
+    import contextlib
+
     from drlmpi.run.experiment import run_experiment
+    from tests.row_ledger import STAMPED_CUE, recording
 
     path = Path(run_dir)
     cfg = compose(overrides)
     if comm.Get_rank() == 0:
         _write_hydra_files(cfg, overrides, path)
-    run_experiment(cfg, comm, path, hang_exit=HANG_EXIT)
+    # a run on the stamped task keeps a ledger of its rows (tests/row_ledger.py)
+    ledger = recording(path, comm.Get_rank()) if STAMPED_CUE in overrides else contextlib.nullcontext()
+    with ledger:
+        run_experiment(cfg, comm, path, hang_exit=HANG_EXIT)
     return run_dir
 
 

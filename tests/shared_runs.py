@@ -26,6 +26,7 @@ def declare(name: str, ranks: int, overrides: list[str]) -> str:
 
 
 CUE = "env.id=tests.tiny_env:Cue-v0"
+STAMPED_CUE = "env.id=tests.tiny_env:StampedCue-v0"
 BUDGET_STEPS = 2048
 LEARNING_STARTS = 500
 #: DQN on the cue task: learns in a few hundred updates of a small network
@@ -59,5 +60,8 @@ CONTRACT: dict[str, tuple[list[str], int, list[int], str | None]] = {
     # 3 environments per simulator: groups of 2 and 1 that take turns
     "central-n3": (["topology=central", "env.num_envs=3"], 3, [1, 2], "observations"),
 }
+#: the contract runs step the stamped cue task, whose observations name themselves, and keep a
+#: ledger of every row made and stored (tests/row_ledger.py): the same learning problem as CUE's
+STAMPED_DQN = [STAMPED_CUE, *TINY_DQN[1:]]
 for _name, (_overrides, _ranks, _, _) in CONTRACT.items():
-    declare(_name, _ranks, [*_overrides, *TINY_DQN])
+    declare(_name, _ranks, [*_overrides, *STAMPED_DQN])

@@ -8,16 +8,29 @@ from __future__ import annotations
 
 import pytest
 
-from tests.shared_runs import declare
+from tests.row_ledger import assert_every_row_once
+from tests.shared_runs import STAMPED_CUE, declare
 
-FAST = ["topology=groups", "run.max_env_steps=2048", "run.stop_on_solve=false", "algo.learning_starts=256",
-        "algo.hidden=[32,32]", "run.eval_every=1000000", "run.progress_every_s=0", "topology.check_every=64",
-        "seed=2"]
+# on the stamped cue task: the runs keep a ledger of every row (tests/row_ledger.py)
+FAST = [STAMPED_CUE, "env.reward_threshold=null", "topology=groups", "run.max_env_steps=2048",
+        "run.stop_on_solve=false", "algo.learning_starts=256", "algo.hidden=[32,32]",
+        "run.eval_every=1000000", "run.progress_every_s=0", "topology.check_every=64", "seed=2"]
 
 
 CASES = [(wiring, ranks) for ranks in (4, 6) for wiring in ("star", "async")]  # 2 x (1 + 1), 2 x (1 + 2)
 for _wiring, _ranks in CASES:
     declare(f"groups-{_wiring}-n{_ranks}", _ranks, [*FAST, f"topology.group_wiring={_wiring}"])
+
+
+@pytest.mark.parametrize(("wiring", "ranks"), CASES)
+def test_every_row_reaches_its_groups_learner_exactly_once(runs, wiring, ranks):
+    """Each row a group's simulator made was stored once, by a learner, under the rank that made
+    it, with its own next observation (tests/row_ledger.py). Catches a group learner storing a
+    part twice or not at all, or crediting its simulators' rows to itself."""
+    result = runs.get(f"groups-{wiring}-n{ranks}")
+    size = ranks // 2
+    simulators = [r for r in range(ranks) if r % size]
+    assert_every_row_once(result.run_dir, result.summary(), simulators, gaps_allowed=wiring == "async")
 
 
 @pytest.mark.parametrize(("wiring", "ranks"), CASES)

@@ -228,7 +228,7 @@ def test_the_probe_runs_for_a_topology_of_several_ranks(tmp_path):
     cfg = compose([CUE, "algo.hidden=[16]", "topology=groups"])
     assert smallest_world(cfg) == 4
     ctx = _context(cfg, tmp_path)
-    actor = ctx.make_actor(0)
+    actor = ctx.make_actor()
     try:
         assert actor.collect(2).shape[0] == 2 * int(cfg.env.num_envs)
     finally:

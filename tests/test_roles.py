@@ -134,7 +134,7 @@ def test_a_rank_with_a_learner_acts_with_its_network_where_act_device_says(tmp_p
             cfg = compose(config_name="config", overrides=[f"act_device={act_device}"])
         ctx = RunContext(make_plan(cfg, 1), TimedComm(MPI.COMM_SELF), tmp_path)
         learner = ctx.make_learner(log=False)
-        actor = ctx.make_local_actor(0, learner)
+        actor = ctx.make_local_actor(learner)
         assert (actor.algo is learner.algo) == shared, act_device
         learner.algo.policy.flat.params.data.add_(0.5)  # what a learner step does to the weights
         assert np.array_equal(actor.weights, learner.policy_weights()) == shared

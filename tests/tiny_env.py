@@ -11,6 +11,12 @@ does not learn. An episode lasts ``episode_steps`` steps (truncated); the first 
 
 Returns (``episode_steps=8``): 7 at best; a uniformly random policy about 3.5 (discrete) or
 2.3 (continuous: a mean score of 1/3). ``obs[2:]`` is noise.
+
+``tests.tiny_env:StampedCue-v0`` is the discrete task whose ``obs[2:]`` carry, instead of noise, a
+stamp that names the observation: the environment instance (its MPI rank and its number in the
+process) and how many observations it has shown. Every transition it makes is recorded in
+:data:`STEPS`, so tests/row_ledger.py can check that each row a simulator made reached a learner
+exactly once, from the rank that made it, with its own next observation.
 """
 
 from __future__ import annotations
@@ -67,5 +73,53 @@ class CueBox(Cue):
     continuous = True
 
 
+#: (env id, observation number) of the observation each StampedCue transition started from, in
+#: the order they were made, per process: cleared by tests/row_ledger.py before each run
+STEPS: list[tuple[int, int]] = []
+#: StampedCue instances made in this process since the last clear (numbers the next one)
+MADE = [0]
+#: a stamp is exact in float32: env id = rank * 16 + number (< 512), observation number < 8192
+ENV_SCALE, STEP_SCALE = 256.0, 4096.0
+
+
+def stamp(env_id: int, number: int) -> tuple[float, float]:
+    """The two observation values that name observation ``number`` of environment ``env_id``."""
+    return env_id / ENV_SCALE - 1.0, number / STEP_SCALE - 1.0
+
+
+def read_stamps(obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(env ids, observation numbers) of StampedCue observations ``obs`` (shape ``(n, 4)``)."""
+    env_ids = np.rint((obs[:, 2].astype(np.float64) + 1.0) * ENV_SCALE).astype(np.int64)
+    numbers = np.rint((obs[:, 3].astype(np.float64) + 1.0) * STEP_SCALE).astype(np.int64)
+    return env_ids, numbers
+
+
+class StampedCue(Cue):
+    """The discrete task with stamped observations (see the module docstring)."""
+
+    def __init__(self, episode_steps: int = 8) -> None:
+        super().__init__(episode_steps)
+        try:
+            from mpi4py import MPI
+
+            rank = MPI.COMM_WORLD.Get_rank()
+        except ImportError:  # pragma: no cover - mpi4py is a dependency
+            rank = 0
+        self.env_id = rank * 16 + MADE[0]
+        MADE[0] += 1
+        self._shown = -1
+
+    def _obs(self) -> np.ndarray:
+        obs = super()._obs()
+        self._shown += 1
+        obs[2:4] = stamp(self.env_id, self._shown)
+        return obs
+
+    def step(self, action):
+        STEPS.append((self.env_id, self._shown))
+        return super().step(action)
+
+
 register(id="Cue-v0", entry_point=Cue)
+register(id="StampedCue-v0", entry_point=StampedCue)
 register(id="CueBox-v0", entry_point=CueBox)

@@ -81,7 +81,7 @@ def remeasure(cfg: Any, seconds: float) -> float:
     """A simulator's seconds per env step, measured again (the probe's first figure: whether
     the host drifted while the plan was made)."""
     with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:
-        actor = _context(cfg, Path(tmp)).make_actor(0)
+        actor = _context(cfg, Path(tmp)).make_actor()
         try:
             return _time_collect(actor, seconds)
         finally:
@@ -228,7 +228,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
     spread: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:
         ctx = _context(cfg, Path(tmp))
-        actor = ctx.make_actor(0)
+        actor = ctx.make_actor()
         try:
             sim_step, spread["sim_step_s"] = _repeated(lambda: _time_collect(actor, seconds / 3))
             loads = sorted({n for n in (cores // 2, cores) if n >= 4})

@@ -25,17 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 from drlmpi.mpi.wire import Control, RoundCounts
-from drlmpi.topologies.base import (
-    RankReport,
-    RunContext,
-    control_message,
-    learner_report,
-    sync_amount,
-)
+from drlmpi.topologies.base import RunContext, control_message, sync_amount
 from drlmpi.topologies.data_parallel.backend import check_backend
 from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
 from drlmpi.topologies.data_parallel.learners import DataParallelLearner
 from drlmpi.topologies.data_parallel.rounds import data_parallel_round
+from drlmpi.topologies.reports import RankReport, learner_report
 
 ROOT = 0
 
@@ -60,7 +55,7 @@ class Allgather(DataParallelTopology):
         is_root = comm.rank == ROOT
         peer = DataParallelLearner(ctx, comm, self.cfg, self.batch_rule(ctx.cfg, comm.size), log=is_root)
         learner = peer.learner
-        actor = ctx.make_local_actor(comm.rank, learner)
+        actor = ctx.make_local_actor(learner)
         while True:
             actor.set_global_steps(learner.env_steps, comm.size)
             table = data_parallel_round(comm, learner, actor, every, unit, ROOT)

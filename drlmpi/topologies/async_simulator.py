@@ -18,11 +18,8 @@ from drlmpi.mpi.wire import (
     WeightsHeader,
     int64_message,
 )
-from drlmpi.topologies.base import (
-    RankReport,
-    RunContext,
-    simulator_report,
-)
+from drlmpi.topologies.base import RunContext
+from drlmpi.topologies.reports import RankReport, simulator_report
 
 LEARNER_RANK = 0
 
@@ -34,7 +31,7 @@ class AsyncSimulator:
         self.comm = ctx.comm
         self.every = int(cfg.sync_every)
         self.slots = int(cfg.slots)
-        self.actor = ctx.make_actor(simulator_index=self.comm.rank - 1)
+        self.actor = ctx.make_actor()
         rows = self.every * int(ctx.cfg.env.num_envs)
         self.pool = [PackedMessage(ChunkHeader, (rows, self.actor.layout.width)) for _ in range(self.slots)]
         self.pool_req: list[Request | None] = [None] * self.slots

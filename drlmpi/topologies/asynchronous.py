@@ -63,13 +63,9 @@ from drlmpi.mpi.wire import (
 )
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.async_simulator import LEARNER_RANK, AsyncSimulator
-from drlmpi.topologies.base import (
-    RankReport,
-    RunContext,
-    Topology,
-    learner_report,
-)
+from drlmpi.topologies.base import RunContext, Topology
 from drlmpi.topologies.pace import Pace, Probe, first_round, learner_side, sync_rows
+from drlmpi.topologies.reports import RankReport, learner_report
 
 
 class Asynchronous(Topology):

@@ -11,7 +11,7 @@ import copy
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
@@ -33,6 +33,7 @@ from drlmpi.outputs.checkpoint import Checkpointer, DamagedFileError, load_rank_
 from drlmpi.outputs.run_log import RunLog
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
+from drlmpi.topologies.reports import RankReport
 
 SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
 RESUME_STRIDE = 1_000_003  # a run resumed from checkpoint generation g adds g * RESUME_STRIDE
@@ -68,27 +69,6 @@ class RunPlan:
     def with_world(self, world_size: int) -> RunPlan:
         """This plan for a part of the job (a group of ``topology=groups``) of ``world_size`` ranks."""
         return replace(self, world_size=world_size)
-
-
-@dataclass
-class RankReport:
-    """What one rank did, for the run summary (the learner rank also returns its Learner)."""
-
-    rank: int
-    role: str
-    env_steps: int = 0
-    episodes: int = 0
-    updates: int = 0
-    simulate_s: float = 0.0
-    learn_s: float = 0.0
-    wall_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
-    topology_stats: dict[str, Any] = field(default_factory=dict)  # the learner rank's, for the summary
-    learner: Learner | None = field(default=None, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-friendly fields (the learner object is dropped)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "learner"}
 
 
 class RunContext:
@@ -175,11 +155,11 @@ class RunContext:
         cost = float(per_rank.get(self.rank, per_rank.get(str(self.rank), cost)))
         return {"sim_cost_ms": cost, **env_make_kwargs(env)}
 
-    def make_actor(self, simulator_index: int, algo: Algorithm | None = None,
-                   envs: tuple[int, int] | None = None) -> Actor:
+    def make_actor(self, algo: Algorithm | None = None, envs: tuple[int, int] | None = None) -> Actor:
         """A simulator with ``env.num_envs`` environments (stepped as ``env.vector`` says) and
         its own acting algorithm; ``envs=(first, count)``: only that part of them (a simulator
-        that steps its environments in groups), with their own stream ids and seeds."""
+        that steps its environments in groups). Stream ids ``job rank * num_envs + index`` are
+        unique in the whole job, groups of ``topology=groups`` included."""
         total = int(self.cfg.env.num_envs)
         first, n_envs = envs or (0, total)
         vector = str(self.cfg.env.get("vector", "sync"))
@@ -195,9 +175,9 @@ class RunContext:
                 for i, env in enumerate(made):
                     env.action_space.seed(self.seed + first + i)
                 bank = SerialEnvs(made, dtype)
-            return Actor(bank, algo, stream_base=simulator_index * total + first, seed=self.seed + first)
+            return Actor(bank, algo, stream_base=self.rank * total + first, seed=self.seed + first)
 
-    def make_local_actor(self, simulator_index: int, learner: Learner) -> Actor:
+    def make_local_actor(self, learner: Learner) -> Actor:
         """An actor on a rank that also holds ``learner``: it acts with the learner's own network
         where ``act_device`` says so, else with a CPU copy (:meth:`Actor.follow` updates it)."""
         mode = str(self.cfg.get("act_device", "auto"))
@@ -208,7 +188,7 @@ class RunContext:
         device = learner.algo.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [],
                                    enabled=self.resume_meta is not None):
-            actor = self.make_actor(simulator_index, algo=learner.algo if mode == "learner" else None)
+            actor = self.make_actor(algo=learner.algo if mode == "learner" else None)
         actor.follow(learner.algo)
         return actor
 
@@ -385,22 +365,3 @@ def control_message(stop: bool, learner: Learner, n_updates: int = 0,
 def empty_control() -> np.ndarray:
     """A receive buffer for a :class:`~drlmpi.mpi.wire.Control` message."""
     return int64_message(Control)
-
-
-def simulator_report(rank: int, actor: Actor, role: str = "simulator") -> RankReport:
-    """A :class:`RankReport` for a rank that only simulated."""
-    return RankReport(rank=rank, role=role, env_steps=actor.steps, episodes=actor.episodes,
-                      simulate_s=actor.sim_s)
-
-
-def learner_report(rank: int, learner: Learner, role: str = "learner",
-                   actor: Actor | None = None, stats: dict[str, Any] | None = None) -> RankReport:
-    """A :class:`RankReport` for a rank that learned (and maybe also simulated); ``stats`` are
-    the topology's own figures for the summary (``topology_stats``)."""
-    return RankReport(
-        rank=rank, role=role,
-        env_steps=actor.steps if actor else 0,
-        episodes=actor.episodes if actor else 0,
-        updates=learner.updates, simulate_s=actor.sim_s if actor else 0.0,
-        learn_s=learner.learn_s, learner=learner, topology_stats=dict(stats or {}),
-    )

@@ -47,8 +47,9 @@ from drlmpi.device.capture import CapturedForward
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.base import RankReport, RunContext, Topology, learner_report
+from drlmpi.topologies.base import RunContext, Topology
 from drlmpi.topologies.pace import Pace, Probe, learner_side
+from drlmpi.topologies.reports import RankReport, learner_report
 
 LEARNER_RANK = 0
 STEP_COLUMNS = ("reward", "terminated", "truncated", "episode_return", "episode_length")
@@ -179,7 +180,7 @@ class Central(Topology):
         comm, layout = ctx.comm, learner.layout
         wire = StepWire(layout)
         n_envs = int(ctx.cfg.env.num_envs)
-        groups = [Group(source, g, count, (source - 1) * n_envs + first, wire)
+        groups = [Group(source, g, count, source * n_envs + first, wire)
                   for source in range(1, comm.size)
                   for g, (first, count) in enumerate(env_groups(n_envs, int(self.cfg.env_groups)))]
         requests = [group.post(comm) for group in groups]
@@ -319,7 +320,7 @@ class Central(Topology):
         comm = ctx.comm
         algo = ctx.make_algo(learner=False)  # the layout and action conversion; never acts
         parts = env_groups(int(ctx.cfg.env.num_envs), int(self.cfg.env_groups))
-        actors = [ctx.make_actor(comm.rank - 1, algo=algo, envs=part) for part in parts]
+        actors = [ctx.make_actor(algo=algo, envs=part) for part in parts]
         wire = StepWire(algo.layout)
         dim = algo.layout.action_dim
         replies = [np.zeros(1 + count * dim, dtype=np.float32) for _, count in parts]

@@ -36,7 +36,7 @@ from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.roles.actor import episode_stats
 from drlmpi.topologies.async_simulator import AsyncSimulator
 from drlmpi.topologies.asynchronous import Asynchronous, AsyncLearner
-from drlmpi.topologies.base import RankReport, RunContext, control_message, learner_report
+from drlmpi.topologies.base import RunContext, control_message
 from drlmpi.topologies.data_parallel.backend import (
     check_backend,
 )
@@ -49,6 +49,7 @@ from drlmpi.topologies.data_parallel.batch_rule import (
 from drlmpi.topologies.data_parallel.learners import DataParallelLearner
 from drlmpi.topologies.data_parallel.rounds import exchange_round_counts, gather_episodes
 from drlmpi.topologies.pace import Pace, Probe, batch_share, device_turns, first_round, log2, sync_rows
+from drlmpi.topologies.reports import RankReport, learner_report
 from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink
 from drlmpi.topologies.star import Star
 
@@ -250,13 +251,17 @@ class _GroupLearner:
         report.extra.update({k: v for k, v in per_learner.items() if k in ("device", "backend_calls")})
         return report
 
+    def store(self, source: int, rows: np.ndarray) -> int:
+        """Store rows from the group's rank ``source``, credited to its job rank."""
+        return self.learner.store(rows, [self.group * self.group_size + source] * len(rows))
+
     def _run_star(self) -> dict[str, Any]:
         link, learner = CollectiveLink(self.sub.comm), self.learner
         link.send_weights(learner.policy_weights())
         while True:
             parts = link.gather(learner.layout)
-            for _, rows in parts:
-                learner.store(rows)
+            for source, rows in parts:
+                self.store(source, rows)
             updates, control = self.meet(parts)
             link.send_control(control)
             if control[Control.STOP]:
@@ -283,7 +288,7 @@ class _MeetingAsyncLearner(AsyncLearner):
     def learn_from(self, sim: int, rows: np.ndarray, lag: int) -> int:
         self.learner.policy_lags.append(int(lag))
         self.parts.append((sim, rows.copy()))  # the receive buffer is re-posted
-        return self.learner.store(rows)
+        return self.owner.store(sim, rows)
 
     def discard(self, sim: int, rows: np.ndarray) -> None:
         self.parts.append((sim, rows.copy()))  # its steps and episodes are counted at the meeting

@@ -13,15 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.topologies.base import (
-    RankReport,
-    RunContext,
-    Topology,
-    learner_report,
-    simulator_report,
-    sync_amount,
-)
+from drlmpi.topologies.base import RunContext, Topology, sync_amount
 from drlmpi.topologies.pace import Pace, Probe, star_pace
+from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
 from drlmpi.topologies.rounds import LEARNER_RANK, PointToPointLink, learn_in_rounds, simulate_in_rounds
 
 
@@ -49,7 +43,7 @@ class PointToPoint(Topology):
             learn_in_rounds(learner, link, ctx.after_round(learner))
             return learner_report(ctx.comm.rank, learner)
         every, unit = sync_amount(self.cfg)
-        actor = ctx.make_actor(simulator_index=0)
+        actor = ctx.make_actor()
         simulate_in_rounds(actor, link, every, unit, simulators=1)
         actor.close()
         return simulator_report(ctx.comm.rank, actor)

@@ -26,18 +26,12 @@ updates every worker can run (the minimum); finished episodes' returns go to the
 from __future__ import annotations
 
 from drlmpi.mpi.wire import Control, RoundCounts
-from drlmpi.topologies.base import (
-    RankReport,
-    RunContext,
-    control_message,
-    empty_control,
-    learner_report,
-    sync_amount,
-)
+from drlmpi.topologies.base import RunContext, control_message, empty_control, sync_amount
 from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
 from drlmpi.topologies.data_parallel.exchanges import ServerExchange, WorkerExchange, broadcast_all_params
 from drlmpi.topologies.data_parallel.rounds import data_parallel_round
 from drlmpi.topologies.pace import Probe, log2
+from drlmpi.topologies.reports import RankReport, learner_report
 
 SERVER = 0
 
@@ -101,7 +95,7 @@ class ParameterServer(DataParallelTopology):
                              algo_cfg=self.batch_rule(ctx.cfg, comm.size).algo_cfg)
         learner = ctx.make_learner(algo, log=False, exchange=WorkerExchange(comm, SERVER))
         broadcast_all_params(comm, algo, root=SERVER)
-        actor = ctx.make_local_actor(comm.rank - 1, learner)
+        actor = ctx.make_local_actor(learner)
         control = empty_control()
         while True:
             actor.set_global_steps(int(control[Control.ENV_STEPS]), workers)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.topologies.base import RankReport, RunContext, Topology, learner_report, sync_amount
+from drlmpi.topologies.base import RunContext, Topology, sync_amount
 from drlmpi.topologies.pace import Pace, Probe
+from drlmpi.topologies.reports import RankReport, learner_report
 
 
 class Sequential(Topology):
@@ -36,7 +37,7 @@ class Sequential(Topology):
     def run(self, ctx: RunContext) -> RankReport:
         every, unit = sync_amount(self.cfg)
         learner = ctx.make_learner()
-        actor = ctx.make_local_actor(0, learner)
+        actor = ctx.make_local_actor(learner)
         while learner.stop_reason() is None:
             actor.set_global_steps(learner.env_steps)
             learner.ingest(actor.collect(every, unit), source_rank=ctx.comm.rank)

@@ -13,15 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.topologies.base import (
-    RankReport,
-    RunContext,
-    Topology,
-    learner_report,
-    simulator_report,
-    sync_amount,
-)
+from drlmpi.topologies.base import RunContext, Topology, sync_amount
 from drlmpi.topologies.pace import Pace, Probe, star_pace
+from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
 from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink, learn_in_rounds, simulate_in_rounds
 
 
@@ -53,7 +47,7 @@ class Star(Topology):
     def simulate(self, ctx: RunContext) -> RankReport:
         """A simulator rank of ``ctx.comm`` (also a simulator of a group of topology=groups)."""
         every, unit = sync_amount(self.cfg)
-        actor = ctx.make_actor(simulator_index=ctx.comm.rank - 1)
+        actor = ctx.make_actor()
         simulate_in_rounds(actor, CollectiveLink(ctx.comm), every, unit, simulators=ctx.comm.size - 1)
         actor.close()
         return simulator_report(ctx.comm.rank, actor)
