@@ -25,7 +25,10 @@ The rule (see docs/architecture.md, "Failing clearly, never hanging"):
   for ``timeout_s``;
 * a rank waiting inside an MPI call ends it only after ``timeout_s + grace_s``
   (:func:`grace_for`) AND only when no other rank of the job has made progress within the last
-  ``timeout_s``: waiting for a busy peer is not a hang. Ranks learn about each other through
+  ``timeout_s``: waiting for a busy peer is not a hang. When a peer stopped while computing
+  (its board says ``running``, not ``waiting``), the waiting rank gives it until
+  ``timeout_s + 2 * grace_s`` to end the job itself with the line that names where it is stuck.
+  Ranks learn about each other through
   :class:`ProgressBoard`, one small file per rank in the run directory, rewritten at most every
   ``timeout_s / 10`` and read only by a rank that is about to give up.
 
@@ -126,10 +129,11 @@ class ProgressBoard:
     """The job-wide view: each rank's time of last progress, one small file per rank.
 
     ``<directory>/rank<r>`` holds ``"<wall-clock time of last progress> <state>"`` at a fixed
-    width, overwritten in place (``state`` is ``running``, or ``ending`` once that rank's
-    watchdog is taking the job down). Wall-clock times are compared across ranks, so ranks on
-    several hosts need a shared run directory and synchronised clocks (NTP: skew far below the
-    timeout); a peer whose file cannot be read counts as not progressing.
+    width, overwritten in place (``state`` is ``running`` while it computes, ``waiting`` while it
+    waits inside MPI, ``ending`` once that rank's watchdog is taking the job down). Wall-clock
+    times are compared across ranks, so ranks on several hosts need a shared run directory and
+    synchronised clocks (NTP: skew far below the timeout); a peer whose file cannot be read
+    counts as not progressing.
     """
 
     WIDTH = 32
@@ -255,8 +259,13 @@ class Watchdog:
             if now - self._quiet_since < self.grace_s + ABORT_FLUSH_S + 2.0:
                 return None
         wall_now = time.time()
-        if waiting and any(wall_now - last < self.timeout_s for last, state in peers if state == "running"):
+        if waiting and any(wall_now - last < self.timeout_s for last, state in peers if state != "ending"):
             return None  # blocked in MPI while another rank is still working: not a hang
+        if waiting and age < self.timeout_s + 2 * self.grace_s and any(s == "running" for _, s in peers):
+            # A peer stopped progressing while computing (not waiting in MPI): it is the hung
+            # one, and its own watchdog names where - unless its whole process is frozen. On a
+            # loaded host its line can come late: give it one more grace period to say it.
+            return None
         what = self.clock.describe()
         if waiting:
             what += (f", and no other rank progressed in the last {self.timeout_s:g} s"
@@ -273,10 +282,11 @@ class Watchdog:
         if self.board is None:
             return
         last = now if self.clock.state == PAUSED else self.clock.last  # a paused rank is alive
+        state = "waiting" if self.clock.state == WAITING else "running"
         value, at = self._published
-        if force or (last != value and now - at >= self.board_every_s):
-            self.board.publish(self._wall(now, last))
-            self._published = (last, now)
+        if force or ((last, state) != value and now - at >= self.board_every_s):
+            self.board.publish(self._wall(now, last), state)
+            self._published = ((last, state), now)
 
     def _read_peers(self, now: float) -> list[tuple[float, str]]:
         at, peers = self._peers
