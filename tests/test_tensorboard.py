@@ -1,6 +1,7 @@
-"""TensorBoard event files (written through tensorboardX): what our writer and reader add to it
-(a file per writer, buffering, damaged records detected), TensorBoard's own reader on them, the
-learner rank's ``tb/`` output in real runs, its config options and the report's plots."""
+"""TensorBoard event files (written through tensorboardX's SummaryWriter): what our writer and
+reader add to it (a file per writer, the flush interval, damaged records detected), TensorBoard's
+own reader on them, the learner rank's ``tb/`` output in real runs, its config options and the
+report's plots."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ from drlmpi.config.schema import group_config
 from drlmpi.envs.make import make_env
 from drlmpi.outputs.event_file import (
     FILE_PREFIX,
-    FILE_VERSION,
     EventFileError,
     EventWriter,
     iter_records,
@@ -38,9 +38,13 @@ from tests.test_report import PNG_SIGNATURE, make_run
 
 
 # -- the files -------------------------------------------------------------------------------
+def _files(folder):
+    return sorted(folder.glob(f"{FILE_PREFIX}*"))
+
+
 def test_writer_reader_round_trip(tmp_path):
     writer = EventWriter(tmp_path / "tb")
-    assert writer.path.name.startswith(FILE_PREFIX)
+    (path,) = _files(tmp_path / "tb")
     steps = [0, 1, 1000, 2**40]
     for i, step in enumerate(steps):
         writer.add_scalars({"train/loss": 0.5 * i, "episode/return/rank3": -200.25 + i}, step,
@@ -50,50 +54,81 @@ def test_writer_reader_round_trip(tmp_path):
     writer.close()  # harmless
     with pytest.raises(ValueError, match="closed"):
         writer.add_scalar("x", 1.0, 0)
+    assert _files(tmp_path / "tb") == [path]  # nothing reopened a file
     scalars = read_scalars(tmp_path / "tb")
     assert set(scalars) == {"train/loss", "episode/return/rank3", "eval/return"}
     assert scalars["train/loss"] == [(s, 1000.0 + i, 0.5 * i) for i, s in enumerate(steps)]
     assert [v for _, _, v in scalars["episode/return/rank3"]] == [-200.25, -199.25, -198.25, -197.25]
     assert np.isnan(scalars["eval/return"][0][2])
     # the first record is the file version, alone
-    first = Event.FromString(next(iter_records(writer.path.read_bytes())))
-    assert first.file_version == FILE_VERSION and not first.HasField("summary")
-    # a second writer in the same folder (same second) gets its own file; the reader reads both
-    other = EventWriter(tmp_path / "tb")
-    other.add_scalar("train/loss", 9.0, 5000)
-    other.close()
-    assert other.path != writer.path
-    assert len(read_scalars(tmp_path / "tb")["train/loss"]) == len(steps) + 1
+    first = Event.FromString(next(iter_records(path.read_bytes())))
+    assert first.file_version == "brain.Event:2" and not first.HasField("summary")
 
 
-def test_writes_are_buffered_until_the_flush_interval(tmp_path):
-    writer = EventWriter(tmp_path, flush_every_s=3600)
-    header = writer.path.stat().st_size
-    assert header > 0  # the version record is on disk at once
-    writer.add_scalar("a", 1.0, 1)
-    assert writer.path.stat().st_size == header
-    writer.flush()
-    assert writer.path.stat().st_size > header
-    writer.flush_every_s = 0.0
-    writer.add_scalar("a", 2.0, 2)  # due: written at once
-    assert [v for _, _, v in read_scalars(writer.path)["a"]] == [1.0, 2.0]
-    writer.close()
+def test_each_writer_gets_a_file_of_its_own(tmp_path):
+    """tensorboardX names a file by second and host and truncates one of that name: without
+    ``own_suffix`` the second and third writers here (same folder, same second) would write over
+    the first's file and the first's points would be lost."""
+    writers = [EventWriter(tmp_path) for _ in range(3)]
+    for i, writer in enumerate(writers):
+        writer.add_scalar("train/loss", float(i), i)
+    for writer in writers:
+        writer.close()
+    assert len(_files(tmp_path)) == 3
+    assert sorted(v for _, _, v in read_scalars(tmp_path)["train/loss"]) == [0.0, 1.0, 2.0]
+
+
+def _size_after(path, seconds):
+    """The file's size once it has stopped changing, or after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    size = path.stat().st_size
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        size, last = path.stat().st_size, size
+        if size != last:
+            deadline = min(deadline, time.monotonic() + 0.2)
+    return size
+
+
+def test_writes_reach_the_file_at_the_flush_interval_and_at_close(tmp_path):
+    """``flush_every_s`` reaches tensorboardX's writer thread: with an hour the points wait in
+    memory until :meth:`close` (the version record is on disk at once); with 0.1 s they reach
+    the file without a flush or a close. Passing the default flush interval instead fails the
+    second half; not flushing at creation fails ``header > 0``."""
+    slow = EventWriter(tmp_path / "slow", flush_every_s=3600)
+    (path,) = _files(tmp_path / "slow")
+    header = path.stat().st_size
+    assert header > 0
+    time.sleep(0.1)  # the writer thread has started and set its next flush an hour on
+    slow.add_scalar("a", 1.0, 1)
+    assert _size_after(path, 0.5) == header
+    slow.close()
+    assert [v for _, _, v in read_scalars(path)["a"]] == [1.0]
+    fast = EventWriter(tmp_path / "fast", flush_every_s=0.1)
+    (path,) = _files(tmp_path / "fast")
+    time.sleep(0.2)
+    fast.add_scalars({"a": 1.0, "b": 2.0}, 1)
+    _size_after(path, 3.0)
+    assert {tag: [v for _, _, v in points] for tag, points in read_scalars(path).items()} == {
+        "a": [1.0], "b": [2.0]}
+    fast.close()
 
 
 def test_a_corrupted_or_truncated_record_is_detected(tmp_path):
     with EventWriter(tmp_path) as writer:
         writer.add_scalars({"train/loss": 1.0, "train/q_mean": 2.0}, 10)
-    data = writer.path.read_bytes()
-    assert read_scalars(writer.path)["train/loss"] == [(10, pytest.approx(time.time(), abs=60), 1.0)]
+    (path,) = _files(tmp_path)
+    data = path.read_bytes()
+    assert read_scalars(path)["train/loss"] == [(10, pytest.approx(time.time(), abs=60), 1.0)]
     for position, what in ((len(data) - 10, "data CRC"), (len(data) - 1, "data CRC"), (0, "length CRC")):
         broken = bytearray(data)
         broken[position] ^= 0x01
-        writer.path.write_bytes(bytes(broken))
+        path.write_bytes(bytes(broken))
         with pytest.raises(EventFileError, match=what):
-            read_scalars(writer.path)
-    writer.path.write_bytes(data[:-3])
+            read_scalars(path)
+    path.write_bytes(data[:-3])
     with pytest.raises(EventFileError, match="truncated"):
-        read_scalars(writer.path)
+        read_scalars(path)
 
 
 def tensorboard_reads(folder) -> dict[str, list[tuple[int, float]]]:

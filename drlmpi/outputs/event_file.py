@@ -1,14 +1,19 @@
-"""TensorBoard event files of scalars, through tensorboardX: a writer and a checking reader.
+"""TensorBoard event files of scalars: a writer over tensorboardX's ``SummaryWriter`` and a
+checking reader.
 
-tensorboardX encodes the ``Event`` protobufs and writes them as TFRecords (length, masked
-CRC-32C, data, masked CRC-32C); TensorBoard's own reader reads what it writes. drlmpi adds what its
-runs need around it: one new file per writer, never appended to another's (a second writer in the
-same folder and second gets its own name), events buffered until ``flush_every_s`` has passed,
-and a reader for the report that checks every CRC instead of skipping a damaged record.
+tensorboardX's ``SummaryWriter`` names, encodes and writes the files (TFRecords of ``Event``
+protobufs, read by TensorBoard's own reader); its writer thread takes the events off a queue and
+flushes the file every ``flush_every_s`` seconds and at :meth:`EventWriter.close`. drlmpi adds
+what its runs need around it: one new file per writer, never another writer's (tensorboardX
+names a file by the second and host and truncates one of that name, so a second writer in the
+same folder and second gets a suffix of its own), and a reader for the report that checks every
+CRC instead of skipping a damaged record (neither tensorboardX nor drlmpi's dependencies have a
+public reader: TensorBoard's is in the ``tensorboard`` package, a test dependency only).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import struct
@@ -16,43 +21,50 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from tensorboardX import SummaryWriter
 from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.proto.summary_pb2 import Summary
-from tensorboardX.record_writer import RecordWriter, masked_crc32c
+from tensorboardX.record_writer import masked_crc32c
 
 FILE_PREFIX = "events.out.tfevents."
-FILE_VERSION = "brain.Event:2"
+#: events waiting for tensorboardX's writer thread before an add waits for it (a metrics flush
+#: adds a few dozen, one per scalar)
+QUEUE_EVENTS = 1000
+
+
+def own_suffix(logdir: Path) -> str:
+    """A file-name suffix that no event file of this host has in ``logdir`` for this second or
+    the next: ``""`` or, where one has, ``.<pid>.<n>``."""
+    now, host = int(time.time()), socket.gethostname()
+    names = {p.name for p in logdir.iterdir()}
+    suffix = ""
+    for n in itertools.count():
+        if all(f"{FILE_PREFIX}{s}.{host}{suffix}" not in names for s in (now, now + 1)):
+            return suffix
+        suffix = f".{os.getpid()}.{n}"
+    raise AssertionError("unreachable")
 
 
 class EventWriter:
-    """Writes scalar summaries to a new event file in ``logdir`` (created if needed).
+    """Writes scalars to a new event file in ``logdir`` (created if needed) through
+    tensorboardX's ``SummaryWriter``.
 
-    ``add_scalars({tag: value}, step)`` queues one event holding all the values at ``step``;
-    events reach the file every ``flush_every_s`` seconds (checked when one is added), at
-    :meth:`flush` and at :meth:`close`. Values that are not finite are written as they are
-    (TensorBoard shows NaN and inf); callers leave out what they do not have.
+    ``add_scalars({tag: value}, step)`` adds every value at ``step`` (one ``add_scalar`` each,
+    one wall time); tensorboardX's writer thread writes them and flushes the file every
+    ``flush_every_s`` seconds, :meth:`flush` flushes what it has written, and :meth:`close`
+    writes and flushes everything. The file version record is on disk at once. Values that are
+    not finite are written as they are (TensorBoard shows NaN and inf); callers leave out what
+    they do not have.
     """
 
     def __init__(self, logdir: str | Path, flush_every_s: float = 10.0) -> None:
         self.logdir = Path(logdir)
         self.logdir.mkdir(parents=True, exist_ok=True)
         self.flush_every_s = float(flush_every_s)
-        base = self.logdir / f"{FILE_PREFIX}{int(time.time())}.{socket.gethostname()}"
-        path, suffix = base, 0
-        while True:  # claim a name of our own: never append to another writer's file
-            try:
-                path.open("xb").close()
-                break
-            except FileExistsError:
-                suffix += 1
-                path = base.with_name(f"{base.name}.{os.getpid()}.{suffix}")
-        self.path = path
-        self._records = RecordWriter(str(path))
+        self._writer = SummaryWriter(str(self.logdir), max_queue=QUEUE_EVENTS,
+                                     flush_secs=self.flush_every_s,
+                                     filename_suffix=own_suffix(self.logdir))
         self._closed = False
-        self._pending: list[Event] = []
-        self._last_flush = time.monotonic()
-        self._pending.append(Event(wall_time=time.time(), file_version=FILE_VERSION))
-        self.flush()
+        self._writer.flush()
 
     @property
     def closed(self) -> bool:
@@ -60,36 +72,26 @@ class EventWriter:
 
     def add_scalars(self, scalars: Mapping[str, float], step: int,
                     wall_time: float | None = None) -> None:
-        """Queue one event with every ``tag -> value`` of ``scalars`` at ``step``."""
+        """Add every ``tag -> value`` of ``scalars`` at ``step``."""
         if self._closed:
-            raise ValueError(f"{self.path} is closed")
-        if not scalars:
-            return
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))
-                                 for tag, value in scalars.items()])
-        self._pending.append(Event(wall_time=time.time() if wall_time is None else wall_time,
-                                   step=int(step), summary=summary))
-        if time.monotonic() - self._last_flush >= self.flush_every_s:
-            self.flush()
+            raise ValueError(f"the event writer of {self.logdir} is closed")
+        wall_time = time.time() if wall_time is None else wall_time
+        for tag, value in scalars.items():
+            self._writer.add_scalar(tag, float(value), int(step), walltime=wall_time)
 
     def add_scalar(self, tag: str, value: float, step: int, wall_time: float | None = None) -> None:
-        """Queue one scalar."""
+        """Add one scalar."""
         self.add_scalars({tag: value}, step, wall_time)
 
     def flush(self) -> None:
-        """Write the queued events to disk."""
-        self._last_flush = time.monotonic()
-        if self._pending and not self._closed:
-            for event in self._pending:
-                self._records.write(event.SerializeToString())
-            self._records.flush()
-            self._pending.clear()
+        """Flush what tensorboardX's writer thread has written."""
+        if not self._closed:
+            self._writer.flush()
 
     def close(self) -> None:
-        """Flush and close the file (closing twice is harmless)."""
+        """Write every event added, flush and close the file (closing twice is harmless)."""
         if not self._closed:
-            self.flush()
-            self._records.close()
+            self._writer.close()
             self._closed = True
 
     def __enter__(self) -> EventWriter:

@@ -156,8 +156,8 @@ class RunLog:
         logger.info(f"[{elapsed:7.1f}s] {text}")
 
     def close(self) -> None:
-        """Flush and close ``metrics.csv``; write the last TensorBoard interval to disk (the
-        event file stays open for :meth:`finish`)."""
+        """Flush and close ``metrics.csv``; write the last TensorBoard interval (the event
+        file stays open for :meth:`finish`)."""
         with naming(self.path):
             self._file.close()
         if self.tensorboard is not None:

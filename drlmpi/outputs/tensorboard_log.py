@@ -39,8 +39,8 @@ class TensorBoardLog:
       ingested in the interval.
 
     Evaluations are written when they happen (``eval/return``, ``eval/return_std``), and
-    :meth:`finish` adds the run's ``summary/*`` figures. Records are buffered and reach the
-    file every ``flush_every_s`` seconds and at :meth:`flush`.
+    :meth:`finish` adds the run's ``summary/*`` figures. tensorboardX's ``SummaryWriter``
+    writes the records and flushes the file every ``flush_every_s`` seconds and at the end.
     """
 
     SAMPLES = 20  # update-metric samples kept per interval at most
@@ -148,8 +148,8 @@ class TensorBoardLog:
         self.close()
 
     def flush(self) -> None:
-        """Write the last (partial) interval and flush the file (it stays open for
-        :meth:`finish`)."""
+        """Write the last (partial) interval and flush what the writer has written (the file
+        stays open for :meth:`finish`, which writes everything to disk)."""
         if self.learner is not None and not self.writer.closed:
             self._sample(float("inf"))
             self.write_interval()
