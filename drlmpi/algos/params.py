@@ -59,9 +59,6 @@ class ParamGroup:
             if scheduled_lr and self.flat.params.is_cuda:
                 rate = self._lr_tensor = torch.tensor(float(lr), device=self.flat.params.device)
             self.optimizer = torch.optim.Adam([self.flat.params], lr=rate, eps=float(adam_eps), **extra)
-            # Eager steps of a capturable optimizer are intended here (warm-up before a capture,
-            # updates with gradient collectives): silence torch's one-time advice against them.
-            self.optimizer._warned_capturable_if_run_uncaptured = True
             if self.max_grad_norm is not None:
                 self.grad_norm = torch.full((), float("nan"), device=self.flat.params.device)
 
