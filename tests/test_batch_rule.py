@@ -1,4 +1,5 @@
-"""topology.batch_rule: how data-parallel ranks share the job's batch (drlmpi/topologies/batch_rule.py).
+"""topology.batch_rule: how data-parallel ranks share the job's batch
+(drlmpi/topologies/data_parallel/batch_rule.py).
 
 ``global`` (the default) must give the job sequential's learning per sample - its minibatch,
 its updates per job-wide step, its replay size, its first update, its PPO rollout and its

@@ -1,4 +1,4 @@
-"""The configuration schema (drlmpi/schema.py): every option typed, ranged and documented, and
+"""The configuration schema (drlmpi/config/schema.py): every option typed, ranged and documented, and
 every refusal one line - on the command line, after composition, in sweeps. (What a refused
 command prints and its exit code: tests/test_refusals.py.)"""
 

@@ -34,7 +34,7 @@ from drlmpi.envs.spec import EnvSpec
 class DQN(OffPolicyAlgorithm):
     """Double DQN for discrete action spaces.
 
-    Config keys (``drlmpi/schema.py``'s ``algo/dqn`` documents each): ``hidden``, ``lr``,
+    Config keys (``drlmpi/config/schema.py``'s ``algo/dqn`` documents each): ``hidden``, ``lr``,
     ``gamma``, ``double_q``, ``batch_size``, ``buffer_size``, ``learning_starts``,
     ``updates_per_step``, ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``,
     ``exploration_steps``, ``max_grad_norm``, ``capture``, ``updates_per_graph``, ``encoder``

@@ -96,7 +96,7 @@ EVAL_CHUNK_ROWS = 4096
 class PPO(Algorithm):
     """PPO-clip with GAE for Discrete and Box action spaces.
 
-    Config keys (``drlmpi/schema.py``'s ``algo/ppo`` documents each): ``hidden``, ``activation``,
+    Config keys (``drlmpi/config/schema.py``'s ``algo/ppo`` documents each): ``hidden``, ``activation``,
     ``lr``, ``lr_schedule``, ``adam_eps``, ``gamma``, ``gae_lambda``, ``rollout_steps``,
     ``batch_size``, ``epochs``,
     ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,

@@ -75,8 +75,8 @@ class TwinCritic(nn.Module):
 class TD3(OffPolicyAlgorithm):
     """TD3 for Box action spaces.
 
-    Config keys (``drlmpi/schema.py``'s ``algo/td3`` documents each): ``hidden``, ``actor_lr``, ``critic_lr``,
-    ``gamma``, ``tau``, ``batch_size``, ``buffer_size``, ``learning_starts``,
+    Config keys (``drlmpi/config/schema.py``'s ``algo/td3`` documents each): ``hidden``,
+    ``actor_lr``, ``critic_lr``, ``gamma``, ``tau``, ``batch_size``, ``buffer_size``, ``learning_starts``,
     ``updates_per_step``, ``policy_delay``, ``policy_noise``, ``noise_clip``,
     ``exploration_noise``, ``max_grad_norm``, ``capture``.
     """

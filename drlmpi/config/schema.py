@@ -67,7 +67,7 @@ _CAPTURE_FUSED = _str("auto", "device learner: auto (fused on CUDA, graph for a 
                       "auto", "fused", "graph", "compile", "off")
 _PER_GRAPH = _int(1, "captured updates: this many updates per graph replay when that many are due")
 _SYNC_UNIT = _str("steps", "what sync_every counts: environment steps or episodes", "steps", "episodes")
-# The data-parallel topologies' share of the job's batch (drlmpi/topologies/batch_rule.py).
+# The data-parallel topologies' share of the job's batch (drlmpi/topologies/data_parallel/batch_rule.py).
 _BATCH_RULE = _str("global", "global: algo options describe the job (batch_size/N per rank, updates_per_step "
                              "per job-wide step); per_rank: each rank's", "global", "per_rank")
 _LR_SCALE = _str("none", "batch_rule=per_rank: learning rates x N (linear), x sqrt(N) (sqrt) or as set "

@@ -13,7 +13,7 @@ one line and ends the whole job with ``MPI_Abort``.
   ``wait``, or a ``test`` / ``testsome`` / ``waitany`` that completed at least one request (a
   poll that finds nothing complete is not progress);
 * an environment step or reset finishing (:class:`~drlmpi.roles.actor.Actor`, evaluation);
-* every few learner updates of a batch (:meth:`~drlmpi.roles.learner.Learner._run_updates`).
+* every few learner updates of a batch (:meth:`~drlmpi.roles.learner.Learner.train_exactly`).
 
 Building a role (networks and optimizer - the first ``Adam`` imports ``torch._dynamo``, seconds
 -, environments, a device) is not measured: the clock is *paused* (:meth:`ProgressClock.paused`)

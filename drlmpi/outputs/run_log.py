@@ -56,7 +56,7 @@ class RunLog:
 
     Args:
         run_dir: the run directory.
-        learner: the :class:`drlmpi.roles.Learner` whose counters are logged (set later with
+        learner: the :class:`drlmpi.roles.learner.Learner` whose counters are logged (set later with
             :meth:`attach` because the learner needs the log's callback at construction).
         progress_every_s: seconds between progress lines (0 disables them; evaluations are
             still logged).
