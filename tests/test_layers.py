@@ -1,10 +1,12 @@
 """The package's layers (docs/architecture.md, "Layers"): a module imports only from its own
 package and the layers below it - imports inside functions included - and the package holds no
-module over 400 lines and at most five modules directly in ``drlmpi/``."""
+module over 400 lines and at most five modules directly in ``drlmpi/``; every module path the
+docs name exists."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "drlmpi"
@@ -90,3 +92,32 @@ def test_only_the_run_plan_resolves_the_config():
                 if name in RESOLVERS:
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} calls {name}")
     assert not found, "\n".join(found)
+
+
+#: where a file of the package is named by its path: the documentation, the config groups'
+#: headers, and the package's and the tests' own docstrings and comments
+NAMING = ("README.md", "docs/**/*.md", "conf/**/*.yaml", "drlmpi/**/*.py", "tests/*.py")
+PACKAGE_PATH = re.compile(r"(?<![\w./-])drlmpi/[\w/]*\w\.py\b")
+
+
+def _named_package_paths() -> list[tuple[str, int, str]]:
+    root = PACKAGE.parent
+    named = []
+    for pattern in NAMING:
+        for path in sorted(root.glob(pattern)):
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                named += [(str(path.relative_to(root)), number, m.group())
+                          for m in PACKAGE_PATH.finditer(line)]
+    return named
+
+
+def test_every_package_path_the_docs_name_exists():
+    """Every ``drlmpi/<...>.py`` named in README.md, docs/, conf/ and the sources exists (a
+    module moved leaves no stale path behind). A broken copy fails it: docs/architecture.md
+    naming ``algos/vtrace.py`` under ``drlmpi/`` again, or outputs/event_file.py moved away
+    while docs/architecture.md names it."""
+    named = _named_package_paths()
+    assert len(named) > 50 and any(where.startswith("docs/") for where, _, _ in named)
+    missing = [f"{where}:{line}: {path}" for where, line, path in named
+               if not (PACKAGE.parent / path).is_file()]
+    assert not missing, "\n".join(missing)
