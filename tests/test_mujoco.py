@@ -13,7 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.envs.make import is_mujoco, make_env
+from drlmpi.envs.families.mujoco import is_mujoco
+from drlmpi.envs.make import make_env
 from drlmpi.run.plan import check_env_options
 from tests.shared_runs import declare
 

@@ -3,14 +3,14 @@
 * :class:`SimCost` burns real CPU time per step (a busy loop, not a sleep), so the
   simulator-bound regime of the DQN paper (its expensive Box Slider simulator) can be reproduced
   with cheap classic-control environments: ``env.sim_cost_ms=2``.
-* :func:`make_env` builds one environment as a run configures it (ALE ids through
-  :mod:`drlmpi.envs.atari_bank`); :func:`probe_spec` reads its spaces (:class:`~drlmpi.envs.spec.EnvSpec`).
+* :func:`make_env` builds one environment as a run configures it, through the family of its id
+  (:mod:`drlmpi.envs.families`: Gymnasium, ALE, MuJoCo); :func:`probe_spec` reads its spaces
+  (:class:`~drlmpi.envs.spec.EnvSpec`).
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -45,29 +45,6 @@ def burn_cpu(seconds: float) -> None:
             x = x * 1.0000001 + 1e-9
 
 
-def is_atari(env_id: str) -> bool:
-    """Whether ``env_id`` names an Arcade Learning Environment game (``ALE/<Game>-v5``)."""
-    return str(env_id).startswith("ALE/")
-
-
-def is_mujoco(env_id: str) -> bool:
-    """Whether ``env_id`` is one of Gymnasium's MuJoCo environments (``HalfCheetah-v5``...)."""
-    try:
-        entry = gym.spec(str(env_id)).entry_point
-    except gym.error.Error:
-        return False
-    return isinstance(entry, str) and entry.startswith("gymnasium.envs.mujoco")
-
-
-def route_mujoco_warnings() -> None:
-    """Send MuJoCo's warnings (Gymnasium's v5 models use attributes MuJoCo 4 deprecates) through
-    Python's ``warnings``, shown once per message, instead of MuJoCo's default: a line on stdout
-    AND a ``MUJOCO_LOG.TXT`` appended in the working directory of every rank."""
-    import mujoco
-
-    mujoco.set_mju_user_warning(lambda message: warnings.warn(f"MuJoCo: {message}", stacklevel=2))
-
-
 def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | None = None,
              atari: Any = None, train: bool = True, num_threads: int = 1, **kwargs: Any) -> gym.Env:
     """Create one environment with the project's wrappers.
@@ -84,21 +61,10 @@ def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | Non
             (:class:`~drlmpi.envs.vector.SerialEnvs`); others ignore it.
         kwargs: passed to ``gymnasium.make`` (ALE ids: to ``AtariVectorEnv``).
     """
-    if is_atari(env_id):
-        from drlmpi.envs.atari_bank import make_atari
+    from drlmpi.envs.families import family_of
 
-        # The cost goes into the settings (the bank burns it), so the environment can still join
-        # its simulator's vector env.
-        return make_atari(env_id, atari, train=train, max_episode_steps=max_episode_steps,
-                          sim_cost_ms=sim_cost_ms, num_threads=num_threads, **kwargs)
-    if max_episode_steps is not None:
-        kwargs["max_episode_steps"] = int(max_episode_steps)
-    if is_mujoco(env_id):
-        route_mujoco_warnings()
-    env = gym.make(env_id, **kwargs)
-    if sim_cost_ms and sim_cost_ms > 0:
-        env = SimCost(env, sim_cost_ms)
-    return env
+    return family_of(env_id).make(env_id, sim_cost_ms=sim_cost_ms, max_episode_steps=max_episode_steps,
+                                  atari=atari, train=train, num_threads=num_threads, **kwargs)
 
 
 def env_make_kwargs(env_cfg: Any) -> dict[str, Any]:
@@ -113,10 +79,11 @@ def env_make_kwargs(env_cfg: Any) -> dict[str, Any]:
         except ImportError:  # pragma: no cover
             return value
 
+    from drlmpi.envs.families import family_of
+
     out: dict[str, Any] = {"max_episode_steps": env_cfg.get("max_episode_steps")}
-    if is_atari(env_cfg.get("id", "")):
-        out["atari"] = plain(env_cfg.get("atari"))
-        out["num_threads"] = int(env_cfg.get("num_threads") or 1)
+    options = family_of(env_cfg.get("id", "")).make_options(env_cfg)
+    out.update({key: plain(value) for key, value in options.items()})
     out.update(plain(env_cfg.get("kwargs")) or {})
     return out
 
