@@ -17,7 +17,8 @@ import numpy as np
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from drlmpi.envs.make import env_make_kwargs, is_atari, make_env
+from drlmpi.envs.families import family_of
+from drlmpi.envs.make import env_make_kwargs, make_env
 from drlmpi.envs.spec import env_spec
 from drlmpi.outputs.checkpoint import DamagedFileError, load_tensors
 from drlmpi.roles.evaluate import evaluate
@@ -58,9 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     kwargs = env_make_kwargs(cfg.env)  # as the run made its evaluation environments
     if args.render:
-        if is_atari(cfg.env.id):  # AtariVectorEnv, which plays ALE ids, has no window
-            print(f"drlmpi.play: error: --render is not available for {cfg.env.id}: ALE ids are played "
-                  "by AtariVectorEnv, which does not render", file=sys.stderr)
+        family = family_of(cfg.env.id)
+        if not family.renders:  # ALE ids: AtariVectorEnv has no window
+            print(f"drlmpi.play: error: --render is not available for {cfg.env.id}: "
+                  f"{family.no_render_reason}", file=sys.stderr)
             return 2
         kwargs["render_mode"] = "human"
     envs = [make_env(cfg.env.id, **kwargs, train=False)]

@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from drlmpi.algos.base import Algorithm
 from drlmpi.config.checks import check_config
 from drlmpi.config.errors import ConfigError
-from drlmpi.envs.make import env_make_kwargs, is_atari, is_mujoco, probe_spec
+from drlmpi.envs.families import family_of
+from drlmpi.envs.make import env_make_kwargs, probe_spec
 from drlmpi.outputs.checkpoint import check_rank_files, read_meta
 from drlmpi.topologies.base import RunPlan, Topology
 
@@ -99,42 +100,11 @@ def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
 
 
 def check_env_options(env: Any) -> None:
-    """Refuse, in one line, Atari options or threads for a non-ALE id, worker processes for an
-    ALE id, bad ``env.atari`` values or ``env.kwargs`` of an ALE id, an ALE id without ale-py
-    installed, and a MuJoCo id without MuJoCo installed."""
-    atari = env.get("atari")
-    threads = env.get("num_threads") or 1
-    if is_mujoco(env.id):
-        try:
-            import mujoco  # noqa: F401
-        except ImportError as exc:
-            raise ConfigError(f"env.id={env.id} needs MuJoCo: pip install 'drlmpi[mujoco]' (it installs "
-                              f"gymnasium[mujoco]): {exc}") from exc
-    if not is_atari(env.id):
-        if atari is not None:
-            raise ConfigError(f"env.atari is for ALE/ ids (env=tetris, env.id=ALE/Pong-v5), but env.id="
-                              f"{env.id}: remove env.atari, got env.atari={dict(atari)}")
-        if threads > 1:
-            raise ConfigError(f"env.num_threads is for ALE/ ids (the threads of their AtariVectorEnv), but "
-                              f"env.id={env.id}: use env.vector=async to step its environments in "
-                              f"parallel, got env.num_threads={threads}")
-        return
-    if env.get("vector", "sync") == "async":
-        raise ConfigError(f"env.vector=async is not for ALE/ ids: a simulator's env.num_envs environments "
-                          f"step in one AtariVectorEnv; use env.num_threads=N to step them in N threads, "
-                          f"got env.vector=async with env.id={env.id}")
-    try:
-        import ale_py  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(f"env.id={env.id} needs ale-py (pip install ale-py; it ships the game ROMs): "
-                          f"{exc}") from exc
-    from drlmpi.envs.atari import check_ale_kwargs, check_atari_options
-
-    try:
-        check_atari_options(atari)
-        check_ale_kwargs(env.get("kwargs"))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    """Refuse, in one line, ``env`` options the family of ``env.id`` cannot run (Atari options or
+    threads for a non-ALE id, worker processes for an ALE id, bad ``env.atari`` values or
+    ``env.kwargs`` of an ALE id) or an id whose package is not installed (ale-py, MuJoCo):
+    :mod:`drlmpi.envs.families`."""
+    family_of(env.id).check_options(env)
 
 
 def check_sim_costs(env: Any, world_size: int) -> None:
