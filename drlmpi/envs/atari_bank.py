@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
 from drlmpi.envs.atari import SEED_RANGE, AleSettings, ale_settings
-from drlmpi.envs.make import burn_cpu
+from drlmpi.envs.sim_cost import burn_cpu
 from drlmpi.envs.spec import RAW_EPISODE_KEY
 from drlmpi.envs.vector import BankStep
 from drlmpi.mpi.watchdog import PROGRESS

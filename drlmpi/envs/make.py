@@ -1,8 +1,5 @@
 """Environments: ``gymnasium.make`` plus the wrappers every run uses.
 
-* :class:`SimCost` burns real CPU time per step (a busy loop, not a sleep), so the
-  simulator-bound regime of the DQN paper (its expensive Box Slider simulator) can be reproduced
-  with cheap classic-control environments: ``env.sim_cost_ms=2``.
 * :func:`make_env` builds one environment as a run configures it, through the family of its id
   (:mod:`drlmpi.envs.families`: Gymnasium, ALE, MuJoCo); :func:`probe_spec` reads its spaces
   (:class:`~drlmpi.envs.spec.EnvSpec`).
@@ -10,39 +7,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import gymnasium as gym
 
+from drlmpi.envs.families import family_of
 from drlmpi.envs.spec import EnvSpec, env_spec
-
-
-class SimCost(gym.Wrapper):
-    """Adds ``cost_ms`` milliseconds of CPU-bound busy work to every ``step``.
-
-    The loop runs until this thread has consumed ``cost_ms`` of *CPU* time (``thread_time``),
-    not wall time: like a real physics simulator, a step costs a fixed amount of computation, so
-    ranks oversubscribing a machine really compete for cores and each step takes longer in wall
-    time when they do. A ``time.sleep`` would let ranks overlap for free.
-    """
-
-    def __init__(self, env: gym.Env, cost_ms: float) -> None:
-        super().__init__(env)
-        self.cost_s = cost_ms / 1000.0
-
-    def step(self, action: Any):
-        burn_cpu(self.cost_s)
-        return self.env.step(action)
-
-
-def burn_cpu(seconds: float) -> None:
-    """Busy work until this thread has used ``seconds`` of CPU time (:class:`SimCost`)."""
-    deadline = time.thread_time() + seconds
-    x = 1.0
-    while time.thread_time() < deadline:
-        for _ in range(200):
-            x = x * 1.0000001 + 1e-9
 
 
 def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | None = None,
@@ -61,8 +31,6 @@ def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | Non
             (:class:`~drlmpi.envs.vector.SerialEnvs`); others ignore it.
         kwargs: passed to ``gymnasium.make`` (ALE ids: to ``AtariVectorEnv``).
     """
-    from drlmpi.envs.families import family_of
-
     return family_of(env_id).make(env_id, sim_cost_ms=sim_cost_ms, max_episode_steps=max_episode_steps,
                                   atari=atari, train=train, num_threads=num_threads, **kwargs)
 
@@ -78,8 +46,6 @@ def env_make_kwargs(env_cfg: Any) -> dict[str, Any]:
             return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         except ImportError:  # pragma: no cover
             return value
-
-    from drlmpi.envs.families import family_of
 
     out: dict[str, Any] = {"max_episode_steps": env_cfg.get("max_episode_steps")}
     options = family_of(env_cfg.get("id", "")).make_options(env_cfg)

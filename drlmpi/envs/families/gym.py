@@ -1,5 +1,5 @@
 """The default family: any id Gymnasium registers (``CartPole-v1``, ``LunarLander-v3``...),
-made by ``gymnasium.make`` with the time limit and :class:`~drlmpi.envs.make.SimCost` of a run.
+made by ``gymnasium.make`` with the time limit and :class:`~drlmpi.envs.sim_cost.SimCost` of a run.
 It claims every id, so it is tried last."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import gymnasium
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.families.base import Family
-from drlmpi.envs.make import SimCost
+from drlmpi.envs.sim_cost import SimCost
 
 
 def make(env_id: str, *, sim_cost_ms: float = 0.0, max_episode_steps: int | None = None,
