@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -47,12 +48,15 @@ def file_system_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def write_whole(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def write_whole(path: Path, write: Callable[[IO[bytes]], None], shared: bool = False) -> None:
     """Call ``write(file)`` on a temporary file beside ``path``, then rename it over ``path``.
     A failure of the file system raises :class:`FileWriteError` (the temporary file removed); any
-    other exception (a bug: an object that cannot be saved) propagates unchanged."""
+    other exception (a bug: an object that cannot be saved) propagates unchanged. ``shared``:
+    several processes may write ``path`` at once (with the same content), so each writes its own
+    temporary file, named by host and pid."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    mine = f".{socket.gethostname()}.{os.getpid()}" if shared else ""
+    tmp = path.with_name(f"{path.name}{mine}.tmp")
     try:
         with open(tmp, "wb") as fh:  # the last buffered bytes may fail at close: inside the try
             write(fh)
@@ -69,9 +73,9 @@ def write_whole(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         raise FileWriteError(path, reason) from None
 
 
-def atomic_save(obj: Any, path: Path) -> None:
+def atomic_save(obj: Any, path: Path, shared: bool = False) -> None:
     """``torch.save(obj)`` into ``path``, whole or not at all (see :func:`write_whole`)."""
-    write_whole(path, lambda fh: torch.save(obj, fh))
+    write_whole(path, lambda fh: torch.save(obj, fh), shared)
 
 
 def atomic_write_json(data: dict[str, Any], path: Path) -> None:

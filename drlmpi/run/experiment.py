@@ -6,7 +6,6 @@ rank that stops making progress for ``run.rank_timeout_s`` ends the job.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from pathlib import Path
@@ -138,7 +137,5 @@ def _keep_finite_policy(policy: dict[str, Any] | None, run_dir: Path) -> str:
     path = Path(run_dir) / POLICY_FILE
     if policy is None:  # the weights were not finite, or a simulator saw it
         return f"no {POLICY_FILE} written"
-    tmp = path.with_name(f"{POLICY_FILE}.{socket.gethostname()}.{os.getpid()}.tmp")
-    torch.save(policy, tmp)
-    os.replace(tmp, path)
+    atomic_save(policy, path, shared=True)
     return f"the last finite policy is in {path}"
