@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from drlmpi.device.determinism import CUBLAS_WORKSPACE, set_deterministic
-from tests.mpirun import run_job
+from tests.mpirun import REPO, run_job
 from tests.shared_runs import TINY_DQN
 from tests.test_images import IMAGE_ENV
 from tests.test_reproducible import CLOCKS, tensors
@@ -31,6 +33,20 @@ def test_the_switch_sets_and_clears_the_settings(monkeypatch):
         set_deterministic(False)
         torch.backends.cudnn.benchmark = benchmark
     assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
+
+
+def test_leaving_it_off_never_loads_the_compiler_stack():
+    """A rank that neither compiles nor builds an optimizer (a simulator) must not pay for
+    ``torch._dynamo`` (about a second of CPU per process, in every job's start-up): with the
+    switch left off, nothing imports it. Fails when ``set_deterministic(False)`` calls
+    ``torch.use_deterministic_algorithms`` unconditionally (it imports ``torch._inductor``)."""
+    code = ("import sys\n"
+            "from drlmpi.device.determinism import set_deterministic\n"
+            "set_deterministic(False)\n"
+            "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[]"
 
 
 def _rows(run_dir) -> list[dict[str, str]]:

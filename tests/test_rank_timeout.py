@@ -217,7 +217,9 @@ def test_a_rank_that_stops_answering_ends_the_job(hung_jobs, topology):
     job = running.result()
     stuck = HANGS[topology][1]
     assert job.returncode == HANG_EXIT, job.stderr[-3000:]
-    hung_at = float(re.search(r"BlockingCartPole: rank \d+ stops answering at t=([\d.]+)", job.stderr)[1])
+    hung = re.search(r"BlockingCartPole: rank \d+ stops answering at t=([\d.]+)", job.stderr)
+    assert hung, job.stderr[-3000:]  # the job ended because the environment hung, not before
+    hung_at = float(hung[1])
     # The stuck rank's watchdog fires after the timeout, then MPI_Abort ends every rank.
     assert HANG_S <= running.ended - hung_at < HANG_S + 8, job.stderr[-3000:]
     lines = [line for line in job.stderr.splitlines() if "made no progress" in line]

@@ -22,10 +22,15 @@ def set_deterministic(on: bool) -> None:
     """Deterministic kernels (``torch.use_deterministic_algorithms``; an operation without a
     deterministic CUDA kernel then raises instead of varying), a fixed cuBLAS workspace and no
     cuDNN autotuning - or, ``on=False``, PyTorch's defaults again (the workspace setting stays:
-    cuBLAS reads it once)."""
+    cuBLAS reads it once).
+
+    The switch is flipped only when it changes: ``torch.use_deterministic_algorithms`` imports
+    the compiler stack (``torch._inductor`` and ``torch._dynamo``, about a second of CPU), which a
+    rank that never compiles nor builds an optimizer - a simulator - otherwise never loads."""
     if on:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-    torch.use_deterministic_algorithms(on)
+    if torch.are_deterministic_algorithms_enabled() != on:
+        torch.use_deterministic_algorithms(on)
     torch.backends.cudnn.deterministic = on
     if on:
         torch.backends.cudnn.benchmark = False
