@@ -164,6 +164,36 @@ def test_a_rank_waiting_in_mpi_gives_up_only_when_no_rank_progresses(tmp_path):
     assert not board_dir.exists()  # the last one out removes the board
 
 
+def test_a_peer_building_its_roles_keeps_a_waiting_rank_quiet(tmp_path):
+    """A peer in an untimed phase (building its learner: the first optimizer imports the compiler
+    stack) publishes ``paused``; on a loaded host its watchdog thread may then not write again for
+    seconds, and its old time must not make a rank waiting for it end the job. Fails when the
+    board keeps no ``paused`` state (seen in the hang jobs below: a simulator waiting for the
+    first weights ended the job while its learner was still being built)."""
+    timeout, grace = 2.0, grace_for(2.0)
+    board_dir = tmp_path / "board"
+    peer = ProgressBoard(board_dir, rank=1, size=2)
+    clock = ProgressClock()
+    dog = Watchdog(timeout, rank=0, on_timeout=lambda m: None, clock=clock,
+                   board=ProgressBoard(board_dir, rank=0, size=2))
+    peer_clock = ProgressClock()
+    peer_dog = Watchdog(timeout, rank=1, on_timeout=lambda m: None, clock=peer_clock, board=peer)
+    try:
+        now = clock.last
+        clock.wait("Bcast %s (root %d)", "weights", 1)
+        with peer_clock.paused("start-up: building the %s", "learner"):
+            peer_dog._publish(time.monotonic(), force=True)  # what its thread writes once, then starves
+            peer.publish(time.time() - 60, peer.read(1)[1])  # ...a minute ago
+            assert peer.read(1)[1] == "paused"
+            assert dog.check(now + timeout + 2 * grace + 5) is None
+        peer_dog._publish(time.monotonic(), force=True)  # the phase is over: timed again
+        peer.publish(time.time() - 60, peer.read(1)[1])
+        assert dog.check(now + timeout + 2 * grace + 10) is not None
+    finally:
+        dog.stop()
+        peer_dog.stop()
+
+
 def test_a_bad_rank_timeout_is_refused():
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["run.rank_timeout_s=-1"])

@@ -130,7 +130,9 @@ class ProgressBoard:
 
     ``<directory>/rank<r>`` holds ``"<wall-clock time of last progress> <state>"`` at a fixed
     width, overwritten in place (``state`` is ``running`` while it computes, ``waiting`` while it
-    waits inside MPI, ``ending`` once that rank's watchdog is taking the job down). Wall-clock
+    waits inside MPI, ``paused`` in an untimed phase such as building its roles - alive however
+    old its time, since a loaded host may not let its watchdog thread write for seconds while it
+    imports - and ``ending`` once that rank's watchdog is taking the job down). Wall-clock
     times are compared across ranks, so ranks on several hosts need a shared run directory and
     synchronised clocks (NTP: skew far below the timeout); a peer whose file cannot be read
     counts as not progressing.
@@ -259,8 +261,9 @@ class Watchdog:
             if now - self._quiet_since < self.grace_s + ABORT_FLUSH_S + 2.0:
                 return None
         wall_now = time.time()
-        if waiting and any(wall_now - last < self.timeout_s for last, state in peers if state != "ending"):
-            return None  # blocked in MPI while another rank is still working: not a hang
+        if waiting and any(wall_now - last < self.timeout_s or state == "paused"
+                           for last, state in peers if state != "ending"):
+            return None  # blocked in MPI while another rank is still working (or starting): not a hang
         if waiting and age < self.timeout_s + 2 * self.grace_s and any(s == "running" for _, s in peers):
             # A peer stopped progressing while computing (not waiting in MPI): it is the hung
             # one, and its own watchdog names where - unless its whole process is frozen. On a
@@ -282,7 +285,7 @@ class Watchdog:
         if self.board is None:
             return
         last = now if self.clock.state == PAUSED else self.clock.last  # a paused rank is alive
-        state = "waiting" if self.clock.state == WAITING else "running"
+        state = {WAITING: "waiting", PAUSED: "paused"}.get(self.clock.state, "running")
         value, at = self._published
         if force or ((last, state) != value and now - at >= self.board_every_s):
             self.board.publish(self._wall(now, last), state)
