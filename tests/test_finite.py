@@ -13,7 +13,7 @@ import torch
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.ppo import PPO
 from drlmpi.config.errors import NonFiniteError
-from drlmpi.config.schema import group_config
+from drlmpi.config.schema import defaults, group_config
 from drlmpi.data.finite import first_non_finite
 from drlmpi.data.layout import ExperienceLayout
 from drlmpi.device.metrics import Metrics, non_finite_metrics, read_metrics
@@ -26,7 +26,8 @@ from drlmpi.roles.learner import Learner
 from tests.mpirun import run_job
 
 NAN_ENV = "env.id=tests.nan_env:NaNCartPole-v0"
-RUN = {"max_env_steps": 100_000, "eval_every": 100_000, "eval_episodes": 1, "stop_on_solve": True}
+RUN = {**defaults("run"),
+       "max_env_steps": 100_000, "eval_every": 100_000, "eval_episodes": 1, "stop_on_solve": True}
 
 
 def _learner(algo_cls=DQN, rank: int = 0) -> Learner:

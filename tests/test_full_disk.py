@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from drlmpi.config.schema import defaults
 from drlmpi.outputs import files
 from drlmpi.outputs.checkpoint import (
     Checkpointer,
@@ -58,7 +59,8 @@ def _learner(weights: torch.Tensor) -> SimpleNamespace:
 
 
 def _checkpointer(run_dir: Path) -> Checkpointer:
-    return Checkpointer(run_dir, 0, 1, {"checkpoint_every_s": 1}, {"topology": "sequential"})
+    return Checkpointer(run_dir, 0, 1, {**defaults("run"), "checkpoint_every_s": 1},
+                        {"topology": "sequential"})
 
 
 def test_a_checkpoint_that_fills_the_disk_keeps_the_last_generation(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.params import ParamGroup, mlp
-from drlmpi.config.schema import group_config
+from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import probe_spec
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.topologies.data_parallel.backend import DistExchange, DistGroup, Placement
@@ -214,8 +214,8 @@ def test_groups_learners_step_with_the_mean_over_groups(monkeypatch, backend, re
     if backend == "gloo":
         ThreadedDist().install(monkeypatch)
     learners, size = 3, 6
-    topo = OmegaConf.create({"learners": learners, "group_wiring": "star", "backend": backend,
-                             "reduce": reduce})
+    topo = OmegaConf.create({**defaults("topology/groups"), "learners": learners, "group_wiring": "star",
+                             "backend": backend, "reduce": reduce})
     cfg = OmegaConf.create({"algo": group_config("algo", "dqn"), "topology": topo})
     n = _dqn().policy.flat.numel
     rows = rank_gradients(size, n, seed=3)  # by job rank; the simulators' rows must not count

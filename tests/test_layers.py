@@ -94,6 +94,40 @@ def test_only_the_run_plan_resolves_the_config():
     assert not found, "\n".join(found)
 
 
+#: ``.get(<literal key>, <default>)`` reads outside config/ and report/ that are not reads of an
+#: option: file, key -> what it reads. Every option's default lives in the schema, and a composed
+#: config carries every option of its scopes, so code reads ``cfg.key`` / ``cfg["key"]``.
+SECOND_DEFAULTS = {
+    ("planner/model.py", "ranks"): "a calibration record",
+    ("planner/compare.py", "world_size"): "a summary.json",
+    ("planner/compare.py", "overrides"): "a saved plan",
+    ("planner/probe.py", "batch_size"): "a batch rule's per-rank algorithm options",
+    ("envs/vector.py", "final_info"): "a Gymnasium info dict",
+    ("envs/atari.py", "full_action_space"): "an ALE registration's kwargs",
+    ("envs/atari.py", "max_num_frames_per_episode"): "an ALE registration's kwargs",
+    ("algos/base.py", "name"): "a hand-made algorithm config may have no name",
+    ("run/objective.py", "_target_"): "Hydra's sweeper config",
+    ("run/summary.py", "resolved_options"): "a topology's report",
+    ("topologies/groups.py", "utd_mode"): "not a groups option: only set with +topology.utd_mode",
+}
+SECOND_DEFAULT = re.compile(r"(?<!environ)\.get\(\"(\w+)\", ")  # (environment variables aside)
+
+
+def test_options_are_read_without_a_second_default():
+    """Fails when code outside config/ and report/ reads an option with its own fallback
+    (``topo_cfg.get("sync_every", 1)``: three such fallbacks once disagreed with the schema and
+    with each other) instead of the value the composed config carries."""
+    found = []
+    for path in _modules():
+        relative = str(path.relative_to(PACKAGE))
+        if relative.split("/")[0] in ("config", "report"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            found += [f"drlmpi/{relative}:{number} .get({key!r}, ...)" for key in SECOND_DEFAULT.findall(line)
+                      if (relative, key) not in SECOND_DEFAULTS]
+    assert not found, "\n".join(found)
+
+
 #: where a file of the package is named by its path: the documentation, the config groups'
 #: headers, and the package's and the tests' own docstrings and comments
 NAMING = ("README.md", "docs/**/*.md", "conf/**/*.yaml", "drlmpi/**/*.py", "tests/*.py")

@@ -11,6 +11,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
+from drlmpi.config.schema import SCHEMA, defaults
 from drlmpi.planner.model import Prediction, load_at, predict
 from drlmpi.planner.probe import Probe
 from drlmpi.topologies.allgather import Allgather
@@ -33,7 +34,12 @@ def probe(**changes) -> Probe:
 
 
 def cfg(topology: str, max_env_steps=None, **options):
-    return OmegaConf.create({"topology": {"name": topology, "sync_every": 64, **options},
+    """A config of ``topology`` with its schema defaults (a run's composed config has them all),
+    64 steps per round and ``options``."""
+    known = f"topology/{topology}" in SCHEMA  # (a made-up topology has only its name)
+    chunks = {"sync_every": 64} if known and "sync_every" in SCHEMA[f"topology/{topology}"] else {}
+    own = defaults(f"topology/{topology}") if known else {"name": topology}
+    return OmegaConf.create({"topology": {**own, **chunks, **options},
                              "run": {"max_env_steps": max_env_steps}})
 
 

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 
 from drlmpi.algos.dqn import DQN
-from drlmpi.config.schema import group_config
+from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import make_env
 from drlmpi.envs.spec import env_spec
 from drlmpi.roles.actor import Actor
@@ -60,7 +60,8 @@ def test_sim_cost_burns_cpu_time():
 def test_learner_counts_logs_and_excludes_eval_time():
     logged = []
     algo = _algo()
-    run = {"max_env_steps": 500, "eval_every": 200, "eval_episodes": 2, "stop_on_solve": True}
+    run = {**defaults("run"),
+           "max_env_steps": 500, "eval_every": 200, "eval_episodes": 2, "stop_on_solve": True}
     learner = Learner(algo, lambda: [make_env("CartPole-v1")], run, reward_threshold=475,
                       log=lambda kind, **kw: logged.append(kind))
     actor = Actor([make_env("CartPole-v1")], _algo(learner=False), stream_base=0, seed=0)
@@ -83,7 +84,8 @@ class _SlowStep(gym.Wrapper):
 
 def test_time_to_threshold_excludes_the_evaluation_that_reached_it():
     algo = _algo()
-    run = {"max_env_steps": 10_000, "eval_every": 100, "eval_episodes": 2, "stop_on_solve": True}
+    run = {**defaults("run"),
+           "max_env_steps": 10_000, "eval_every": 100, "eval_episodes": 2, "stop_on_solve": True}
     learner = Learner(algo, lambda: [_SlowStep(make_env("CartPole-v1")) for _ in range(2)], run,
                       reward_threshold=0.0)  # any return solves: the first evaluation does
     actor = Actor([make_env("CartPole-v1")], _algo(learner=False), stream_base=0, seed=0)
@@ -103,7 +105,8 @@ def test_the_first_stop_reason_is_the_run_s():
     checkpoint that follow does not change why it stopped (the summary and the decision to
     write the signal's checkpoint read it afterwards)."""
     asked: list[str | None] = [None]
-    run = {"max_env_steps": None, "max_train_seconds": 30.0, "eval_every": 1000, "eval_episodes": 1,
+    run = {**defaults("run"),
+           "max_env_steps": None, "max_train_seconds": 30.0, "eval_every": 1000, "eval_episodes": 1,
            "stop_on_solve": True}
     learner = Learner(_algo(), lambda: [], run, reward_threshold=None, stop_request=lambda: asked[0])
     assert learner.stop_reason() is None

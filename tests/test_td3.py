@@ -10,7 +10,7 @@ from torch import nn
 
 from drlmpi.algos.td3 import TD3
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.schema import group_config
+from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import make_env, probe_spec
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.evaluate import evaluate
@@ -175,7 +175,8 @@ def test_td3_learns_pendulum():
     eval_envs = [make_env("Pendulum-v1") for _ in range(5)]
     before = evaluate(learner_algo, eval_envs, 10, seed=123).mean()
     actor = Actor([make_env("Pendulum-v1")], acting, stream_base=0, seed=0)
-    run = {"max_env_steps": 6000, "eval_every": 10**9, "eval_episodes": 10, "stop_on_solve": False}
+    run = {**defaults("run"),
+           "max_env_steps": 6000, "eval_every": 10**9, "eval_episodes": 10, "stop_on_solve": False}
     learner = Learner(learner_algo, lambda: eval_envs, run, reward_threshold=None)
     acting.policy.flat.load_params(learner_algo.policy.flat.params_numpy())
     while learner.stop_reason() is None:

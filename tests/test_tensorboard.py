@@ -17,7 +17,7 @@ from drlmpi.algos.dqn import DQN
 from drlmpi.algos.ppo import PPO
 from drlmpi.algos.td3 import TD3
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.schema import group_config
+from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import make_env
 from drlmpi.outputs.event_file import (
     FILE_PREFIX,
@@ -236,7 +236,7 @@ def _in_process_run(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk):
 
 
 def _drive(tmp_path, algo_cls, env_id, algo_cfg, steps, chunk):
-    run = {"max_env_steps": steps, "eval_every": steps, "eval_episodes": 2, "eval_envs": 2,
+    run = {**defaults("run"), "max_env_steps": steps, "eval_every": steps, "eval_episodes": 2, "eval_envs": 2,
            "stop_on_solve": False}
     log = RunLog(tmp_path, progress_every_s=0, tensorboard_every_s=0.01)
     learner = Learner(algo_cls(*algo_cfg, seed=0), lambda: [make_env(env_id) for _ in range(2)], run,

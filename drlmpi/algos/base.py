@@ -17,10 +17,9 @@ An update is: sample (:meth:`Algorithm.next_batch`), learn (loss, backward, the 
 optimizer step: :meth:`Algorithm.learn`), then the target networks
 (:meth:`Algorithm.after_update_device`), checked against the algorithm's ``sync_schedule``;
 running it eagerly or replaying it from a captured CUDA graph is a detail of
-:meth:`Algorithm.run_updates`. On a device (``device=cuda[:N]``) the learner's storage,
-networks and optimizer state live on the device, and with ``algo.capture`` an update is replayed
-from a captured graph (DQN and TD3: of compiled kernels) with no host synchronisation; an
-exchange that crosses ranks runs on the host between graph segments.
+:meth:`Algorithm.run_updates`. On a device (``device=cuda[:N]``) storage, networks and optimizer
+state live there; with ``algo.capture`` an update replays a captured graph (DQN, TD3: compiled
+kernels) without host synchronisation, an exchange across ranks running between graph segments.
 Metrics come back as :class:`~drlmpi.device.metrics.Metrics`: one device tensor, floats when read.
 """
 
@@ -60,6 +59,7 @@ class Algorithm(TrainingState, ABC):
     extra_columns: ClassVar[tuple[tuple[str, int], ...]] = ()
     #: whether it takes uint8 image observations (through :mod:`drlmpi.algos.encoders`).
     takes_images: ClassVar[bool] = False
+    updates_anything: ClassVar[bool] = True  #: (only then has it ``algo.capture``: not ``random``)
     #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
     storage_option: ClassVar[str] = "buffer_size"
     #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured graph
@@ -91,8 +91,8 @@ class Algorithm(TrainingState, ABC):
         self.layout = self.experience_layout(spec)
         self.updates = 0
         #: the capture mode updates use: ``fused``, ``graph``, ``compile`` or ``off`` (resolved)
-        self.capture = (resolve_capture(str(cfg.get("capture", "auto")), self.device, self.fusable)
-                        if learner else "off")
+        self.capture = (resolve_capture(str(cfg["capture"]), self.device, self.fusable)
+                        if learner and self.updates_anything else "off")
         if (self.device.type == "cuda" and spec.image and os.environ.get("DRLMPI_CUDNN_BENCHMARK", "1") != "0"
                 and not torch.are_deterministic_algorithms_enabled()):  # (run.deterministic)
             torch.backends.cudnn.benchmark = True  # a CNN on fixed shapes: cuDNN picks its fastest

@@ -50,7 +50,7 @@ class DQN(OffPolicyAlgorithm):
         super().__init__(spec, cfg, device, seed, learner)
         #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
         self.encoder = resolve_encoder(spec, cfg, self.config_name(cfg))
-        if self.encoder == "cnn" and self.capture == "fused" and cfg.get("capture", "auto") == "auto":
+        if self.encoder == "cnn" and self.capture == "fused" and cfg["capture"] == "auto":
             self.capture = "graph"  # auto: the CNN update has not been measured fused (ask for it)
         q_net = network(spec, self.layout, self.encoder, spec.n_actions,
                         tuple(cfg["hidden"])).to(self.device)
@@ -61,8 +61,8 @@ class DQN(OffPolicyAlgorithm):
         self.groups = {"q": self.policy}
         self.gamma = float(cfg["gamma"])
         self.target_update_every = int(cfg["target_update_every"])
-        self.tau = float(cfg.get("tau", 1.0))
-        self.double_q = bool(cfg.get("double_q", True))
+        self.tau = float(cfg["tau"])
+        self.double_q = bool(cfg["double_q"])
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
         self._gradient = LossGradient(self.policy, self.q_loss, "dqn q")

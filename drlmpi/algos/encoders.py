@@ -47,7 +47,7 @@ def image_chw(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
 def resolve_encoder(spec: EnvSpec, cfg: Mapping[str, Any], algo_name: str) -> str:
     """The encoder ``cfg.encoder`` means for ``spec`` (``auto`` resolved); refuses in one line a
     CNN for flat observations or for images smaller than the stack takes."""
-    choice = str(cfg.get("encoder", "auto"))  # auto, mlp or cnn (the schema refuses others)
+    choice = str(cfg["encoder"])  # auto, mlp or cnn (the schema refuses others)
     if not spec.image:
         if choice == "cnn":
             raise ConfigError(f"algo={algo_name} algo.encoder=cnn needs image observations, but "

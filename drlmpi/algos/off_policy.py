@@ -44,7 +44,7 @@ class OffPolicyAlgorithm(Algorithm):
         self.batch_size = int(cfg["batch_size"])
         self.learning_starts = int(cfg["learning_starts"])
         self.updates_per_step = float(cfg["updates_per_step"])
-        self.updates_per_graph = int(cfg.get("updates_per_graph", 1))
+        self.updates_per_graph = int(cfg["updates_per_graph"])
         if self.updates_per_graph < 1:
             raise ConfigError(f"algo.updates_per_graph must be >= 1, got {self.updates_per_graph}")
         self._update_credit = 0.0

@@ -118,21 +118,21 @@ class PPO(Algorithm):
         """A rollout's rows twice (pending chunks and the frozen copy) plus its minibatch table
         (V-trace adds the weight column)."""
         layout = cls.experience_layout(spec)
-        table = layout.obs_slots + spec.action_dim + 4 + int(bool(cfg.get("vtrace", True)))
+        table = layout.obs_slots + spec.action_dim + 4 + int(bool(cfg["vtrace"]))
         return int(cfg["rollout_steps"]) * (2 * layout.width + table) * 4
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)
-        activation = str(cfg.get("activation", "tanh"))  # the schema's choices: ACTIVATIONS
+        activation = str(cfg["activation"])  # the schema's choices: ACTIVATIONS
         #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
         self.encoder = resolve_encoder(spec, cfg, self.config_name(cfg))
-        self.lr_schedule = str(cfg.get("lr_schedule", "constant"))  # constant or linear
+        self.lr_schedule = str(cfg["lr_schedule"])  # constant or linear
         self.net = ActorCritic(spec, tuple(int(h) for h in cfg["hidden"]), ACTIVATIONS[activation],
-                               float(cfg.get("log_std_init", 0.0)), bool(cfg.get("ortho_init", True)),
+                               float(cfg["log_std_init"]), bool(cfg["ortho_init"]),
                                self.layout, self.encoder).to(self.device)
         self.policy = ParamGroup(self.net, float(cfg["lr"]), cfg.get("max_grad_norm"),
-                                 adam_eps=float(cfg.get("adam_eps", 1e-5)), with_optimizer=learner,
+                                 adam_eps=float(cfg["adam_eps"]), with_optimizer=learner,
                                  scheduled_lr=self.lr_schedule != "constant")
         self.groups = {"policy": self.policy}
         self.lr = float(cfg["lr"])
@@ -146,11 +146,11 @@ class PPO(Algorithm):
         self.clip_range_vf = None if clip_vf is None else float(clip_vf)
         self.ent_coef = float(cfg["ent_coef"])
         self.vf_coef = float(cfg["vf_coef"])
-        self.normalize_advantage = bool(cfg.get("normalize_advantage", True))
-        self.reward_scale = float(cfg.get("reward_scale", 1.0))
-        self.vtrace = bool(cfg.get("vtrace", True))
-        self.rho_clip = float(cfg.get("vtrace_rho_clip", 1.0))
-        self.c_clip = float(cfg.get("vtrace_c_clip", 1.0))
+        self.normalize_advantage = bool(cfg["normalize_advantage"])
+        self.reward_scale = float(cfg["reward_scale"])
+        self.vtrace = bool(cfg["vtrace"])
+        self.rho_clip = float(cfg["vtrace_rho_clip"])
+        self.c_clip = float(cfg["vtrace_c_clip"])
         if self.vtrace:
             self.metric_names = (*self.metric_names, "is_weight")
         for key in ("rollout_steps", "batch_size", "epochs"):

@@ -25,6 +25,7 @@ class RandomPolicy(Algorithm):
 
     kind = "off_policy"
     takes_images = True
+    updates_anything = False
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:

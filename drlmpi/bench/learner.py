@@ -215,7 +215,7 @@ def bare_ppo(cfg: dict, spec: EnvSpec, batch: int) -> Callable[[], object]:
 
     pi, v = trunk(spec.n_actions), trunk(1)
     params = [*pi.parameters(), *v.parameters()]
-    opt = torch.optim.Adam(params, lr=cfg["lr"], eps=cfg.get("adam_eps", 1e-5))
+    opt = torch.optim.Adam(params, lr=cfg["lr"], eps=cfg["adam_eps"])
     n = int(cfg["rollout_steps"])
     obs = torch.randn(n, spec.obs_dim)
     actions = torch.randint(0, spec.n_actions, (n,))

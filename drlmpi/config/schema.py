@@ -302,6 +302,7 @@ SCHEMA["topology/groups"] = _topology(
     group_wiring=_str("star", "how each group's simulators feed its learner: star (collective rounds) "
                               "or async (nonblocking chunks)", "star", "async"),
     backend=_BACKEND,
+    reduce=SCHEMA["topology/allgather"]["reduce"],
     check_every=SCHEMA["topology/allgather"]["check_every"],
     batch_rule=_BATCH_RULE, lr_scale=_LR_SCALE,
     **{key: SCHEMA["topology/async"][key] for key in ("publish_every", "max_policy_lag",

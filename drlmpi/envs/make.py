@@ -48,7 +48,7 @@ def env_make_kwargs(env_cfg: Any) -> dict[str, Any]:
             return value
 
     out: dict[str, Any] = {"max_episode_steps": env_cfg.get("max_episode_steps")}
-    options = family_of(env_cfg.get("id", "")).make_options(env_cfg)
+    options = family_of(env_cfg["id"]).make_options(env_cfg)
     out.update({key: plain(value) for key, value in options.items()})
     out.update(plain(env_cfg.get("kwargs")) or {})
     return out

@@ -137,7 +137,7 @@ class Checkpointer:
         self.world_size = world_size
         every = run.get("checkpoint_every_s")
         self.every_s = float(every) if every else 0.0
-        self.with_storage = bool(run.get("checkpoint_replay", True))
+        self.with_storage = bool(run["checkpoint_replay"])
         self._with_storage = self.with_storage  # what the last written state held
         self.description = description
         self.generation = generation

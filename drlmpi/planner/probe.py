@@ -43,6 +43,9 @@ from drlmpi.topologies.pace import Probe
 #: message latency and bandwidth assumed when no MPI launcher can run the ping-pong
 ASSUMED_LATENCY_S = 5e-6
 ASSUMED_BANDWIDTH_BPS = 5e9
+#: steps per environment in one chunk of experience when the probed topology sends none
+#: (``central``, which has no ``sync_every``): the chunked topologies' smallest default
+CHUNKLESS_STEPS = 64
 
 
 def _context(cfg: Any, run_dir: Path):
@@ -53,6 +56,12 @@ def _context(cfg: Any, run_dir: Path):
     from drlmpi.topologies.base import RunContext
 
     return RunContext(make_plan(cfg, smallest_world(cfg)), TimedComm(MPI.COMM_SELF), run_dir)
+
+
+def _chunk_steps(cfg: Any) -> int:
+    """Steps per environment in one chunk of the probed topology's experience."""
+    topology = cfg.topology
+    return int(topology["sync_every"]) if "sync_every" in topology else CHUNKLESS_STEPS
 
 
 def smallest_world(cfg: Any) -> int:
@@ -269,7 +278,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
                 n - 1, lambda: timed(_update_step(learner, rows), seconds / 3,
                                      torch.device(learner.device), min_updates=10)) / bare)
                         for n in loads}
-            chunk = int(cfg.topology.get("sync_every", 64)) * int(cfg.env.num_envs)
+            chunk = _chunk_steps(cfg) * int(cfg.env.num_envs)
             ingest, learner_update, rho = _learner_costs(ctx, chunk, seconds)
         act_s = {}
         obs = np.resize(seen, (256, *seen.shape[1:]))  # observations the actor saw, repeated
@@ -283,7 +292,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
             act_s[n] = (time.perf_counter() - t0) / k
         row_bytes = int(learner.layout.width * 4)
         weight_bytes = int(learner.policy.flat.numel * 4)
-    chunk_bytes = row_bytes * int(cfg.topology.get("sync_every", 64)) * int(cfg.env.num_envs)
+    chunk_bytes = row_bytes * _chunk_steps(cfg) * int(cfg.env.num_envs)
     latency, bandwidth, reduce, source = measure_messages(
         sorted({8, row_bytes, weight_bytes, chunk_bytes}), weight_bytes, min(cores, 64))
     if source.startswith("assumed"):

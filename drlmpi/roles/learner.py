@@ -95,8 +95,8 @@ class Learner:
         self.max_episodes = run.get("max_episodes")
         self.eval_every = int(run["eval_every"])
         self.eval_episodes = int(run["eval_episodes"])
-        self.eval_seed_offset = int(run.get("eval_seed_offset", 1_000_000))
-        self.recent_window = int(run.get("recent_window", 20))
+        self.eval_seed_offset = int(run["eval_seed_offset"])
+        self.recent_window = int(run["recent_window"])
         self.stop_on_solve = bool(run["stop_on_solve"])
         self.reward_threshold = reward_threshold
         self.log = log

@@ -29,7 +29,7 @@ class RunChecks(Callback):
         if not first_process():
             return
         try:
-            say(claim(str(config.hydra.run.dir), overwrite=bool(config.run.get("overwrite", False)),
+            say(claim(str(config.hydra.run.dir), overwrite=bool(config.run["overwrite"]),
                       resuming=config.get("resume") is not None))
         except ConfigError as exc:
             several = False

@@ -37,8 +37,8 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> di
     """
     plan = make_plan(cfg, world.Get_size())
     torch.set_num_threads(int(plan.cfg.threads_per_rank))
-    set_deterministic(bool(plan.cfg.run.get("deterministic", False)))
-    on_signal = bool(plan.cfg.run.get("checkpoint_on_signal", True))
+    set_deterministic(bool(plan.cfg.run["deterministic"]))
+    on_signal = bool(plan.cfg.run["checkpoint_on_signal"])
     if on_signal:  # before the first collective: a stale request of an earlier part is gone
         STOP.install(run_dir, world.Get_rank())
     # The first collective waits for every rank to finish validating (start-up skew); the
@@ -92,7 +92,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
     report.wall_s = time.perf_counter() - start
     learner = report.learner
     by_signal = False
-    if plan.cfg.run.get("checkpoint_on_signal", True):
+    if plan.cfg.run["checkpoint_on_signal"]:
         decided = learner.stop_reason() if comm.rank == 0 and learner is not None else None
         by_signal = comm.bcast_object(decided == "signal", root=0, kind="stop")
         if by_signal:

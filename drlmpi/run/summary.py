@@ -40,7 +40,7 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
         raise RuntimeError("rank 0 must hold the learner to write the summary")
     stop_reason = learner.stop_reason()
     topology_stats = reports[0].get("topology_stats") or {}
-    idle_share = float(cfg.run.get("idle_busy_share", 0.2))
+    idle_share = float(cfg.run["idle_busy_share"])
     train_s = learner.clock.elapsed()
     wall_s = max(max(r["wall_s"] for r in reports), learner.clock.wall())  # a resumed run: both parts
     solved_at = learner.solved_at or {}

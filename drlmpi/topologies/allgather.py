@@ -53,7 +53,8 @@ class Allgather(DataParallelTopology):
         comm = ctx.comm
         every, unit = sync_amount(self.cfg)
         is_root = comm.rank == ROOT
-        peer = DataParallelLearner(ctx, comm, self.cfg, self.batch_rule(ctx.cfg, comm.size), log=is_root)
+        peer = DataParallelLearner(ctx, comm, self.cfg, self.batch_rule(ctx.cfg, comm.size), log=is_root,
+                                   reduce=str(self.cfg.reduce))
         learner = peer.learner
         actor = ctx.make_local_actor(learner)
         while True:

@@ -82,9 +82,9 @@ class Asynchronous(Topology):
         super().check(plan)
         cfg, algo_cls = plan.cfg, plan.algo_cls
         topo = cfg.topology
-        if topo.get("sync_unit", "steps") != "steps":
+        if topo["sync_unit"] != "steps":
             raise ConfigError("topology=async sends fixed-size chunks: use topology.sync_unit=steps")
-        if algo_cls.kind == "on_policy" and topo.get("utd_mode", "ratio") == "free":
+        if algo_cls.kind == "on_policy" and topo.get("utd_mode") == "free":  # (groups has none)
             raise ConfigError(f"topology.utd_mode=free is for off-policy algorithms, not {cfg.algo.name}")
 
     @classmethod
@@ -92,7 +92,7 @@ class Asynchronous(Topology):
         """No rounds: max(s/(N-1), c + rho u + a chunk's receive per row + rho (N-1) weight
         sends per publish_every updates)."""
         sims, rows, f = ranks - 1, sync_rows(p, topo_cfg), p.slowdown_at(ranks)
-        publish = max(1, int(topo_cfg.get("publish_every", 32)))
+        publish = max(1, int(topo_cfg["publish_every"]))
         per_step = (p.message_s(rows * p.row_bytes) / rows
                     + p.updates_per_step * sims * p.message_s(p.weight_bytes) / publish)
         learn, warm = learner_side(p, f, per_step)
@@ -112,6 +112,11 @@ class AsyncLearner:
     updates. ``learn_from`` and ``discard`` are what a chunk becomes; a subclass changes them
     (topology=groups stores chunks for the learners' meeting instead)."""
 
+    @staticmethod
+    def free_running(cfg) -> bool:
+        """Whether credits come back at once (``topology.utd_mode=free``)."""
+        return cfg.utd_mode == "free"
+
     def __init__(self, ctx: RunContext, cfg, learner: Learner | None = None) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
@@ -128,7 +133,7 @@ class AsyncLearner:
             self.max_lag: int | None = int(cfg.max_policy_lag)
         else:
             self.max_lag = rollout_updates + self.publish_every if self.lag_auto else None
-        self.free = cfg.get("utd_mode", "ratio") == "free"
+        self.free = self.free_running(cfg)
         # Owed updates above which credits are withheld: configured, or the most updates one
         # chunk has entitled so far - twice that for a replay, once for an on-policy algorithm
         # (whose chunk that completes a rollout owes all its minibatches: one rollout waits

@@ -162,7 +162,7 @@ class RunContext:
         unique in the whole job, groups of ``topology=groups`` included."""
         total = int(self.cfg.env.num_envs)
         first, n_envs = envs or (0, total)
-        vector = str(self.cfg.env.get("vector", "sync"))
+        vector = str(self.cfg.env["vector"])
         kwargs = self._env_kwargs()
         with PROGRESS.paused("start-up: creating %d %s environment(s)", n_envs, self.cfg.env.id):
             algo = algo or self.make_algo(learner=False)
@@ -180,7 +180,7 @@ class RunContext:
     def make_local_actor(self, learner: Learner) -> Actor:
         """An actor on a rank that also holds ``learner``: it acts with the learner's own network
         where ``act_device`` says so, else with a CPU copy (:meth:`Actor.follow` updates it)."""
-        mode = str(self.cfg.get("act_device", "auto"))
+        mode = str(self.cfg["act_device"])
         if mode == "auto":
             mode = "learner" if self.spec.image and str(self.device).startswith("cuda") else "cpu"
         # Building an acting copy seeds torch's generators (Algorithm.__init__): a resumed
@@ -207,18 +207,18 @@ class RunContext:
         eval_kwargs = {**env_make_kwargs(env), "train": False}
 
         def make_eval_envs() -> list:
-            count = min(int(run.eval_episodes), int(run.get("eval_envs", 10)))
+            count = min(int(run.eval_episodes), int(run["eval_envs"]))
             with PROGRESS.paused("creating %d evaluation environment(s)", count):
                 return [make_env(env.id, **eval_kwargs) for _ in range(count)]
 
         meta = self.resume_meta
         keep = None if meta is None else int(meta.get("metrics_rows") or 0)
-        tb_every = float(run.get("tensorboard_every_s", 2.0)) if run.get("tensorboard", True) else None
+        tb_every = float(run["tensorboard_every_s"]) if run["tensorboard"] else None
         run_log = (RunLog(self.run_dir, float(run.progress_every_s), tb_every, keep_rows=keep)
                    if log else None)
         # A signal's stop is decided by the job's rank 0 alone and reaches the others in the
         # topology's control messages (drlmpi.mpi.stop).
-        stop = STOP.requested if self.rank == 0 and run.get("checkpoint_on_signal", True) else None
+        stop = STOP.requested if self.rank == 0 and run["checkpoint_on_signal"] else None
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"), log=run_log, seed=self.seed,
                           mpi_clock=self.mpi_clock, exchange=exchange, stop_request=stop, rank=self.rank)
         if meta is not None:
@@ -343,7 +343,6 @@ class Topology(ABC):
                 f"topology={cls.name} needs {cls.sizes_text()}, but the job has {world_size}: "
                 f"launch it with 'mpiexec -n {example} python -m mpi4py -m drlmpi topology={cls.name}'"
             )
-        sync_amount(plan.cfg.topology)  # every rank checks the exchange size before any message
 
     @abstractmethod
     def run(self, ctx: RunContext) -> RankReport:
@@ -351,8 +350,9 @@ class Topology(ABC):
 
 
 def sync_amount(cfg: Any) -> tuple[int, str]:
-    """``(sync_every, sync_unit)`` from a topology config (the schema checked both)."""
-    return int(cfg.get("sync_every", 1)), str(cfg.get("sync_unit", "steps"))
+    """``(sync_every, sync_unit)`` from a topology config (the schema checked both and gave
+    them their defaults: no fallback here)."""
+    return int(cfg["sync_every"]), str(cfg["sync_unit"])
 
 
 def control_message(stop: bool, learner: Learner, n_updates: int = 0,

@@ -159,7 +159,7 @@ class Central(Topology):
         """Simulators only step; the learner serves each group's actions in one forward pass and
         trains: max(s_env/(N-1), c + rho u + a serve's pass per row + two messages per group step)."""
         sims, e, f = ranks - 1, p.num_envs, p.slowdown_at(ranks)
-        groups = max(1, min(int(topo_cfg.get("env_groups", 2)), e))
+        groups = max(1, min(int(topo_cfg["env_groups"]), e))
         serve_rows, per_message = max(1, sims * e // groups), max(1, e // groups)
         per_row = (p.act_at(serve_rows) * f / serve_rows
                    + 2 * p.message_s(per_message * p.row_bytes) / per_message)

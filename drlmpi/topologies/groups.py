@@ -41,7 +41,6 @@ from drlmpi.topologies.data_parallel.backend import (
     check_backend,
 )
 from drlmpi.topologies.data_parallel.batch_rule import (
-    DEFAULT_LR_SCALE,
     DEFAULT_RULE,
     DataParallelTopology,
     per_rank_algo_config,
@@ -75,24 +74,24 @@ class Groups(DataParallelTopology):
 
     @classmethod
     def learners(cls, cfg_topology: Any) -> int:
-        return int(cfg_topology.get("learners", 2))
+        return int(cfg_topology["learners"])
 
     @classmethod
     def report_label(cls, topo_cfg: Any) -> str:
         """``groups[Lxstar]``, with the backend and batch rule where not the defaults."""
         topo_cfg = topo_cfg or {}
         parts = [f"{cls.learners(topo_cfg)}x{topo_cfg.get('group_wiring', 'star')}"]
-        if str(topo_cfg.get("backend", "mpi")) not in ("mpi", "auto"):
+        if str(topo_cfg["backend"]) not in ("mpi", "auto"):
             parts.append(str(topo_cfg.get("backend")))
-        if str(topo_cfg.get("batch_rule", DEFAULT_RULE)) != DEFAULT_RULE:
+        if str(topo_cfg["batch_rule"]) != DEFAULT_RULE:
             parts.append(str(topo_cfg.get("batch_rule")))
         return f"{cls.name}[{','.join(parts)}]"
 
     @classmethod
     def batch_rule(cls, cfg: Any, world_size: int):
         topo = cfg.topology
-        return per_rank_algo_config(cfg.algo, cls.learners(topo), str(topo.get("batch_rule", DEFAULT_RULE)),
-                                    str(topo.get("lr_scale", DEFAULT_LR_SCALE)))
+        return per_rank_algo_config(cfg.algo, cls.learners(topo), str(topo["batch_rule"]),
+                                    str(topo["lr_scale"]))
 
     @classmethod
     def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
@@ -100,7 +99,7 @@ class Groups(DataParallelTopology):
         max(s/(N-L), c/L + rho (u(batch/L) + all-reduce(L) + straggler(L))) + round messages."""
         learners, f = max(1, cls.learners(topo_cfg)), p.slowdown_at(ranks)
         sims, group, rows = max(1, ranks - learners), ranks // learners, sync_rows(p, topo_cfg)
-        rule = str(topo_cfg.get("batch_rule", DEFAULT_RULE))
+        rule = str(topo_cfg["batch_rule"])
         per_update = (p.learner_update_at(batch_share(p.batch_size, learners, rule)) * f
                       * device_turns(p, learners)
                       + p.allreduce_at(learners) + p.straggler_s(learners, f))
@@ -123,8 +122,8 @@ class Groups(DataParallelTopology):
                 f"multiple of {learners} with at least 2 ranks per group (a learner and its simulators), "
                 f"got {world_size} rank(s): launch it with 'mpiexec -n {ranks} python -m mpi4py -m drlmpi "
                 f"topology=groups'" + (f", or use topology.learners={fits}" if fits else ""))
-        wiring = str(topo.get("group_wiring", "star"))  # star or async (the schema's choices)
-        if str(topo.get("utd_mode", "ratio")) != "ratio":
+        wiring = str(topo["group_wiring"])  # star or async (the schema's choices)
+        if str(topo.get("utd_mode", "ratio")) != "ratio":  # not its option: only set with +topology.
             raise ConfigError("topology=groups trains what the learners agree on each meeting: "
                               "topology.utd_mode=free is not available there")
         super().check(plan)
@@ -134,7 +133,7 @@ class Groups(DataParallelTopology):
     def run(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm
         group, size, group_comm, learners_comm = split_groups(comm, self.learners(self.cfg))
-        wiring = str(self.cfg.get("group_wiring", "star"))
+        wiring = str(self.cfg["group_wiring"])
         if learners_comm is None:
             sub = ctx.subcontext(group_comm)
             report = (Star(self.cfg).simulate(sub) if wiring == "star"
@@ -176,7 +175,7 @@ class _GroupLearner:
         self.group, self.group_size = group, group_size
         self.is_root = lcomm.rank == 0  # the group-0 learner, rank 0 of the job
         self.peer = DataParallelLearner(sub, lcomm, self.cfg, topology.batch_rule(ctx.cfg, ctx.comm.size),
-                                        log=self.is_root)
+                                        log=self.is_root, reduce=str(self.cfg.reduce))
         self.algo, self.learner = self.peer.algo, self.peer.learner
         # the job rank of every learner (for checkpoints and episode logging)
         self.learner_ranks = [g * group_size for g in range(lcomm.size)]
@@ -279,6 +278,12 @@ class _MeetingAsyncLearner(AsyncLearner):
     """The async learner of one group: it receives, orders, lag-checks and credits chunks as
     :class:`~drlmpi.topologies.asynchronous.Asynchronous` does, but stores them for the
     learners' meeting instead of counting them, and trains what the meeting agreed."""
+
+    @staticmethod
+    def free_running(cfg) -> bool:
+        """Never: the learners train what they agree on at each meeting (``topology=groups``
+        has no ``utd_mode``)."""
+        return False
 
     def __init__(self, owner: _GroupLearner) -> None:
         super().__init__(owner.sub, owner.cfg, learner=owner.learner)

@@ -163,7 +163,7 @@ def batch_share(batch: int | None, ranks: int, rule: str) -> int | None:
 
 def sync_rows(p: Probe, topo_cfg: Any) -> int:
     """Rows a simulator sends per round or chunk: ``sync_every`` steps of its environments."""
-    return max(1, int(topo_cfg.get("sync_every", 256))) * p.num_envs
+    return max(1, int(topo_cfg["sync_every"])) * p.num_envs
 
 
 def learner_side(p: Probe, f: float, extra: float = 0.0) -> tuple[float, float]:

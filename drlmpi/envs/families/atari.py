@@ -40,7 +40,7 @@ def make_options(env_cfg: Any) -> dict[str, Any]:
 def check_options(env: Any) -> None:
     """Refuse, in one line, worker processes (``env.vector=async``), an ALE id without ale-py
     installed, and bad ``env.atari`` values or ``env.kwargs``."""
-    if env.get("vector", "sync") == "async":
+    if env["vector"] == "async":
         raise ConfigError(f"env.vector=async is not for ALE/ ids: a simulator's env.num_envs environments "
                           f"step in one AtariVectorEnv; use env.num_threads=N to step them in N threads, "
                           f"got env.vector=async with env.id={env.id}")

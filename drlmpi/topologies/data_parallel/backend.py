@@ -51,7 +51,7 @@ GPU_HINT = ("use topology=groups with topology.learners equal to the GPUs (the o
 
 def check_backend(topo_cfg: Any, device: str) -> None:
     """The static part of the backend's checks (every rank, before any message)."""
-    backend = str(topo_cfg.get("backend", "auto"))  # one of BACKENDS (the schema's choices)
+    backend = str(topo_cfg["backend"])  # one of BACKENDS (the schema's choices)
     on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if backend == "nccl" and not on_cuda:
         raise ConfigError(f"topology.backend=nccl averages gradients on GPUs: it needs device=cuda, "
@@ -62,8 +62,9 @@ def check_backend(topo_cfg: Any, device: str) -> None:
     if backend in ("nccl", "gloo") and not torch.distributed.is_available():
         raise ConfigError(f"topology.backend={backend} needs torch.distributed, which this torch build "
                           f"lacks: use topology.backend=mpi")
-    if backend in ("nccl", "gloo") and str(topo_cfg.get("reduce", "allreduce")) != "allreduce":
-        raise ConfigError(f"topology.reduce={topo_cfg.get('reduce')} is an MPI reduction; "
+    reduce = str(topo_cfg["reduce"])
+    if backend in ("nccl", "gloo") and reduce != "allreduce":
+        raise ConfigError(f"topology.reduce={reduce} is an MPI reduction; "
                           f"topology.backend={backend} all-reduces: use topology.reduce=allreduce")
 
 

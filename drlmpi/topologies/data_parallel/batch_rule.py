@@ -179,8 +179,8 @@ class DataParallelTopology(Topology):
         """``topology.batch_rule`` (default ``global``) applied to ``cfg.algo`` for this job."""
         topo = cfg.topology
         return per_rank_algo_config(cfg.algo, cls.data_ranks(world_size),
-                                    str(topo.get("batch_rule", DEFAULT_RULE)),
-                                    str(topo.get("lr_scale", DEFAULT_LR_SCALE)))
+                                    str(topo["batch_rule"]),
+                                    str(topo["lr_scale"]))
 
     @classmethod
     def check(cls, plan: RunPlan) -> None:
@@ -194,7 +194,7 @@ class DataParallelTopology(Topology):
         (s + c)/N + rho (u(batch/N) T + exchange(N) + straggler(N)) + the round's step counts,
         T the device learners that take turns on one GPU (:func:`device_turns`)."""
         workers, f = cls.data_ranks(ranks), p.slowdown_at(ranks)
-        rule = str(topo_cfg.get("batch_rule", DEFAULT_RULE))
+        rule = str(topo_cfg["batch_rule"])
         per_update = (p.learner_update_at(batch_share(p.batch_size, workers, rule)) * f
                       * device_turns(p, workers)
                       + p.straggler_s(workers, f) + cls.exchange_s(ranks, p))

@@ -40,30 +40,33 @@ class DataParallelLearner:
     Args:
         ctx: this rank's run context (its learner is built from it).
         comm: the learners' communicator (every rank of it is a learner).
-        topo_cfg: ``topology.*`` (``backend``, ``reduce``, ``check_every``).
+        topo_cfg: ``topology.*`` (``backend``, ``check_every``).
         rule: the batch rule's share of the job's batch for this learner.
         log: whether this learner writes the run's log (one of them does).
+        reduce: how MPI averages the gradients (``topology.reduce`` of allgather; groups'
+            learners all-reduce).
     """
 
-    def __init__(self, ctx: RunContext, comm: TimedComm, topo_cfg: Any, rule: BatchRule, log: bool) -> None:
+    def __init__(self, ctx: RunContext, comm: TimedComm, topo_cfg: Any, rule: BatchRule, log: bool,
+                 reduce: str) -> None:
         self.comm = comm
         self.rule = rule
         #: where the learners sit: this rank's index on its node, how many share it, one node or not
         self.placement = placement = place(comm)
         device = ctx.device
         #: the backend that averages the gradients (``auto`` resolved)
-        self.backend = resolve_backend(str(topo_cfg.get("backend", "auto")), device, comm, placement)
+        self.backend = resolve_backend(str(topo_cfg["backend"]), device, comm, placement)
         self.algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
                                   device=learner_device(device, placement))
         self.dist = (DistGroup(comm, self.backend, self.algo.device, placement)
                      if self.backend != "mpi" else None)
         #: ``topology.reduce`` as it applies (the other backends all-reduce)
-        self.reduce = str(topo_cfg.get("reduce", "allreduce")) if self.dist is None else "allreduce"
+        self.reduce = str(reduce) if self.dist is None else "allreduce"
         exchange = DistExchange(self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm)
         self.learner: Learner = ctx.make_learner(self.algo, log=log, exchange=exchange)
         self.learner.follow_steps_only()  # every learner must step with the same learning rate
         broadcast_all_params(comm, self.algo, root=0)
-        self.check_every = int(topo_cfg.get("check_every", 0))
+        self.check_every = int(topo_cfg["check_every"])
         self.next_check = self.check_every
 
     def train(self, updates: int) -> int:
