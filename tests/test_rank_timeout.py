@@ -121,6 +121,14 @@ def test_polls_that_complete_nothing_are_not_progress(comm):
         dog.stop()
 
 
+def _two_rank_board(board_dir, timeout: float) -> tuple[ProgressBoard, ProgressClock, Watchdog]:
+    """Rank 1's board file (the peer), and rank 0's clock and unstarted watchdog on the board."""
+    clock = ProgressClock()
+    dog = Watchdog(timeout, rank=0, on_timeout=lambda m: None, clock=clock,
+                   board=ProgressBoard(board_dir, rank=0, size=2))
+    return ProgressBoard(board_dir, rank=1, size=2), clock, dog
+
+
 def test_a_rank_waiting_in_mpi_gives_up_only_when_no_rank_progresses(tmp_path):
     """The rule, on a board of two ranks (this one, 0, waits in a Bcast; rank 1 is the peer).
     Catches a waiting rank that ends the job while a computing peer that stopped still has its
@@ -128,10 +136,7 @@ def test_a_rank_waiting_in_mpi_gives_up_only_when_no_rank_progresses(tmp_path):
     suite run on 2 cores, test_a_rank_that_stops_answering_ends_the_job[star])."""
     timeout, grace = 10.0, grace_for(10.0)
     board_dir = tmp_path / "board"
-    peer = ProgressBoard(board_dir, rank=1, size=2)
-    clock = ProgressClock()
-    dog = Watchdog(timeout, rank=0, on_timeout=lambda m: None, clock=clock,
-                   board=ProgressBoard(board_dir, rank=0, size=2))
+    peer, clock, dog = _two_rank_board(board_dir, timeout)
     try:
         now = clock.last
         clock.wait("Bcast %s (root %d)", "weights", 1)
@@ -172,10 +177,7 @@ def test_a_peer_building_its_roles_keeps_a_waiting_rank_quiet(tmp_path):
     first weights ended the job while its learner was still being built)."""
     timeout, grace = 2.0, grace_for(2.0)
     board_dir = tmp_path / "board"
-    peer = ProgressBoard(board_dir, rank=1, size=2)
-    clock = ProgressClock()
-    dog = Watchdog(timeout, rank=0, on_timeout=lambda m: None, clock=clock,
-                   board=ProgressBoard(board_dir, rank=0, size=2))
+    peer, clock, dog = _two_rank_board(board_dir, timeout)
     peer_clock = ProgressClock()
     peer_dog = Watchdog(timeout, rank=1, on_timeout=lambda m: None, clock=peer_clock, board=peer)
     try:
