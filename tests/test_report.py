@@ -571,6 +571,33 @@ def test_report_shows_how_the_central_learner_served(runs, tmp_path):
     assert cells[6].endswith("%") and cells[7].endswith("%")
 
 
+class Ring:
+    """A topology from outside the package, as the report sees it: a section of its own."""
+
+    name = "ring"
+
+    @classmethod
+    def report_section(cls, runs):
+        return ["## Ring", "", *(f"- {pair} {label} seed {run.seed}" for pair, label, run in runs), ""]
+
+
+def test_a_topology_adds_its_own_report_section(tmp_path):
+    """The report asks the class each run's ``topology._target_`` names for its section
+    (``report_section``, given that topology's runs): a topology from elsewhere (``Ring`` above)
+    gets one with no edit of the report, and runs of classes without one add none. Fails when the
+    report finds sections by topology name (as it once found central's)."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        config = make_run(root, f"ring{seed}", "ring", 2, seed, 10.0) / ".hydra" / "config.yaml"
+        config.write_text(config.read_text().replace("drlmpi.topologies.ring.X", f"{__name__}.Ring"))
+    make_run(root, "seq", "sequential", 1, 0, 20.0)
+    text = (build_report([root], tmp_path / "out").out / "report.md").read_text()
+    section = text.split("## Ring\n", 1)[1].split("\n## ", 1)[0]
+    assert sorted(line for line in section.splitlines() if line.startswith("- ")) == [
+        "- cartpole / dqn ring(2) seed 0", "- cartpole / dqn ring(2) seed 1"]
+    assert text.count("## Ring") == 1 and "## Central inference" not in text
+
+
 def test_final_evaluations_sit_next_to_the_published_figure(tmp_path):
     """``+experiment=td3_mujoco``'s table: each cell's last and best evaluation over its seeds,
     beside the TD3 paper's final HalfCheetah return; a task without a published figure shows -."""

@@ -10,7 +10,7 @@ from typing import Any
 from drlmpi.report.jobs import Job
 from drlmpi.report.plots import metric_file, training_metrics
 from drlmpi.report.returns import returns_section
-from drlmpi.report.runs import MissingRun, RunSet
+from drlmpi.report.runs import MissingRun, RunSet, topology_class
 from drlmpi.report.scaling import Cell, Grid
 from drlmpi.report.tables import Group, paper_columns, paper_header
 from drlmpi.report.trials import trials_section
@@ -160,29 +160,20 @@ def paper_tables(groups: list[Group], baselines: dict, baseline: str) -> list[st
     return out
 
 
-def central_section(groups: list[Group]) -> list[str]:
-    """``## Central inference``: per ``topology=central`` run, how the learner served its
-    simulators (nothing when there is none)."""
-    rows = []
+def topology_sections(groups: list[Group]) -> list[str]:
+    """The sections the topologies of these runs add to the report (``report_section`` of the
+    class a run's ``topology._target_`` names, given that topology's runs: ``(env / algo,
+    topology label, run)``), in the order the topologies first appear."""
+    by_class: dict[Any, list[tuple[str, str, Any]]] = {}
     for g in groups:
         for run in g.runs:
-            stats = run.summary.get("topology_stats") or {}
-            if not str(run.topology).startswith("central") or "serves" not in stats:
-                continue
-            wall = max(1e-9, float(run.get("train_seconds", 0.0)))
-            trips = [r["round_trip_ms"] for r in run.summary.get("per_rank", []) if "round_trip_ms" in r]
-            rows.append([f"{g.env} / {g.algo}", g.name, str(run.seed), fmt(run.get("env_steps_per_s"), 0),
-                         fmt(stats["serves"], 0), fmt(stats["rows_per_serve"], 1),
-                         percent(stats["inference_s"] / wall), percent(stats["update_s"] / wall),
-                         fmt(sum(trips) / len(trips), 2) if trips else "-"])
-    if not rows:
-        return []
-    return ["## Central inference", "",
-            "Per run: the learner's batched forward passes (serves) and the rows each acted on; its "
-            "inference and update seconds as shares of the training time; the simulators' mean round "
-            "trip (a group's observations sent to its actions received), in ms.", "",
-            *table(["env / algo", "topology", "seed", "env steps/s", "serves", "rows/serve", "inference",
-                    "updates", "round trip ms"], rows), ""]
+            cls = topology_class(run.config)
+            if callable(getattr(cls, "report_section", None)):
+                by_class.setdefault(cls, []).append((f"{g.env} / {g.algo}", g.name, run))
+    out: list[str] = []
+    for cls, runs in by_class.items():
+        out += cls.report_section(runs)
+    return out
 
 
 def percent(share: float) -> str:
@@ -349,7 +340,7 @@ def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
                 "(`algo=random`).", ""]
         out += throughput_table(groups) + [""]
     out += returns_section(groups)
-    out += central_section(groups)
+    out += topology_sections(groups)
     out += trials_section(runset.runs, inputs)
     out += scaling_section(grids or [], scaling_plots or {})
     if groups:

@@ -286,8 +286,9 @@ class Topology(ABC):
     :meth:`check` to refuse algorithms they cannot drive. They also declare how reports show
     them: :attr:`report_order` (row order), :attr:`report_variants` (config keys whose
     non-default value is part of the label, ``allgather[allgather]``) and
-    :meth:`paper_label` (the row name in the DQN paper's runtime table). Adding a topology is
-    one Python file and one YAML file; nothing else is edited.
+    :meth:`paper_label` (the row name in the DQN paper's runtime table); a class method
+    ``report_section(runs)`` adds a section of its own to the report (central's serves). Adding a
+    topology is one Python file and one YAML file; nothing else is edited.
     """
 
     name: ClassVar[str]
