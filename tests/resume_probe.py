@@ -149,3 +149,40 @@ def differences(saved: Mapping[str, Any], live: Mapping[str, Any]) -> list[str]:
     """The keys whose values differ (or that one side lacks), sorted."""
     missing = object()
     return sorted(k for k in set(saved) | set(live) if saved.get(k, missing) != live.get(k, missing))
+
+
+#: the ranks whose checkpoint holds state, by topology (the rest: rank 0 alone)
+STATE_HOLDERS = {"allgather": "all", "parameter_server": "all", "groups": [0, 2]}
+
+
+def holders(topology: str, ranks: int) -> list[int]:
+    """The ranks a checkpoint of ``topology`` on ``ranks`` ranks holds state for."""
+    found = STATE_HOLDERS.get(topology, [0])
+    return list(range(ranks)) if found == "all" else list(found)
+
+
+def saved_digests(run_dir: Path, meta: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """The digest of each state-holding rank's file of the published generation (read it before
+    resuming: the resumed part's own checkpoints delete that generation)."""
+    from drlmpi.outputs.checkpoint import load_tensors, rank_file
+
+    generation = meta["generation"]
+    return {r: saved_digest(load_tensors(rank_file(run_dir, r, generation)))
+            for r in meta["ranks_with_state"]}
+
+
+def assert_restored(saved: Mapping[int, Mapping[str, Any]], probe: Path, generation: int,
+                    advanced: tuple[str, ...] = ()) -> None:
+    """Every rank that saved state holds exactly that state when its first new update starts:
+    its networks (online and target), its optimizer (the learner's) and its random states - but
+    the ``advanced`` keys, which the rank legitimately draws from before that update."""
+    live = read_digests(probe)
+    assert sorted(live) == sorted(saved), f"digests from ranks {sorted(live)}, state saved by {sorted(saved)}"
+    for r in saved:
+        kinds = {k.split(".")[0] + "." + k.split(".")[-1] for k in saved[r]}
+        assert {"network.weight", "rng.numpy", "rng.torch", "rng.replay_sampler"} <= kinds, kinds
+        assert any(k.startswith("network.q_target.") for k in saved[r])
+        if r == 0:  # the learner (a parameter server's workers step no optimizer of their own)
+            assert {"optimizer.exp_avg", "optimizer.exp_avg_sq", "optimizer.step"} <= kinds, kinds
+        wrong = [k for k in differences(saved[r], live[r]) if k not in advanced]
+        assert not wrong, f"rank {r} resumed from generation {generation} with other {wrong}"

@@ -1,8 +1,10 @@
 """A signal stops a run with a checkpoint (``run.checkpoint_on_signal``): SIGTERM, SIGUSR1 or
 SIGINT to the launcher (which forwards it to every rank) or to one rank alone, under every
 topology; the job ends with exit code 4, a summary saying ``signal``, policy.pt and a
-checkpoint; ``resume=`` then finishes the budget with every episode once. Each job is a real
-``mpiexec`` job (signals and exit codes are what is tested); the resumed part runs in the pool."""
+checkpoint; ``resume=`` then finishes the budget with every episode once, every rank that saved
+state holding exactly that state when its first new update starts (the digests of
+tests/resume_probe.py). Each job is a real ``mpiexec`` job (signals and exit codes are what is
+tested); the resumed part runs in the pool."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 from drlmpi.mpi.abort import SIGNAL_EXIT
 from drlmpi.outputs.checkpoint import rank_file, read_meta
 from tests.mpirun import REPO
+from tests.resume_probe import assert_restored, holders, saved_digests
 from tests.test_resume import FAST, MORE_STEPS, NEVER_REACHED, episode_rows, start
 
 #: topology -> (ranks, the signal, the rank it is sent to: None = the launcher)
@@ -32,9 +35,11 @@ CASES = {
     "groups": (4, signal.SIGTERM, 3),
     "central": (3, signal.SIGUSR1, 2),
 }
-#: no periodic checkpoint: the one resumed from is the stop's; rows flushed every 0.2 s
+#: no periodic checkpoint: the one resumed from is the stop's; rows flushed every 0.2 s; the
+#: learners report the state they resume with (tests/resume_probe.py)
 SIGNAL_RUN = [*[o for o in FAST if not o.startswith(("run.checkpoint_every_s", "run.progress_every_s"))],
-              "run.checkpoint_every_s=0", "run.progress_every_s=0.2"]
+              "run.checkpoint_every_s=0", "run.progress_every_s=0.2",
+              "algo._target_=tests.resume_probe.ResumeProbeDQN"]
 
 
 def rank_pid(marker: str, rank: int) -> int | None:
@@ -98,12 +103,17 @@ def test_a_signal_stops_with_a_checkpoint_and_resume_finishes(pool, topology, tm
     assert (run_dir / "policy.pt").is_file() and not (run_dir / "stop_request").exists()
     meta = read_meta(run_dir)
     assert meta["generation"] == 1 and meta["env_steps"] == summary["env_steps"]
+    assert sorted(meta["ranks_with_state"]) == holders(topology, ranks)
     assert all(rank_file(run_dir, r, 1).is_file() for r in meta["ranks_with_state"])
     assert meta["metrics_rows"] == len(episode_rows(run_dir))  # no evaluation rows in this run
 
+    saved, probe = saved_digests(run_dir, meta), tmp_path / "probe"
     budget = meta["env_steps"] + MORE_STEPS
-    pool.submit(ranks, "tests.pool_worker:resume", run_dir=str(run_dir),
+    pool.submit(ranks, "tests.resume_probe:resume", run_dir=str(run_dir), probe=str(probe),
                 extra=[f"run.max_env_steps={budget}"]).result()
+    # every rank's networks, optimizer and random states; central's learner acts for the simulators
+    # (epsilon-greedy draws on numpy's generator) before its first new update
+    assert_restored(saved, probe, generation=1, advanced=("rng.numpy",) if topology == "central" else ())
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["stop_reason"] == "max_env_steps" and resumed["env_steps"] >= budget
     rows = episode_rows(run_dir)
