@@ -7,6 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from drlmpi.outputs.figures import fmt, percent, table
 from drlmpi.report.jobs import Job
 from drlmpi.report.plots import metric_file, training_metrics
 from drlmpi.report.returns import returns_section
@@ -35,24 +36,6 @@ PLOTS = {
     "train_return_vs_time.png": "Training episode return (mean of the last 100 episodes; Atari: raw "
                                 "game scores) vs training wall-clock",
 }
-
-
-def fmt(value: Any, digits: Any = None) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, str) or digits is None:
-        return str(value)
-    if digits == "%":
-        return f"{100 * float(value):.0f}%"
-    return f"{float(value):,.{digits}f}"
-
-
-def table(header: list[str], rows: list[list[str]]) -> list[str]:
-    def esc(cell: str) -> str:
-        return cell.replace("|", "\\|").replace("\n", " ")
-    lines = ["| " + " | ".join(esc(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
-    return lines
 
 
 def fmt_steps(value: Any) -> str:
@@ -174,11 +157,6 @@ def topology_sections(groups: list[Group]) -> list[str]:
     for cls, runs in by_class.items():
         out += cls.report_section(runs)
     return out
-
-
-def percent(share: float) -> str:
-    """A share as a percent: no decimals from 10 %, one below (so a small share is not 0%)."""
-    return f"{100 * share:.0f}%" if share >= 0.1 else f"{100 * share:.1f}%"
 
 
 def _ranks(grid: Grid, world_size: int) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from drlmpi.outputs.figures import table
 from drlmpi.report.runs import Run
 from drlmpi.run.objective import objective_value
 from drlmpi.sweep.jobs import recorded_overrides
@@ -76,7 +77,6 @@ def _number(value: float) -> str:
 
 def trials_section(runs: list[Run], paths: list[Path]) -> list[str]:
     """Markdown: one table per objective the runs were tuned for (none: no lines)."""
-    from drlmpi.report.markdown import table  # markdown imports this module
 
     tuned = [r for r in runs if _objective(r)[0]]
     if not tuned:

@@ -46,6 +46,7 @@ from drlmpi.data.layout import ExperienceLayout
 from drlmpi.device.capture import CapturedForward
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
+from drlmpi.outputs.figures import fmt, percent, table
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.base import RunContext, Topology
 from drlmpi.topologies.pace import Pace, Probe, learner_side
@@ -165,20 +166,18 @@ class Central(Topology):
                 continue
             wall = max(1e-9, float(run.get("train_seconds", 0.0)))
             trips = [r["round_trip_ms"] for r in run.summary.get("per_rank", []) if "round_trip_ms" in r]
-            rows.append([pair, label, str(run.seed), _number(run.get("env_steps_per_s"), 0),
-                         _number(stats["serves"], 0), _number(stats["rows_per_serve"], 1),
-                         _percent(stats["inference_s"] / wall), _percent(stats["update_s"] / wall),
-                         _number(sum(trips) / len(trips) if trips else None, 2)])
+            rows.append([pair, label, str(run.seed), fmt(run.get("env_steps_per_s"), 0),
+                         fmt(stats["serves"], 0), fmt(stats["rows_per_serve"], 1),
+                         percent(stats["inference_s"] / wall), percent(stats["update_s"] / wall),
+                         fmt(sum(trips) / len(trips), 2) if trips else "-"])
         if not rows:
             return []
-        header = ["env / algo", "topology", "seed", "env steps/s", "serves", "rows/serve", "inference",
-                  "updates", "round trip ms"]
         return ["## Central inference", "",
                 "Per run: the learner's batched forward passes (serves) and the rows each acted on; its "
                 "inference and update seconds as shares of the training time; the simulators' mean round "
                 "trip (a group's observations sent to its actions received), in ms.", "",
-                "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-                *("| " + " | ".join(row) + " |" for row in rows), ""]
+                *table(["env / algo", "topology", "seed", "env steps/s", "serves", "rows/serve", "inference",
+                        "updates", "round trip ms"], rows), ""]
 
     @classmethod
     def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
@@ -377,13 +376,3 @@ class Central(Topology):
         return RankReport(rank=comm.rank, role="simulator", env_steps=sum(a.steps for a in actors),
                           episodes=sum(a.episodes for a in actors), simulate_s=sum(a.sim_s for a in actors),
                           extra={"round_trip_ms": 1000.0 * round_trip_s / max(1, round_trips)})
-
-
-def _number(value: Any, digits: int) -> str:
-    """A figure with thousands separators (``-`` when absent), as the report's tables."""
-    return "-" if value is None else f"{float(value):,.{digits}f}"
-
-
-def _percent(share: float) -> str:
-    """A share as a percent: no decimals from 10 %, one below (as the report's tables)."""
-    return f"{100 * share:.0f}%" if share >= 0.1 else f"{100 * share:.1f}%"
