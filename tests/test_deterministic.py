@@ -36,17 +36,29 @@ def test_the_switch_sets_and_clears_the_settings(monkeypatch):
 
 
 def test_leaving_it_off_never_loads_the_compiler_stack():
-    """A rank that neither compiles nor builds an optimizer (a simulator) must not pay for
+    """A rank that compiles nothing - a simulator, or a learner on the CPU - must not pay for
     ``torch._dynamo`` (about a second of CPU per process, in every job's start-up): with the
-    switch left off, nothing imports it. Fails when ``set_deterministic(False)`` calls
-    ``torch.use_deterministic_algorithms`` unconditionally (it imports ``torch._inductor``)."""
+    switch left off, nothing imports it, not even a learner's optimizer taking a step and saving
+    its state. Fails when ``set_deterministic(False)`` calls ``torch.use_deterministic_algorithms``
+    unconditionally (it imports ``torch._inductor``), and when a CPU learner builds a
+    ``torch.optim`` optimizer (constructing one imports ``torch._dynamo``)."""
     code = ("import sys\n"
+            "import torch\n"
             "from drlmpi.device.determinism import set_deterministic\n"
             "set_deterministic(False)\n"
-            "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))\n")
+            "from drlmpi.algos.dqn import DQN\n"
+            "from drlmpi.config.schema import group_config\n"
+            "from drlmpi.envs.make import probe_spec\n"
+            "algo = DQN(probe_spec('CartPole-v1'), group_config('algo', 'dqn'), seed=0)\n"
+            "batch = {'obs': torch.randn(4, 4), 'action': torch.zeros(4, 1), 'reward': torch.ones(4),\n"
+            "         'next_obs': torch.randn(4, 4), 'terminated': torch.zeros(4)}\n"
+            "algo.update_on(batch)\n"
+            "algo.load_training_state(algo.training_state())\n"
+            "loaded = [m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules]\n"
+            "print(algo.updates, sorted(loaded))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == "[]"
+    assert proc.stdout.strip() == "1 []"
 
 
 def _rows(run_dir) -> list[dict[str, str]]:

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from drlmpi.algos.adam import FlatAdam
 from drlmpi.device.compiled import Compiled
 
 
@@ -30,8 +31,9 @@ class ParamGroup:
             is then a device tensor the fused optimizer reads, so a captured step follows the
             schedule (a float would be baked into the graph at capture).
 
-    On CUDA the optimizer is built with ``capturable=True`` (its step counter lives on the
-    device), so the same optimizer state serves eager updates and captured ones.
+    On CUDA the optimizer is ``torch.optim.Adam`` built with ``capturable=True`` (its step counter
+    lives on the device), so the same optimizer state serves eager updates and captured ones; on
+    the CPU it is :class:`~drlmpi.algos.adam.FlatAdam` (the same numbers and state layout).
     """
 
     def __init__(self, module: nn.Module, lr: float, max_grad_norm: float | None = None,
@@ -53,12 +55,17 @@ class ParamGroup:
             # The optimizer sees ONE tensor, the flat buffer (whose .grad is the flat gradient
             # buffer): Adam's update is then a handful of vector operations over the whole
             # network instead of a loop over its parameter tensors.
+            # On the CPU it is FlatAdam: torch.optim.Adam's arithmetic and state layout, without
+            # the second of start-up that building a torch.optim optimizer costs a process.
             self.flat.params.grad = self.flat.grads
-            extra = {"capturable": True, "fused": True} if self.flat.params.is_cuda else {}
-            rate: float | torch.Tensor = float(lr)
-            if scheduled_lr and self.flat.params.is_cuda:
-                rate = self._lr_tensor = torch.tensor(float(lr), device=self.flat.params.device)
-            self.optimizer = torch.optim.Adam([self.flat.params], lr=rate, eps=float(adam_eps), **extra)
+            if self.flat.params.device.type == "cpu":
+                self.optimizer = FlatAdam(self.flat.params, lr=float(lr), eps=float(adam_eps))
+            else:
+                extra = {"capturable": True, "fused": True} if self.flat.params.is_cuda else {}
+                rate: float | torch.Tensor = float(lr)
+                if scheduled_lr and self.flat.params.is_cuda:
+                    rate = self._lr_tensor = torch.tensor(float(lr), device=self.flat.params.device)
+                self.optimizer = torch.optim.Adam([self.flat.params], lr=rate, eps=float(adam_eps), **extra)
             if self.max_grad_norm is not None:
                 self.grad_norm = torch.full((), float("nan"), device=self.flat.params.device)
 
