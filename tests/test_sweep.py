@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
+from drlmpi.run.command_line import DEFAULT_SWEEPER, _with_default_sweeper
 from tests.mpirun import REPO
 from tests.shared_runs import TINY_DQN
 
@@ -65,6 +67,45 @@ def test_dry_run_prints_the_command_it_would_submit(tmp_path):
     assert job["command"][:5] == ["srun", "--mpi=pmix", "-n", "4", "--exclusive"]
     assert job["command"][-2:] == [f"hydra.run.dir={job['run_dir']}", "hydra.mode=RUN"]
     assert "topology=star" in job["command"] and "world_size=4" in job["command"]
+    # a sweep naming no sweeper gets drlmpi's (each job composed once, by the launcher)
+    hydra_cfg = OmegaConf.load(tmp_path / "sweep" / "multirun.yaml").hydra
+    assert hydra_cfg.sweeper._target_ == "hydra_plugins.drlmpi_launcher.mpi_sweeper.MPISweeper"
+
+
+def test_a_sweep_naming_no_sweeper_gets_drlmpis():
+    """Added among the overrides (argparse wants them together), unless the command line or the
+    preset's defaults pick one, or nothing is swept."""
+    from hydra._internal.utils import get_args_parser
+
+    assert _with_default_sweeper(["-m", "seed=0,1"]) == ["-m", DEFAULT_SWEEPER, "seed=0,1"]
+    assert _with_default_sweeper(["+experiment=learning_matrix", "seed=0"])[0] == DEFAULT_SWEEPER
+    argv = _with_default_sweeper(["--multirun", "seed=0,1", "algo=dqn"])
+    assert get_args_parser().parse_args(argv).overrides == [DEFAULT_SWEEPER, "seed=0,1", "algo=dqn"]
+    for keep in (["-m", "hydra/sweeper=optuna", "seed=0"], ["+experiment=tune_dqn_cartpole"], ["seed=0"],
+                 ["-m", "--cfg", "job"], ["-m", "--info"]):
+        assert _with_default_sweeper(keep) == keep
+
+
+def test_the_sweeper_leaves_composing_to_the_mpi_launcher():
+    """Hydra's basic sweeper composes every job to check it, then the launcher composes each
+    again; with the MPI launcher (which composes and checks every job before any starts) the
+    sweeper does not, with any other launcher it does."""
+    from types import SimpleNamespace
+
+    from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher
+    from hydra_plugins.drlmpi_launcher.mpi_sweeper import MPISweeper
+
+    composed = []
+    loader = SimpleNamespace(load_sweep_config=lambda master_config, sweep_overrides:
+                             composed.append(sweep_overrides))
+    sweeper = MPISweeper(max_batch_size=None, params=None)
+    sweeper.config, sweeper.hydra_context = OmegaConf.create({}), SimpleNamespace(config_loader=loader)
+    sweeper.launcher = MPILauncher()
+    sweeper.validate_batch_is_legal([["seed=0"], ["seed=1"]])
+    assert composed == []
+    sweeper.launcher = SimpleNamespace()  # e.g. Submitit's, composing each job in its Slurm job
+    sweeper.validate_batch_is_legal([["seed=0"], ["seed=1"]])
+    assert composed == [["seed=0"], ["seed=1"]]
 
 
 def test_a_job_whose_config_cannot_resolve_is_skipped_with_the_reason(tmp_path):

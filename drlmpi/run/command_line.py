@@ -20,9 +20,10 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from drlmpi.config.overrides import find, parse, value_text, values
 from drlmpi.config.reference import help_lines
@@ -52,34 +53,61 @@ from drlmpi.run.arguments import (
 )
 from drlmpi.run.ownership import INHERITED_LOCK, lock_owner, release
 
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
 _launch_time = datetime.now()
+#: the sweeper of a sweep that names none (:func:`_with_default_sweeper`)
+DEFAULT_SWEEPER = "hydra/sweeper=drlmpi"
+
+
+def _presets(argv: list[str]) -> Iterator[DictConfig]:
+    """The experiment presets the command line picks (``+experiment=NAME``), as their files."""
+    from omegaconf import OmegaConf
+
+    for override in parse(argv):
+        if override.key_or_group == "experiment":
+            for name in values(override) or []:
+                path = CONF_DIR / "experiment" / f"{name}.yaml"
+                if path.is_file():
+                    yield OmegaConf.load(path)
 
 
 def _is_multirun(argv: list[str]) -> bool:
     """Whether the command is a sweep: ``-m``/``--multirun``, ``hydra.mode=MULTIRUN``, or an
     experiment preset (``+experiment=NAME``) whose file sets ``hydra.mode: MULTIRUN`` - then a
     single ``world_size=N`` is one sweep value, never a reason to re-launch under mpiexec."""
-    if any(a in ("-m", "--multirun") for a in argv):
-        return True
     from omegaconf import OmegaConf
 
-    for override in parse(argv):
-        if override.key_or_group == "hydra.mode" and value_text(override) == "MULTIRUN":
-            return True
-        if override.key_or_group != "experiment":
-            continue
-        for name in values(override) or []:
-            path = CONF_DIR / "experiment" / f"{name}.yaml"
-            if path.is_file():
-                preset = OmegaConf.load(path)
-                if OmegaConf.select(preset, "hydra.mode", default=None) == "MULTIRUN":
-                    return True
-    return False
+    if any(a in ("-m", "--multirun") for a in argv) or any(
+            o.key_or_group == "hydra.mode" and value_text(o) == "MULTIRUN" for o in parse(argv)):
+        return True
+    return any(OmegaConf.select(p, "hydra.mode", default=None) == "MULTIRUN" for p in _presets(argv))
+
+
+#: options that only print (the config, Hydra's help or its info): no run, no sweep
+PRINTING = ("--hydra-help", "--cfg", "-c", "--info")
 
 
 def _is_single_run(argv: list[str]) -> bool:
     """One run (not a sweep, nor a command that only prints the config or Hydra's help)."""
-    return not _is_multirun(argv) and not any(a in ("--hydra-help", "--cfg", "-c", "--info") for a in argv)
+    return not _is_multirun(argv) and not any(a in PRINTING for a in argv)
+
+
+def _with_default_sweeper(argv: list[str]) -> list[str]:
+    """A sweep that picks no sweeper - neither on the command line nor in its preset's defaults
+    (``override /hydra/sweeper: optuna``) - runs with ``hydra/sweeper=drlmpi``, Hydra's basic
+    sweeper composing each job once (``hydra_plugins/drlmpi_launcher/mpi_sweeper.py``). Chosen
+    here rather than in conf/config.yaml: Hydra keeps the first override of a group, so one there
+    would beat every preset's. The override joins the others (argparse wants them together)."""
+    if not _is_multirun(argv) or any(a in PRINTING for a in argv):
+        return argv
+    picked = [str(entry) for preset in _presets(argv) for entry in preset.get("defaults", [])]
+    picked += [o.key_or_group for o in parse(argv)]
+    if any("hydra/sweeper" in choice for choice in picked):
+        return argv
+    at = next((i for i, a in enumerate(argv) if "=" in a and not a.startswith("-")), len(argv))
+    return [*argv[:at], DEFAULT_SWEEPER, *argv[at:]]
 
 
 def _launch_time_resolver(fmt: str = "%Y-%m-%d_%H-%M-%S") -> str:
@@ -302,6 +330,8 @@ def main(argv: list[str] | None = None) -> None:
                 os.environ[INHERITED_LOCK] = lock_owner()
             _relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
         argv = _prepare_single_run(argv)
+    else:
+        argv = _with_default_sweeper(argv)
     # Cached, as Hydra's own ${now:}: a launcher that runs the jobs in other processes
     # (Submitit: pickled, run in Slurm jobs) hands them the master config's cached values, so
     # every job writes into the sweep directory the launch time named, not its own start time.
