@@ -102,7 +102,7 @@ def _with_default_sweeper(argv: list[str]) -> list[str]:
     would beat every preset's. The override joins the others (argparse wants them together)."""
     if not _is_multirun(argv) or any(a in PRINTING for a in argv):
         return argv
-    picked = [str(entry) for preset in _presets(argv) for entry in preset.get("defaults", [])]
+    picked = [str(entry) for preset in _presets(argv) if "defaults" in preset for entry in preset.defaults]
     picked += [o.key_or_group for o in parse(argv)]
     if any("hydra/sweeper" in choice for choice in picked):
         return argv
