@@ -80,7 +80,7 @@ RESOLVERS = {"probe_spec", "read_meta", "get_class", "check_config", "resolve_de
 
 def test_only_the_run_plan_resolves_the_config():
     """The roles and topologies get the environment's spaces, the classes, the device and the
-    checkpoint to resume from the :class:`~drlmpi.topologies.base.RunPlan`; none of them probes
+    checkpoint to resume from the :class:`~drlmpi.topologies.context.RunPlan`; none of them probes
     an environment, reads a checkpoint's meta, imports a ``_target_`` or checks the config again."""
     found = []
     for path in _modules():

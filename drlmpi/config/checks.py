@@ -17,7 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from drlmpi.config.overrides import parse, values
-from drlmpi.config.schema import SCHEMA, scope_of
+from drlmpi.config.schema import SCHEMA, named_scope, scope_of
 
 
 def check_config(cfg: Mapping[str, Any]) -> None:
@@ -76,7 +76,7 @@ def check_override(arg: str, scopes: Mapping[str, str | None]) -> None:
         return
     path, _, leaf = key.rpartition(".")
     if path in ("algo", "topology"):
-        scope = SCHEMA.get(f"{path}/{scopes.get(path)}")
+        scope = named_scope(path, scopes.get(path))
     else:
         scope = SCHEMA.get(path) if path in ("", "run", "env") else None
     option = None if scope is None else scope.get(leaf)

@@ -100,3 +100,40 @@ class Option:
 
 def format_number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(x)
+
+
+# -- building options: what the schema and each topology's own scope are written with ------------
+def integer(default: int | None, doc: str, low: float | None = 1, high: float | None = None,
+            nullable: bool = False) -> Option:
+    return Option("int", doc, default, low=low, high=high, nullable=nullable)
+
+
+def real(default: float | None, doc: str, low: float | None = None, high: float | None = None,
+         low_open: bool = False, nullable: bool = False) -> Option:
+    return Option("float", doc, default, low=low, high=high, low_open=low_open, nullable=nullable)
+
+
+def positive(default: float | None, doc: str, nullable: bool = False) -> Option:
+    return real(default, doc, low=0, low_open=True, nullable=nullable)
+
+
+def unit(default: float, doc: str) -> Option:
+    return real(default, doc, low=0, high=1)
+
+
+def flag(default: bool, doc: str) -> Option:
+    return Option("bool", doc, default)
+
+
+def choice(default: str, doc: str, *choices: str) -> Option:
+    return Option("str", doc, default, choices=tuple(choices))
+
+
+def int_list(default: list[int], doc: str) -> Option:
+    return Option("ints", doc, tuple(default))
+
+
+def named(target: str, name: str, what: str) -> dict[str, Option]:
+    """``_target_`` (the class Hydra builds) and ``name`` of an algorithm or a topology."""
+    return {"_target_": Option("str", "the class Hydra builds (module.Class)", target),
+            "name": Option("str", f"the {what}'s name", name)}

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from drlmpi.topologies.pace import Pace, Probe
@@ -53,10 +52,10 @@ class Prediction:
 
 
 def topology_names() -> list[str]:
-    """Every topology a config can name (``conf/topology/*.yaml``): adding one adds it here."""
-    from drlmpi.config.schema import CONF_DIR
+    """Every topology a config can name (conf/ and plugin directories): adding one adds it here."""
+    from drlmpi.topologies.registry import names
 
-    return sorted(path.stem for path in Path(CONF_DIR, "topology").glob("*.yaml"))
+    return names()
 
 
 def modelled(cls: type) -> bool:

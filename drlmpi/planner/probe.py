@@ -53,7 +53,7 @@ def _context(cfg: Any, run_dir: Path):
     from mpi4py import MPI
 
     from drlmpi.mpi.timed import TimedComm
-    from drlmpi.topologies.base import RunContext
+    from drlmpi.topologies.context import RunContext
 
     return RunContext(make_plan(cfg, smallest_world(cfg)), TimedComm(MPI.COMM_SELF), run_dir)
 

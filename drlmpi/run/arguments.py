@@ -24,7 +24,11 @@ def chosen(argv: list[str], group: str, default: str) -> str | None:
 
 def check_command_line(argv: list[str]) -> None:
     """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
-    rejects (every value of a sweep)."""
+    rejects (every value of a sweep). Registers every topology's options first (a plugin
+    topology that cannot be imported is refused here)."""
+    from drlmpi.topologies.registry import register
+
+    register()
     scopes = {"algo": chosen(argv, "algo", "dqn"), "topology": chosen(argv, "topology", "sequential")}
     for arg in argv:
         if not arg.startswith("-"):

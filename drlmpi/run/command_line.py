@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from drlmpi.config.overrides import find, parse, value_text, values
-from drlmpi.config.reference import help_lines
+from drlmpi.config.plugins import group_files
 
-# Importing the schema registers every option's default with Hydra (conf/ builds on them).
+# Importing the schema registers its options' defaults with Hydra (conf/ builds on them); the
+# topologies' options are registered by check_command_line (drlmpi.topologies.registry).
 from drlmpi.config.schema import CONF_DIR
 from drlmpi.mpi.abort import (
     CONFIG_ERROR_EXIT,
@@ -52,6 +53,7 @@ from drlmpi.run.arguments import (
     resume_arguments,
 )
 from drlmpi.run.ownership import INHERITED_LOCK, lock_owner, release
+from drlmpi.run.reference import help_lines
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -276,7 +278,7 @@ def config_groups() -> str:
     the files in conf/, so a new algorithm, environment, topology or preset shows up by itself."""
     lines = []
     for group in ("algo", "env", "topology", "experiment"):
-        names = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        names = sorted(group_files(group))  # conf/ and the plugin directories
         key = "+experiment" if group == "experiment" else group
         lines.append(f"  {key}={'|'.join(names)}")
     return "\n".join(lines)

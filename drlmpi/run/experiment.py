@@ -23,7 +23,7 @@ from drlmpi.outputs.summary import format_summary, write_summary
 from drlmpi.run.memory import MemorySampler
 from drlmpi.run.plan import make_plan
 from drlmpi.run.summary import build_summary
-from drlmpi.topologies.base import RunContext, RunPlan
+from drlmpi.topologies.context import RunContext, RunPlan
 
 POLICY_FILE = "policy.pt"
 logger = logging.getLogger("drlmpi")

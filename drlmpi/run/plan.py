@@ -3,7 +3,7 @@
 :func:`make_plan` is called by every rank right after Hydra composed the config and before any
 communication (and by the sweep launcher for each job before it starts), so a bad combination
 (p2p on 3 ranks, DQN on Pendulum) ends every rank with the same one-line message and a non-zero
-exit - never a hang. What it returns, a :class:`~drlmpi.topologies.base.RunPlan`, is what flows
+exit - never a hang. What it returns, a :class:`~drlmpi.topologies.context.RunPlan`, is what flows
 down to the topology and its roles: the classes, the environment's spaces, the resolved device,
 the world size, the checkpoint to resume and a read-only copy of the config.
 """
@@ -23,12 +23,15 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.envs.families import family_of
 from drlmpi.envs.make import env_make_kwargs, probe_spec
 from drlmpi.outputs.checkpoint import check_rank_files, read_meta
-from drlmpi.topologies.base import RunPlan, Topology
+from drlmpi.topologies.base import Topology
+from drlmpi.topologies.context import RunPlan
+from drlmpi.topologies.registry import load_class, register
 
 
 def make_plan(cfg: Any, world_size: int) -> RunPlan:
     """Check the whole job before it starts and resolve what it runs with; raise
     :class:`ConfigError` with one clear line. The caller's ``cfg`` is not modified."""
+    register()  # every topology's options in the schema (idempotent)
     check_config(cfg)  # types and ranges of every option (drlmpi.config.schema)
     resume_meta = check_resume(cfg, world_size) if cfg.get("resume") else None
     algo_cls, topology_cls = resolve_classes(cfg)
@@ -92,11 +95,7 @@ def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
         algo_cls = get_class(cfg.algo._target_)
     except Exception as exc:  # noqa: BLE001 (Hydra raises several kinds)
         raise ConfigError(f"algo._target_={cfg.algo._target_!r} cannot be imported: {exc}") from exc
-    try:
-        topology_cls = get_class(cfg.topology._target_)
-    except Exception as exc:  # noqa: BLE001
-        raise ConfigError(f"topology._target_={cfg.topology._target_!r} cannot be imported: {exc}") from exc
-    return algo_cls, topology_cls
+    return algo_cls, load_class(str(cfg.topology._target_))  # from a plugin directory too
 
 
 def check_env_options(env: Any) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from drlmpi.mpi.stop import STOP
-from drlmpi.topologies.base import RunPlan
+from drlmpi.topologies.context import RunPlan
 
 
 def versions() -> dict[str, str]:

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from drlmpi.config.options import choice, integer
 from drlmpi.mpi.wire import Control, RoundCounts
-from drlmpi.topologies.base import RunContext, control_message, sync_amount
-from drlmpi.topologies.data_parallel.backend import check_backend
-from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
+from drlmpi.topologies.base import control_message, sync_amount, sync_options
+from drlmpi.topologies.context import RunContext
+from drlmpi.topologies.data_parallel.backend import BACKEND, check_backend
+from drlmpi.topologies.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
 from drlmpi.topologies.data_parallel.learners import DataParallelLearner
 from drlmpi.topologies.data_parallel.rounds import data_parallel_round
 from drlmpi.topologies.reports import RankReport, learner_report
@@ -39,6 +41,14 @@ class Allgather(DataParallelTopology):
     """N peers averaging gradients; rank 0 also evaluates, logs and decides when to stop."""
 
     name = "allgather"
+    options = {
+        **sync_options(64, "steps (per environment) each rank collects per round"),
+        "reduce": choice("allreduce", "allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
+                         "allreduce", "allgather"),
+        "check_every": integer(1000, "verify identical parameters every N updates (0: only at the end)",
+                               low=0),
+        "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE, "backend": BACKEND,
+    }
     min_ranks = 1
     max_ranks = None
     report_order = 50

@@ -18,7 +18,7 @@ from drlmpi.mpi.wire import (
     WeightsHeader,
     int64_message,
 )
-from drlmpi.topologies.base import RunContext
+from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.reports import RankReport, simulator_report
 
 LEARNER_RANK = 0

@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.options import choice, integer
 from drlmpi.mpi.timed import Request
 from drlmpi.mpi.wire import (
     CREDIT,
@@ -63,7 +64,8 @@ from drlmpi.mpi.wire import (
 )
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.async_simulator import LEARNER_RANK, AsyncSimulator
-from drlmpi.topologies.base import RunContext, Topology
+from drlmpi.topologies.base import Topology, sync_options
+from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, first_round, learner_side, sync_rows
 from drlmpi.topologies.reports import RankReport, learner_report
 
@@ -72,6 +74,19 @@ class Asynchronous(Topology):
     """Learner and simulators never wait for each other (within bounded lag and buffering)."""
 
     name = "async"
+    options = {
+        **sync_options(64, "steps (per environment) per experience chunk"),
+        "publish_every": integer(32, "the learner publishes weights every this many updates"),
+        "max_policy_lag": integer(None, "discard chunks acted with weights older than this many updates "
+                                        "(null: on-policy algorithms one rollout's updates + publish_every, "
+                                        "others keep all)", low=0, nullable=True),
+        "utd_mode": choice("ratio", "ratio: algo.updates_per_step per received step; free: train flat out",
+                           "ratio", "free"),
+        "max_pending_updates": integer(None, "ratio mode: owed updates above which credits are withheld "
+                                             "(null: the most one chunk entitled, twice that for "
+                                             "replay-based algorithms)", nullable=True),
+        "slots": integer(2, "experience buffers in flight per simulator"),
+    }
     min_ranks = 2
     max_ranks = None
     report_order = 40

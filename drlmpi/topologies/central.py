@@ -42,13 +42,15 @@ import numpy as np
 import torch
 
 from drlmpi.algos.base import Algorithm
+from drlmpi.config.options import integer
 from drlmpi.data.layout import ExperienceLayout
 from drlmpi.device.capture import CapturedForward
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.outputs.figures import fmt, percent, table
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.base import RunContext, Topology
+from drlmpi.topologies.base import Topology
+from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, learner_side
 from drlmpi.topologies.reports import RankReport, learner_report
 
@@ -151,6 +153,16 @@ class Central(Topology):
     """Rank 0 acts for every simulator and learns; ranks 1..N only step environments."""
 
     name = "central"
+    options = {
+        "env_groups": integer(2, "groups each simulator's environments step in, taking turns (2: one group "
+                                 "steps while the learner acts for the other; at most env.num_envs, and 8)",
+                              high=8),
+        "updates_per_serve": integer(8, "updates the learner runs between two serves of the simulators "
+                                        "while updates are owed"),
+        "max_pending_updates": integer(None, "owed updates above which the learner trains them all before "
+                                             "serving again (null: twice one PPO rollout's updates, else "
+                                             "twice updates_per_serve)", nullable=True),
+    }
     min_ranks = 2
     max_ranks = None
     report_order = 45

@@ -31,17 +31,23 @@ from typing import Any
 import numpy as np
 
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.options import choice, integer
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.roles.actor import episode_stats
+from drlmpi.topologies.allgather import Allgather
 from drlmpi.topologies.async_simulator import AsyncSimulator
 from drlmpi.topologies.asynchronous import Asynchronous, AsyncLearner
-from drlmpi.topologies.base import RunContext, control_message
+from drlmpi.topologies.base import control_message, sync_options
+from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.data_parallel.backend import (
+    BACKEND,
     check_backend,
 )
 from drlmpi.topologies.data_parallel.batch_rule import (
+    BATCH_RULE,
     DEFAULT_RULE,
+    LR_SCALE,
     DataParallelTopology,
     per_rank_algo_config,
 )
@@ -64,6 +70,18 @@ class Groups(DataParallelTopology):
     """L groups of one learner and its simulators; the learners average gradients."""
 
     name = "groups"
+    options = {
+        **sync_options(64, "steps (per environment) each simulator sends per round (star) or chunk (async)"),
+        "learners": integer(2, "L: the world splits into L groups of one learner and its simulators; the L "
+                               "learners average gradients every update"),
+        "group_wiring": choice("star", "how each group's simulators feed its learner: star (collective "
+                                       "rounds) or async (nonblocking chunks)", "star", "async"),
+        "backend": BACKEND,
+        **{key: Allgather.options[key] for key in ("reduce", "check_every")},
+        "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE,
+        **{key: Asynchronous.options[key] for key in ("publish_every", "max_policy_lag",
+                                                      "max_pending_updates", "slots")},
+    }
     min_ranks = 2
     max_ranks = None
     report_order = 60

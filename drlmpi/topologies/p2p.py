@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.topologies.base import RunContext, Topology, sync_amount
+from drlmpi.topologies.base import Topology, sync_amount, sync_options
+from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
 from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
 from drlmpi.topologies.rounds import LEARNER_RANK, PointToPointLink, learn_in_rounds, simulate_in_rounds
@@ -23,6 +24,7 @@ class PointToPoint(Topology):
     """One learner rank (0) and one simulator rank (1) exchanging Send/Recv messages."""
 
     name = "p2p"
+    options = sync_options(256, "experience the simulator collects between exchanges")
     min_ranks = 2
     max_ranks = 2
     report_order = 10

@@ -26,8 +26,9 @@ updates every worker can run (the minimum); finished episodes' returns go to the
 from __future__ import annotations
 
 from drlmpi.mpi.wire import Control, RoundCounts
-from drlmpi.topologies.base import RunContext, control_message, empty_control, sync_amount
-from drlmpi.topologies.data_parallel.batch_rule import DataParallelTopology
+from drlmpi.topologies.base import control_message, empty_control, sync_amount, sync_options
+from drlmpi.topologies.context import RunContext
+from drlmpi.topologies.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
 from drlmpi.topologies.data_parallel.exchanges import ServerExchange, WorkerExchange, broadcast_all_params
 from drlmpi.topologies.data_parallel.rounds import data_parallel_round
 from drlmpi.topologies.pace import Probe, log2
@@ -40,6 +41,8 @@ class ParameterServer(DataParallelTopology):
     """Rank 0 averages gradients and steps; ranks 1..N simulate and compute gradients."""
 
     name = "parameter_server"
+    options = {**sync_options(64, "experience each worker collects per round"),
+               "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE}
     min_ranks = 2
     max_ranks = None
     report_order = 30

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.topologies.base import RunContext, Topology, sync_amount
+from drlmpi.topologies.base import Topology, sync_amount, sync_options
+from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe
 from drlmpi.topologies.reports import RankReport, learner_report
 
@@ -19,6 +20,7 @@ class Sequential(Topology):
     """Simulate ``sync_every`` steps/episodes, train on what they entitle, repeat."""
 
     name = "sequential"
+    options = sync_options(256, "experience collected between training phases")
     min_ranks = 1
     max_ranks = 1
     report_order = 0

@@ -33,6 +33,7 @@ from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.params import ParamGroup
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.options import choice
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.topologies.data_parallel.exchanges import (
     check_identical_params,
@@ -40,7 +41,12 @@ from drlmpi.topologies.data_parallel.exchanges import (
     verify_identical,
 )
 
-BACKENDS = ("auto", "mpi", "nccl", "gloo")
+#: ``topology.backend`` of the topologies whose learners average gradients (allgather, groups)
+BACKEND = choice("auto", "what averages the learners' gradients: mpi (host buffers), nccl (GPUs, one "
+                         "learner rank per GPU), gloo (torch.distributed on CPUs), auto (nccl when the "
+                         "learners are on CUDA and every node has a GPU per learner rank, else mpi)",
+                 "auto", "mpi", "nccl", "gloo")
+BACKENDS = BACKEND.choices
 #: NVLink multicast stays off unless the user turned it on (it can take a shared host's GPUs
 #: out of service); set before NCCL initialises.
 NCCL_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}

@@ -48,15 +48,19 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.schema import SCHEMA
-from drlmpi.topologies.base import RunPlan, Topology
+from drlmpi.config.options import choice
+from drlmpi.topologies.base import Topology
+from drlmpi.topologies.context import RunPlan
 from drlmpi.topologies.pace import Pace, Probe, batch_share, device_turns, sync_rows
 
-_OPTIONS = SCHEMA["topology/allgather"]  # choices and defaults live in the schema
-BATCH_RULES = _OPTIONS["batch_rule"].choices
-DEFAULT_RULE = _OPTIONS["batch_rule"].default
-LR_SCALES = _OPTIONS["lr_scale"].choices
-DEFAULT_LR_SCALE = _OPTIONS["lr_scale"].default
+#: ``topology.batch_rule`` and ``topology.lr_scale`` of every data-parallel topology
+BATCH_RULE = choice("global", "global: algo options describe the job (batch_size/N per rank, "
+                              "updates_per_step per job-wide step); per_rank: each rank's",
+                    "global", "per_rank")
+LR_SCALE = choice("none", "batch_rule=per_rank: learning rates x N (linear), x sqrt(N) (sqrt) or as set "
+                          "(none)", "none", "linear", "sqrt")
+BATCH_RULES, DEFAULT_RULE = BATCH_RULE.choices, BATCH_RULE.default
+LR_SCALES, DEFAULT_LR_SCALE = LR_SCALE.choices, LR_SCALE.default
 #: largest relative change of the job's minibatch ``global`` accepts when ``B / N`` is rounded.
 BATCH_TOLERANCE = 0.1
 

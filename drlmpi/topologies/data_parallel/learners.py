@@ -14,7 +14,7 @@ import numpy as np
 
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.base import RunContext
+from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.data_parallel.backend import (
     DistExchange,
     DistGroup,

@@ -1,12 +1,14 @@
 """What users read of the schema: ``python -m drlmpi --help`` (:func:`help_lines`) and the
 reference table of docs/configuration.md (:func:`reference_table`; ``python -m
-drlmpi.config.reference`` prints it, and a test keeps the document in step).
+drlmpi.run.reference`` prints it, and a test keeps the document in step). Both list every
+topology's options too, so both register them first (:mod:`drlmpi.topologies.registry`).
 """
 
 from __future__ import annotations
 
 from drlmpi.config.options import Option, format_number
 from drlmpi.config.schema import SCHEMA
+from drlmpi.topologies.registry import register
 
 
 def shown_default(option: Option) -> str:
@@ -27,6 +29,7 @@ def shown_default(option: Option) -> str:
 
 def reference_table() -> str:
     """The markdown reference of every option: scope, key, allowed values, doc."""
+    register()
     lines = ["| option | default | allowed | meaning |", "|---|---|---|---|"]
     for scope, options in SCHEMA.items():
         prefix = scope.replace("/", "=") + ": " if "/" in scope else (f"{scope}." if scope else "")
@@ -41,6 +44,7 @@ def reference_table() -> str:
 
 def help_lines() -> list[str]:
     """One line per option for ``python -m drlmpi --help``."""
+    register()
     out = []
     for scope, options in SCHEMA.items():
         out.append("")

@@ -1,0 +1,44 @@
+"""Where config files come from: ``conf/``, then each directory on ``DRLMPI_PLUGIN_PATH``.
+
+A plugin directory is laid out as ``conf/`` is (``topology/<name>.yaml``, ``algo/...``) and holds the
+Python modules its files name (``_target_: ring.Ring`` for ``<dir>/ring.py``): a new topology is
+one module and one YAML file there, with no edit to drlmpi. Hydra searches these directories after
+``conf/`` (``hydra_plugins/drlmpi_launcher/search_path.py``), the topology registry reads their
+topologies (:mod:`drlmpi.topologies.registry`), and their modules import from them. A name that
+``conf/`` already has stays ``conf/``'s. Light on purpose: every process that composes reads it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from drlmpi.config.schema import CONF_DIR
+
+#: the environment variable listing plugin directories (separated as PATH is: ``:`` on Linux)
+PLUGIN_PATH = "DRLMPI_PLUGIN_PATH"
+
+
+def plugin_dirs() -> list[Path]:
+    """The plugin directories, in the order given (a missing one is refused in one line)."""
+    from drlmpi.config.errors import ConfigError
+
+    dirs = []
+    for entry in os.environ.get(PLUGIN_PATH, "").split(os.pathsep):
+        if not entry:
+            continue
+        path = Path(entry).expanduser().resolve()
+        if not path.is_dir():
+            raise ConfigError(f"{PLUGIN_PATH} names {entry}, which is not a directory")
+        dirs.append(path)
+    return dirs
+
+
+def group_files(group: str) -> dict[str, Path]:
+    """Option name -> file of one config group (``topology``: ``star`` -> conf/topology/star.yaml),
+    conf/ first, then each plugin directory."""
+    files: dict[str, Path] = {}
+    for root in (CONF_DIR, *plugin_dirs()):
+        for path in sorted((root / group).glob("*.yaml")):
+            files.setdefault(path.stem, path)
+    return files

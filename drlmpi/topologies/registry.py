@@ -1,0 +1,64 @@
+"""Every topology a config can name - the one registry the schema, the command line, the planner,
+the sweep and the report find topologies through.
+
+A topology is one module and one YAML file. ``topology/<name>.yaml`` (in conf/, or in a plugin
+directory on ``DRLMPI_PLUGIN_PATH``: :mod:`drlmpi.config.plugins`) names its class
+(``_target_``); the class declares everything else - its options (:attr:`Topology.options`), its
+rank rules, its pace model for the planner and any report section. :func:`register` reads every
+such file, imports each class, and adds its options to the schema as the ``topology/<name>``
+scope (stored in Hydra's ConfigStore as ``schema/topology/<name>``, which the YAML file's defaults
+list starts from), so it runs before anything checks or composes a config: the command line, the
+sweep launcher and the planner call it; so must code that composes through Hydra's API itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from omegaconf import OmegaConf
+
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.options import named
+from drlmpi.config.plugins import group_files, plugin_dirs
+from drlmpi.config.schema import SCHEMA, add_scope
+from drlmpi.topologies.base import Topology
+
+
+def names() -> list[str]:
+    """Every topology a config can name, built-in and plugin."""
+    return sorted(group_files("topology"))
+
+
+def load_class(target: str) -> type[Topology]:
+    """The topology class ``module.Class`` (a plugin directory's modules import from it)."""
+    for directory in plugin_dirs():
+        if str(directory) not in sys.path:
+            sys.path.append(str(directory))
+    module, _, attribute = target.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"topology class {target} cannot be imported: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Topology)):
+        raise ConfigError(f"{target} is not a Topology (drlmpi.topologies.base.Topology)")
+    return cls
+
+
+def topology_classes() -> dict[str, type[Topology]]:
+    """Name -> class of every topology, from the ``_target_`` its YAML file names."""
+    out = {}
+    for name, path in group_files("topology").items():
+        target = OmegaConf.load(path).get("_target_")
+        if not isinstance(target, str):
+            raise ConfigError(f"{path} names no class: add '_target_: module.Class' (a Topology)")
+        out[name] = load_class(target)
+    return out
+
+
+def register() -> None:
+    """Add the ``topology/<name>`` scope of every topology not registered yet (idempotent)."""
+    for name, cls in topology_classes().items():
+        if f"topology/{name}" not in SCHEMA:
+            target = f"{cls.__module__}.{cls.__qualname__}"
+            add_scope(f"topology/{name}", {**named(target, name, "topology"), **cls.options})
