@@ -13,7 +13,8 @@ from matplotlib.image import imread
 
 from drlmpi.report import build_report
 from drlmpi.report.__main__ import main
-from drlmpi.report.plots import PLOT_FILES, mean_curve
+from drlmpi.report.curves import mean_curve
+from drlmpi.report.plots import PLOT_FILES
 from tests.conftest import REPO
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -399,7 +400,7 @@ def test_report_code_names_no_topology():
 def test_learner_device_is_its_own_regime(tmp_path):
     """Runs with a GPU learner are grouped apart from CPU-learner runs, each against the
     sequential run on its own device."""
-    from drlmpi.report.runs import algo_label
+    from drlmpi.report.labels import algo_label
 
     assert algo_label("dqn", "cpu") == "dqn"
     assert algo_label("dqn", "cuda") == "dqn[cuda]"
@@ -541,14 +542,14 @@ def test_scaling_names_ceiling_settings_that_differ(tmp_path):
 
 
 def test_training_return_curve_is_a_rolling_mean_of_episodes():
-    from drlmpi.report.plots import rolling_mean
+    from drlmpi.report.curves import rolling_mean
 
     assert rolling_mean(np.array([1.0, 2, 3, 4, 5]), 2).tolist() == [1.0, 1.5, 2.5, 3.5, 4.5]
     assert rolling_mean(np.array([4.0, 0, 2]), 100).tolist() == [4.0, 2.0, 2.0]
 
 
 def test_env_label_names_worker_process_environments():
-    from drlmpi.report.runs import env_label
+    from drlmpi.report.labels import env_label
 
     assert env_label("tetris", 0, {"vector": "async"}) == "tetris[vector=async]"
     assert env_label("tetris", 2, {"vector": "sync"}) == "tetris[sim=2ms]"

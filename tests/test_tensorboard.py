@@ -28,7 +28,7 @@ from drlmpi.outputs.event_file import (
 )
 from drlmpi.outputs.run_log import RunLog
 from drlmpi.report import build_report
-from drlmpi.report.plots import TRAINING_METRICS
+from drlmpi.report.curves import TRAINING_METRICS
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
 from drlmpi.run.plan import make_plan

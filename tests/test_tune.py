@@ -101,7 +101,7 @@ def test_an_optuna_sweep_of_two_trials_ends_with_a_best_value(tmp_path):
     assert set(results["best_params"]) == {"algo.lr", "algo.batch_size", "algo.target_update_every",
                                            "algo.exploration_steps"}
     assert "Best value" in proc.stdout + proc.stderr
-    from drlmpi.report.runs import discover
+    from drlmpi.report.discovery import discover
     from drlmpi.report.trials import trials_section
 
     section = "\n".join(trials_section(discover([sweep_dir]).runs, [sweep_dir]))  # the report's section

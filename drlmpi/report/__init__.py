@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drlmpi.report.checks import Check, check_section, run_checks
+from drlmpi.report.discovery import RunSet, discover
 from drlmpi.report.jobs import Job
 from drlmpi.report.markdown import render
 from drlmpi.report.plots import plot_scaling, write_plots
-from drlmpi.report.runs import MissingRun, Run, RunSet, discover
+from drlmpi.report.runs import MissingRun, Run
 from drlmpi.report.scaling import SCALING_COLUMNS, Grid, find_grids, scaling_rows
 from drlmpi.report.tables import (
     RUN_COLUMNS,

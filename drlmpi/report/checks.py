@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from drlmpi.report.runs import Run, RunSet
+from drlmpi.report.discovery import RunSet
+from drlmpi.report.runs import Run
 
 WARMUP_SHARE = 0.2
 WARMUP_S = 120.0

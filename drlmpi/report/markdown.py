@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from drlmpi.outputs.figures import fmt, percent, table
+from drlmpi.report.curves import metric_file, training_metrics
+from drlmpi.report.discovery import RunSet
 from drlmpi.report.jobs import Job
-from drlmpi.report.plots import metric_file, training_metrics
+from drlmpi.report.labels import topology_class
 from drlmpi.report.returns import returns_section
-from drlmpi.report.runs import MissingRun, RunSet, topology_class
+from drlmpi.report.runs import MissingRun
 from drlmpi.report.scaling import Cell, Grid
 from drlmpi.report.tables import Group, paper_columns, paper_header
 from drlmpi.report.trials import trials_section

@@ -2,7 +2,7 @@
 
 A *grid* is the complete runs of one (env, algo, topology label) that differ in world size or in
 ``num_envs`` (at least two world sizes or two ``num_envs`` values); the env label here is the
-one before :func:`~drlmpi.report.runs.label_swept_num_envs` adds ``[envs=k]``. A *cell* is one
+one before :func:`~drlmpi.report.discovery.label_swept_num_envs` adds ``[envs=k]``. A *cell* is one
 (world size, num_envs) of a grid. With ``sps`` = a cell's mean ``env_steps_per_s`` over its runs
 (job-wide env steps per second of training time) and ``W`` = its simulating ranks (ranks whose
 ``per_rank`` entry stepped environments: the world size where every rank simulates, one less
@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from drlmpi.report.runs import UNKNOWN_ORDER, Run
+from drlmpi.report.labels import UNKNOWN_ORDER
+from drlmpi.report.runs import Run
 from drlmpi.report.tables import COMPARED_SETTINGS
 
 SCALING_COLUMNS = [

@@ -10,7 +10,7 @@ label at its smallest world size, by default the sequential topology on 1 rank):
 * parallel efficiency: speedup / world size (speedup / (world size / baseline world size) when the
   baseline runs on more than one rank).
 
-Topology rows are ordered by the runs' topology sort key (:class:`~drlmpi.report.runs.TopologyInfo`),
+Topology rows are ordered by the runs' topology sort key (:class:`~drlmpi.report.labels.TopologyInfo`),
 never by name.
 """
 
@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from drlmpi.report.runs import UNKNOWN_ORDER, MissingRun, Run
+from drlmpi.report.labels import UNKNOWN_ORDER
+from drlmpi.report.runs import MissingRun, Run
 
 TABLE_COLUMNS = [
     "env", "algo", "topology", "world_size", "n", "solved", "seeds", "max_env_steps",
