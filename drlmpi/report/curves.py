@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from drlmpi.report.figures import by_pair, empty_figure, new_figure, save_figure, topology_color
+from drlmpi.report.drawing import by_pair, empty_figure, new_figure, save_figure, topology_color
 from drlmpi.report.tables import Group
 
 TRAIN_WINDOW = 100  # training episodes per point of the training-return curves

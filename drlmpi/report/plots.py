@@ -26,7 +26,7 @@ from drlmpi.report.curves import (
     plot_training_metric,
     training_metrics,
 )
-from drlmpi.report.figures import (
+from drlmpi.report.drawing import (
     assign_colors,
     by_pair,
     empty_figure,
