@@ -50,10 +50,10 @@ def topology_class(config: dict[str, Any]) -> Any:
     if not isinstance(target, str) or not target:
         return None
     if target not in _CLASSES:
-        try:
-            from hydra.utils import get_class
+        try:  # through the registry: a plugin topology imports from its directory
+            from drlmpi.topologies.registry import load_class
 
-            _CLASSES[target] = get_class(target)
+            _CLASSES[target] = load_class(target)
         except Exception:  # noqa: BLE001 (a renamed or removed class: fall back to the name)
             _CLASSES[target] = None
     return _CLASSES[target]

@@ -1,0 +1,33 @@
+"""A topology from outside drlmpi, for tests/test_plugin_topology.py: one module and one YAML file
+(topology/ring.yaml) in a plugin directory on DRLMPI_PLUGIN_PATH, no edit to drlmpi.
+
+Ring runs star's rounds (rank 0 learns, the others simulate) but declares everything a topology
+declares on its own: options (an option of its own, ``laps``, and its own ``sync_every``
+default), a rank rule (at least 3 ranks), a pace model for the planner and a report section."""
+
+from drlmpi.config.options import integer
+from drlmpi.topologies.base import sync_options
+from drlmpi.topologies.pace import star_pace
+from drlmpi.topologies.star import Star
+
+
+class Ring(Star):
+    name = "ring"
+    options = {**sync_options(128, "experience each simulator collects per round"),
+               "laps": integer(3, "rounds a lap lasts (shown by the report)")}
+    min_ranks = 3
+    report_order = 90
+
+    @classmethod
+    def paper_label(cls, world_size):
+        return None
+
+    @classmethod
+    def pace(cls, ranks, p, topo_cfg):
+        """Star's: N-1 simulators step while the learner trains."""
+        return star_pace(ranks - 1, p, topo_cfg, p.slowdown_at(ranks))
+
+    @classmethod
+    def report_section(cls, runs):
+        laps = sorted({int(run.config["topology"]["laps"]) for _pair, _label, run in runs})
+        return ["## Ring", "", f"{len(runs)} run(s) of the ring, laps {laps}."]

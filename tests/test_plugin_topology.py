@@ -1,0 +1,79 @@
+"""A topology added from outside drlmpi - one module and one YAML file in a plugin directory on
+``DRLMPI_PLUGIN_PATH`` (tests/plugin_topology/: ring.py, topology/ring.yaml) - is checked, run
+under mpiexec, planned and reported, with no edit to drlmpi (drlmpi.topologies.registry).
+
+About 6 s: the one real 3-rank job (every rank of a user's mpiexec launch must find the plugin's
+class and options) is most of it; the checks, the plan and the report run in-process."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from drlmpi.config.checks import check_override
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.plugins import PLUGIN_PATH
+from drlmpi.config.schema import SCHEMA
+from drlmpi.planner.model import predict, topology_names
+from drlmpi.report import build_report
+from drlmpi.run.plan import make_plan
+from drlmpi.run.reference import help_lines
+from drlmpi.topologies.registry import register
+from drlmpi.topologies.star import Star
+from tests.conftest import CONF
+from tests.mpirun import run_job
+from tests.shared_runs import CUE
+from tests.test_plan import probe
+
+PLUGINS = Path(__file__).resolve().parent / "plugin_topology"
+RUN = ["topology=ring", CUE, "env.reward_threshold=null", "algo.hidden=[32,32]", "algo.learning_starts=200",
+       "run.max_env_steps=768", "run.eval_every=100000", "run.progress_every_s=0", "run.tensorboard=false"]
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    """The plugin directory on DRLMPI_PLUGIN_PATH and its topology registered; afterwards the
+    session's other tests see drlmpi's own topologies only."""
+    monkeypatch.setenv(PLUGIN_PATH, str(PLUGINS))
+    register()
+    yield
+    SCHEMA.pop("topology/ring", None)
+    sys.modules.pop("ring", None)
+    if str(PLUGINS) in sys.path:
+        sys.path.remove(str(PLUGINS))
+
+
+def test_a_plugin_topology_is_checked_run_planned_and_reported(plugin, tmp_path):
+    # Its options are the schema's: its own defaults and types, its YAML file's values.
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=RUN)
+    assert (cfg.topology._target_, cfg.topology.laps, cfg.topology.sync_every) == ("ring.Ring", 5, 128)
+    with pytest.raises(ConfigError, match=r"^topology\.laps must be >= 1, got 0$"):
+        check_override("topology.laps=0", {"topology": "ring"})
+    assert any(line.strip().startswith("topology.laps=3 ") for line in help_lines())
+    # Its rank rule, before any rank starts.
+    with pytest.raises(ConfigError, match="^topology=ring needs at least 3 ranks, but the job has 2"):
+        make_plan(cfg, 2)
+    ring = make_plan(cfg, 3).topology_cls
+    assert ring.__module__ == "ring" and issubclass(ring, Star)
+    # Planned: the planner lists it and asks its pace model.
+    assert "ring" in topology_names()
+    planned = predict(ring, 4, probe(), cfg)
+    assert planned.topology == "ring" and planned.refused is None and planned.env_steps_per_s > 0
+
+    # Run as a user runs it: mpiexec, every rank finding the plugin through the environment.
+    job = run_job(3, RUN, tmp_path / "run", env={PLUGIN_PATH: str(PLUGINS)})
+    assert job.returncode == 0, job.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["topology"], summary["world_size"]) == ("ring", 3) and summary["env_steps"] >= 768
+    assert summary["updates"] > 0
+
+    # Reported: its row, and the section its class adds.
+    build_report([tmp_path / "run"], out=tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "## Ring\n\n1 run(s) of the ring, laps [5]." in text
+    assert "| cartpole | dqn | ring | 3 | 1 |" in text  # its row in the results table
