@@ -14,30 +14,10 @@ due. Chunks that arrive while a rollout waits or trains start the next rollout, 
 queue up rather than mix.
 
 Rollout rows live on the learner's device (each arriving chunk is copied there once). When a
-rollout's first update runs, the learner computes ``V(obs)`` and ``V(next_obs)`` of every
-row with its current value function and the advantages per environment stream in time order.
-``algo.vtrace=false``: GAE(lambda)::
-
-    delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t)
-    A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}      (done = terminated or truncated)
-
-with ``A_{t+1} = 0`` at the last row of a stream in the rollout (the rollout's cut bootstraps
-through ``V(s'_t)``, as does a time-limit truncation). Value targets are ``A_t + V(s_t)``.
-
-``algo.vtrace=true`` (the default) also evaluates the *proximal* policy
-``pi_prox`` - the learner's policy as the rollout starts - on every row, and with the truncated
-ratios ``rho_t = min(rho_clip, pi_prox/mu)``, ``c_t = lambda * min(c_clip, pi_prox/mu)``::
-
-    A_t = rho_t * delta_t + gamma * c_t * (1 - done_t) * A_{t+1}       (V-trace: v_t = V(s_t) + A_t)
-    P_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}             (policy advantage)
-
-Value targets are V-trace's ``v_t`` (the value of ``pi_prox``, for ``rho_clip = 1``), and the
-policy advantage is IMPALA's ``r_t + gamma v_{t+1} - V(s_t)`` with the next target mixed by
-lambda (:mod:`drlmpi.algos.advantages` derives both). Rows acted by ``pi_prox`` itself (ratio 1)
-give ``rho = 1``, ``c = lambda``: exactly GAE's advantages and targets. The recursions run on
-the device as a parallel scan (:func:`gae_tensor`, :func:`~drlmpi.algos.advantages.vtrace_tensor`;
-:func:`compute_gae`, :func:`~drlmpi.algos.advantages.compute_vtrace` are the plain references),
-so no transfer happens per rollout.
+rollout's first update runs, its values, advantages and value targets are computed there: GAE
+(``algo.vtrace=false``) or V-trace around the *proximal* policy ``pi_prox``, the learner's policy
+as the rollout starts (``algo.vtrace=true``, the default); :mod:`drlmpi.algos.rollout_targets`
+gives the recursions.
 
 Minibatches. Each epoch draws a permutation of the rollout's ``n`` rows on the device and cuts
 ``max(1, n // batch_size)`` minibatches of exactly ``batch_size`` rows from it (the ``n mod
@@ -77,24 +57,19 @@ import torch
 import torch.nn.functional as F
 
 from drlmpi.algos.actor_critic import ACTIVATIONS, ActorCritic, clipped_surrogate_loss
-from drlmpi.algos.advantages import (
-    gae_tensor,
-    vtrace_tensor,
-)
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.encoders import resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.params import ParamGroup
-from drlmpi.algos.rollouts import Rollout, RolloutStore
+from drlmpi.algos.rollout_targets import RolloutTargets
+from drlmpi.algos.rollouts import RolloutStore
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.spec import EnvSpec
 
-#: rows per forward pass when a rollout's values are computed (images: bounded activations)
-EVAL_CHUNK_ROWS = 4096
 
-
-class PPO(Algorithm):
-    """PPO-clip with GAE for Discrete and Box action spaces.
+class PPO(RolloutTargets, Algorithm):
+    """PPO-clip with GAE for Discrete and Box action spaces (a rollout's advantages and targets:
+    :class:`~drlmpi.algos.rollout_targets.RolloutTargets`).
 
     Config keys (``drlmpi/config/schema.py``'s ``algo/ppo`` documents each): ``hidden``, ``activation``,
     ``lr``, ``lr_schedule``, ``adam_eps``, ``gamma``, ``gae_lambda``, ``rollout_steps``,
@@ -262,74 +237,6 @@ class PPO(Algorithm):
     def pending_rows(self) -> int:
         """Rows stored towards the next rollout (not yet frozen)."""
         return self.store.pending_rows
-
-    @torch.no_grad()
-    def _start(self, rollout: Rollout) -> None:
-        """Values, advantages and value targets (GAE, or V-trace with the proximal log-probs and
-        weights: on the learner's device, nothing crosses the bus) and the minibatch schedule
-        of a rollout about to be trained on."""
-        layout = self.layout
-        rows = rollout.rows
-
-        def col(name: str) -> torch.Tensor:
-            return rows[:, layout.slices[name]]
-
-        obs, next_obs, action = col("obs"), col("next_obs"), col("action")
-        values, proximal = self._evaluate(obs, action)
-        next_values, _ = self._evaluate(next_obs, None)
-        columns = (col("reward")[:, 0] * self.reward_scale, values, next_values,
-                   col("terminated")[:, 0], col("truncated")[:, 0], col("stream")[:, 0])
-        log_prob = col("log_prob")  # behaviour
-        weight = None
-        if self.vtrace:
-            log_ratio = proximal - log_prob[:, 0]
-            value_adv, advantages = vtrace_tensor(*columns, log_ratio, self.gamma, self.gae_lambda,
-                                                  self.rho_clip, self.c_clip)
-            log_prob = proximal[:, None]  # the clip is around the proximal policy
-            weight = log_ratio.exp().clamp(max=self.rho_clip)[:, None]
-        else:
-            advantages = value_adv = gae_tensor(*columns, self.gamma, self.gae_lambda)
-        parts = {"obs": obs, "action": action, "log_prob": log_prob,
-                 "advantage": advantages[:, None], "return": (value_adv + values)[:, None],
-                 "value": values[:, None]}
-        if weight is not None:
-            parts["weight"] = weight
-        rollout.table = torch.cat(list(parts.values()), dim=1)
-        offset = 0
-        for name, part in parts.items():
-            width = part.shape[1]
-            rollout.views[name] = slice(offset, offset + width)
-            offset += width
-        n = rows.shape[0]
-        per_epoch = rollout.n_updates // self.epochs
-        if not self._generator_seeded:  # from rng, which a topology may reseed per rank
-            self._generator.manual_seed(int(self.rng.integers(2**62)))
-            self._generator_seeded = True
-        size = min(n, self.batch_size)
-        rollout.schedule = [
-            part for _ in range(self.epochs)
-            for part in torch.randperm(n, generator=self._generator, device=self.device)
-            [: per_epoch * size].split(size)
-        ]
-        rollout.rows = None  # the table holds what training needs
-
-    def _evaluate(self, obs: torch.Tensor, action: torch.Tensor | None,
-                  chunk: int = EVAL_CHUNK_ROWS) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``V(obs)`` and, with ``action`` and V-trace, the current policy's log-probabilities of
-        ``action``: in chunks of ``chunk`` rows, so a rollout of many images does not need all
-        their activations at once."""
-        values, log_probs = [], []
-        want_log_prob = action is not None and self.vtrace
-        for first in range(0, obs.shape[0], chunk):
-            part = slice(first, first + chunk)
-            if want_log_prob:
-                dist, value = self.net.distribution_value(obs[part])
-                log_probs.append(self.net.log_prob_entropy(dist, action[part])[0])
-            else:
-                value = self.net.value(obs[part])
-            values.append(value)
-        cat = (lambda parts: parts[0] if len(parts) == 1 else torch.cat(parts))  # noqa: E731
-        return cat(values), (cat(log_probs) if want_log_prob else None)
 
     # -- learning -----------------------------------------------------------------------------
     def stage_block(self, k: int) -> bool:

@@ -1,12 +1,12 @@
 """The learning role: a :class:`Learner` stores experience, runs the updates it entitles, evaluates,
 logs and decides when the run stops (no MPI here: a topology moves the rows in and the policy's
-flat parameters out); the training clock, which leaves evaluations out.
+flat parameters out). Its budget, evaluations and stop decision, and the training clock, which
+leaves evaluations out, are :mod:`drlmpi.roles.stopping`'s.
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,30 +20,14 @@ from drlmpi.config.errors import NonFiniteError
 from drlmpi.data.finite import first_non_finite
 from drlmpi.mpi.watchdog import PROGRESS
 from drlmpi.roles.actor import episode_stats
-from drlmpi.roles.evaluate import evaluate
+from drlmpi.roles.stopping import Stopping, TrainingClock
 
 # A batch of updates records progress for the watchdog at least every this many updates
 # (rounded up to a multiple of algo.updates_per_graph), so a long batch is not one silent step.
 UPDATES_PER_PROGRESS = 32
 
 
-class TrainingClock:
-    """Wall-clock time of a run with evaluation pauses taken out."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.paused_s = 0.0
-
-    def elapsed(self) -> float:
-        """Seconds since start, excluding evaluation."""
-        return time.perf_counter() - self.start - self.paused_s
-
-    def wall(self) -> float:
-        """Seconds since start, including evaluation."""
-        return time.perf_counter() - self.start
-
-
-class Learner:
+class Learner(Stopping):
     """Owns the learning algorithm, the job-wide counters, evaluation and the stop decision.
 
     Topologies drive it through methods only (they never assign its attributes):
@@ -269,27 +253,6 @@ class Learner:
         PROGRESS.done()
         self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
 
-    def budget_used(self) -> float:
-        """The share of the run's budget spent: job-wide steps over ``run.max_env_steps``, else
-        training seconds over ``run.max_train_seconds`` (0 without a budget, or with only a
-        time budget after :meth:`follow_steps_only`)."""
-        if self.max_env_steps:
-            return min(1.0, self.env_steps / self.max_env_steps)
-        if self.max_train_seconds and self._time_schedules:
-            return min(1.0, self.clock.elapsed() / float(self.max_train_seconds))
-        return 0.0
-
-    def follow_steps_only(self) -> None:
-        """Schedules follow job-wide steps only, never this rank's clock: learners that must
-        stay identical (data-parallel ranks averaging gradients) agree on steps, not on clocks.
-        With only ``run.max_train_seconds`` they then keep their initial values (said once)."""
-        self._time_schedules = False
-        if not self.max_env_steps and self.max_train_seconds and self.log is not None \
-                and getattr(self.algo, "lr_schedule", "constant") != "constant":
-            warnings.warn(f"drlmpi: algo.lr_schedule={self.algo.lr_schedule} follows run.max_env_steps "
-                          f"under data-parallel learners (their clocks differ); with only "
-                          f"run.max_train_seconds the learning rate stays constant", stacklevel=2)
-
     def finish(self) -> None:
         """At a budget stop, run the updates the last data entitled (as the sequential loop
         does), so every topology does the same number of updates for the same experience.
@@ -316,62 +279,3 @@ class Learner:
     def policy_weights(self) -> np.ndarray:
         """The policy's flat float32 parameters (a view on CPU, one copy from a GPU)."""
         return self.algo.policy.flat.params_numpy()
-
-    # -- evaluation and stopping --------------------------------------------------------------
-    def maybe_evaluate(self, force: bool = False) -> bool:
-        """Evaluate greedily if ``eval_every`` steps have passed; returns True if it ran.
-
-        The time spent is taken off the training clock.
-        """
-        if not force and self.env_steps < self.next_eval:
-            return False
-        while self.next_eval <= self.env_steps:
-            self.next_eval += self.eval_every
-        t0 = time.perf_counter()
-        if self._eval_envs is None:
-            self._eval_envs = self._make_eval_envs()
-        returns = evaluate(self.algo, self._eval_envs, self.eval_episodes,
-                           seed=self.seed + self.eval_seed_offset + self.evaluations * self.eval_episodes)
-        self.evaluations += 1
-        # Take the evaluation off the clock *before* recording anything, so neither the
-        # metrics row nor the time to threshold includes it.
-        self.clock.paused_s += time.perf_counter() - t0
-        mean = float(returns.mean())
-        self.last_eval = mean
-        self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
-        if self.log is not None:
-            self.log("eval", return_=mean, length=0, rank=-1, return_std=float(returns.std()))
-        if (self.solved_at is None and self.reward_threshold is not None
-                and mean >= self.reward_threshold):
-            self.solved_at = {
-                "train_seconds": self.clock.elapsed(),
-                "env_steps": self.env_steps,
-                "updates": self.updates,
-            }
-        return True
-
-    def stop_reason(self) -> str | None:
-        """Why the run should stop now (``None``: keep going). The first reason found is kept:
-        a run stops once, for one reason, and what comes after the stop (the last updates, the
-        signal's checkpoint, the summary) reads that reason even if a budget runs out meanwhile."""
-        if self._stopped_by is None:
-            self._stopped_by = self._find_stop_reason()
-        return self._stopped_by
-
-    def _find_stop_reason(self) -> str | None:
-        if self.stop_on_solve and self.solved_at is not None:
-            return "solved"
-        if self.max_env_steps is not None and self.env_steps >= self.max_env_steps:
-            return "max_env_steps"
-        if self.max_episodes is not None and self.episodes >= int(self.max_episodes):
-            return "max_episodes"
-        if self.max_train_seconds is not None and self.clock.elapsed() >= float(self.max_train_seconds):
-            return "max_train_seconds"
-        if self.stop_request is not None and self.stop_request() is not None:
-            return "signal"
-        return None
-
-    def close(self) -> None:
-        """Close the evaluation environments."""
-        for env in self._eval_envs or []:
-            env.close()
