@@ -16,7 +16,8 @@ from drlmpi.envs.make import make_env
 from drlmpi.envs.spec import env_spec
 from drlmpi.mpi.wire import Tag
 from drlmpi.roles.actor import Actor
-from drlmpi.topologies.central import Central, Group, StepWire, env_groups
+from drlmpi.topologies.central import Central
+from drlmpi.topologies.central_wire import Group, StepWire, env_groups
 
 IMAGE = "tests.image_env:ImageSide-v0"
 
