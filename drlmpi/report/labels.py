@@ -51,9 +51,9 @@ def topology_class(config: dict[str, Any]) -> Any:
         return None
     if target not in _CLASSES:
         try:  # through the registry: a plugin topology imports from its directory
-            from drlmpi.topologies.registry import load_class
+            from drlmpi.topologies.registry import import_target
 
-            _CLASSES[target] = load_class(target)
+            _CLASSES[target] = import_target(target)
         except Exception:  # noqa: BLE001 (a renamed or removed class: fall back to the name)
             _CLASSES[target] = None
     return _CLASSES[target]

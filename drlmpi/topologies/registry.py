@@ -30,14 +30,20 @@ def names() -> list[str]:
     return sorted(group_files("topology"))
 
 
-def load_class(target: str) -> type[Topology]:
-    """The topology class ``module.Class`` (a plugin directory's modules import from it)."""
+def import_target(target: str) -> object:
+    """What ``module.name`` names, the plugin directories on the import path (their modules
+    import from them); raises ImportError or AttributeError."""
     for directory in plugin_dirs():
         if str(directory) not in sys.path:
             sys.path.append(str(directory))
     module, _, attribute = target.rpartition(".")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def load_class(target: str) -> type[Topology]:
+    """The topology class ``module.Class``, refused in one line if it is none."""
     try:
-        cls = getattr(importlib.import_module(module), attribute)
+        cls = import_target(target)
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"topology class {target} cannot be imported: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, Topology)):
