@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "drlmpi"
 #: bottom to top; a package may import from the layers below its own, never from above
 LAYERS = [
     {"config"},
+    {"jobs"},
     {"mpi", "device"},
     {"data", "envs"},
     {"algos"},

@@ -20,8 +20,9 @@ from omegaconf import OmegaConf
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.schema import SCHEMA
-from drlmpi.mpi.abort import HANG_EXIT
-from drlmpi.mpi.watchdog import BOARD_DIR, ProgressBoard, ProgressClock, Watchdog, grace_for
+from drlmpi.jobs.abort import HANG_EXIT
+from drlmpi.jobs.progress import ProgressClock
+from drlmpi.jobs.watchdog import BOARD_DIR, ProgressBoard, Watchdog, grace_for
 from drlmpi.run.command_line import _launch_time_resolver
 from drlmpi.run.plan import make_plan
 from tests.conftest import CONF

@@ -26,7 +26,7 @@ from drlmpi.envs.atari import SEED_RANGE, AleSettings, ale_settings
 from drlmpi.envs.sim_cost import burn_cpu
 from drlmpi.envs.spec import RAW_EPISODE_KEY
 from drlmpi.envs.vector import BankStep
-from drlmpi.mpi.watchdog import PROGRESS
+from drlmpi.jobs.progress import PROGRESS
 
 
 class AleBank:

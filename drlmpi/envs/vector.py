@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from drlmpi.envs.spec import RAW_EPISODE_KEY
-from drlmpi.mpi.watchdog import PROGRESS
+from drlmpi.jobs.progress import PROGRESS
 
 VECTOR_MODES = ("sync", "async")
 

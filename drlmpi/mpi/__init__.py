@@ -1,2 +1,2 @@
-"""Everything that talks MPI: the timed communicator, the wire formats, what a rank sets up before
-MPI starts, the watchdog that ends a job whose rank stopped answering, and ending a job."""
+"""Everything that talks MPI: the timed communicator and the wire formats. Job control (the
+progress clock, the watchdog, signal stops, ending a job) is drlmpi.jobs."""

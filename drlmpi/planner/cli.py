@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError) as exc:
         print(f"drlmpi.plan: error: {exc}", file=sys.stderr)
         return 2
-    from drlmpi.mpi.process import set_thread_counts
+    from drlmpi.jobs.process import set_thread_counts
 
     set_thread_counts(first.get("threads_per_rank"))  # as each rank of the run would
     import torch

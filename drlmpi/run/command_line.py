@@ -9,7 +9,7 @@ to its own ``rank<r>.log``.
 A failure on one rank prints ``drlmpi: rank R failed: ...`` and aborts the whole MPI job, so
 no rank is left waiting in a collective. Configuration errors are detected identically by
 every rank before any communication and end the job with exit code 2. A rank that stops making
-progress for ``run.rank_timeout_s`` is ended by its watchdog (:mod:`drlmpi.mpi.watchdog`), which
+progress for ``run.rank_timeout_s`` is ended by its watchdog (:mod:`drlmpi.jobs.watchdog`), which
 prints one line and aborts the job with exit code 3.
 """
 
@@ -31,7 +31,7 @@ from drlmpi.config.plugins import group_files
 # Importing the schema registers its options' defaults with Hydra (conf/ builds on them); the
 # topologies' options are registered by check_command_line (drlmpi.topologies.registry).
 from drlmpi.config.schema import CONF_DIR
-from drlmpi.mpi.abort import (
+from drlmpi.jobs.abort import (
     CONFIG_ERROR_EXIT,
     CONFIG_ERROR_GRACE_S,
     CRASH_EXIT,
@@ -40,7 +40,7 @@ from drlmpi.mpi.abort import (
     SIGNAL_EXIT,
     end_job,
 )
-from drlmpi.mpi.process import (
+from drlmpi.jobs.process import (
     first_process,
     set_thread_counts,
     under_mpi_launcher,
@@ -217,7 +217,7 @@ def _task(cfg) -> float | int:
             raise
         end_job(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
                 CRASH_EXIT, abort=world.Get_size() > 1)
-    from drlmpi.mpi.stop import STOP
+    from drlmpi.jobs.stop import STOP
 
     if STOP.stopped_run:  # stopped by a signal, checkpoint written: a documented exit status
         _exit_after_signal_stop()

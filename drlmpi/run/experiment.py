@@ -1,5 +1,5 @@
 """One experiment on this MPI world: plan it (every check, once), build the topology, run it,
-summarise. Once the ranks are connected, each runs a watchdog (:mod:`drlmpi.mpi.watchdog`): a
+summarise. Once the ranks are connected, each runs a watchdog (:mod:`drlmpi.jobs.watchdog`): a
 rank that stops making progress for ``run.rank_timeout_s`` ends the job.
 """
 
@@ -15,9 +15,10 @@ import torch
 
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.device.determinism import set_deterministic
-from drlmpi.mpi.stop import STOP, stopped_by_signal_line
+from drlmpi.jobs.progress import PROGRESS
+from drlmpi.jobs.stop import STOP, stopped_by_signal_line
+from drlmpi.jobs.watchdog import start_watchdog
 from drlmpi.mpi.timed import TimedComm
-from drlmpi.mpi.watchdog import PROGRESS, start_watchdog
 from drlmpi.outputs.files import atomic_save
 from drlmpi.outputs.summary import format_summary, write_summary
 from drlmpi.run.memory import MemorySampler

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlmpi.mpi.stop import STOP
+from drlmpi.jobs.stop import STOP
 from drlmpi.topologies.context import RunPlan
 
 
