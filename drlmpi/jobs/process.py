@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 
-# Importing the schema registers every option's default with Hydra (conf/ builds on them).
-
 # Environment variables by which MPI launchers (MPICH/Hydra, Open MPI, PMIx/Slurm, Cray PALS)
 # tell a process it is one rank of a job.
 LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PALS_RANK",
