@@ -16,6 +16,7 @@ from drlmpi.envs.make import make_env
 from drlmpi.envs.spec import env_spec
 from drlmpi.mpi.wire import Tag
 from drlmpi.roles.actor import Actor
+from drlmpi.roles.learner import Learner
 from drlmpi.topologies.central import Central
 from drlmpi.topologies.central_wire import Group, StepWire, env_groups
 
@@ -23,7 +24,12 @@ IMAGE = "tests.image_env:ImageSide-v0"
 
 
 class Taking:
-    """The part of a Learner that :meth:`Central._ingest` uses, recording what it stores."""
+    """The part of a Learner that :meth:`Central._ingest` and :meth:`Central._serve` use (the
+    Learner's own methods over ``algo``), recording what it stores."""
+
+    row_buffer = Learner.row_buffer
+    extras_of = Learner.extras_of
+    acting_for_simulators = Learner.acting_for_simulators
 
     def __init__(self, algo) -> None:
         self.algo, self.layout, self.updates = algo, algo.layout, 0
@@ -160,7 +166,7 @@ def test_one_serve_answers_each_group_with_the_actions_of_its_own_observations()
     learner = Taking(algo)
     learner.env_steps, learner.updates = steps, 7
     comm, stats = Replying(), {"serves": 0, "rows_served": 0, "inference_s": 0.0}
-    Central._serve(comm, groups, learner, Central._acting(algo, 8), stats)
+    Central._serve(comm, groups, learner, learner.acting_for_simulators(8), stats)
 
     assert stats["serves"] == 1 and stats["rows_served"] == 6
     assert [(dest, tag) for dest, tag, _ in comm.sent] == [

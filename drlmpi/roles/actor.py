@@ -130,6 +130,15 @@ class Actor:
         PROGRESS.done()
         return self.step(actions, extras)
 
+    def step_served(self, actions: np.ndarray) -> tuple[np.ndarray, int]:
+        """:meth:`step` with actions a learner chose for this simulator (central inference), its
+        time counted as simulation (:attr:`sim_s`), as :meth:`collect`'s is."""
+        t0 = time.perf_counter()
+        try:
+            return self.step(actions)
+        finally:
+            self.sim_s += time.perf_counter() - t0
+
     def step(self, actions: np.ndarray, extras: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """One step of every environment with ``actions`` ``(n_envs, action_dim)`` (chosen here
         or by a learner that acts for this simulator) and their ``extras`` columns, if any;

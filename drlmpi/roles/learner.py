@@ -18,8 +18,9 @@ from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.data.finite import first_non_finite
+from drlmpi.device.capture import CapturedForward
 from drlmpi.jobs.progress import PROGRESS
-from drlmpi.roles.actor import episode_stats
+from drlmpi.roles.actor import Actor, episode_stats
 from drlmpi.roles.stopping import Stopping, TrainingClock
 
 # A batch of updates records progress for the watchdog at least every this many updates
@@ -279,3 +280,52 @@ class Learner(Stopping):
     def policy_weights(self) -> np.ndarray:
         """The policy's flat float32 parameters (a view on CPU, one copy from a GPU)."""
         return self.algo.policy.flat.params_numpy()
+
+    # -- what topologies ask of the algorithm (they never reach into ``learner.algo``) ----------
+    def lead(self, actor: Actor) -> None:
+        """Have ``actor`` (on this rank) act with this learner's current policy."""
+        actor.follow(self.algo)
+
+    def rollout_updates(self) -> int | None:
+        """The updates one rollout entitles (on-policy algorithms; ``None`` otherwise)."""
+        return self.algo.rollout_updates()
+
+    @property
+    def queues_updates(self) -> bool:
+        """Whether updates are queued on an accelerator (finishing after the call returns)."""
+        return self.algo.queues_updates
+
+    def ready_to_update(self) -> bool:
+        """Whether the algorithm holds enough experience for an update (flat-out training)."""
+        return self.algo.ready_to_update()
+
+    def row_buffer(self, n: int) -> np.ndarray:
+        """``n`` rows to build experience into (pinned staging rows on a device learner)."""
+        return self.algo.row_buffer(n)
+
+    def acting_for_simulators(self, max_rows: int) -> Callable[[np.ndarray, int], tuple[Any, Any, Any]]:
+        """``act(observations, env_steps) -> (actions, extras, forward output)``: this learner
+        acting for simulators that hold no policy (central inference). On a CUDA learner with
+        ``algo.capture`` the forward pass is replayed from CUDA graphs (:class:`CapturedForward`),
+        exploration finished on the host; an algorithm that acts on the host only acts as it does
+        (no forward output)."""
+        algo = self.algo
+        if type(algo).act_tensor is Algorithm.act_tensor:
+            return lambda obs, steps: (*algo.act(obs, steps, explore=True), None)
+        layout, mode = algo.layout, "graph" if algo.capture in ("graph", "fused") else "off"
+        forward = CapturedForward(lambda x: algo.act_tensor(x, True), layout.obs_shape,
+                                  torch.uint8 if layout.packed else torch.float32, algo.device, max_rows,
+                                  mode, f"{algo.config_name(algo.cfg)} act")
+
+        def act(obs: np.ndarray, steps: int) -> tuple[Any, Any, Any]:
+            out = forward(obs)
+            return (*algo.finish_act(out, steps, True), out)
+
+        return act
+
+    def extras_of(self, out: Any, obs: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
+        """The extra columns (PPO: log-probabilities, values) of ``actions`` other than the ones
+        acted for (Atari's forced FIRE): from the forward pass's output ``out`` when it holds
+        them, else from another pass over ``obs``."""
+        redone = None if out is None else self.algo.extras_of(out, actions)
+        return self.algo.extras_for(obs, actions) if redone is None else redone

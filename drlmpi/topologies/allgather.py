@@ -71,7 +71,7 @@ class Allgather(DataParallelTopology):
             actor.set_global_steps(learner.env_steps, comm.size)
             table = data_parallel_round(comm, learner, actor, every, unit, ROOT)
             peer.train(int(table[:, RoundCounts.UPDATES_DUE].min()))
-            actor.follow(learner.algo)
+            learner.lead(actor)
             stop = False
             if is_root:
                 learner.maybe_evaluate()

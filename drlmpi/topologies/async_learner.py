@@ -49,7 +49,7 @@ class AsyncLearner:
         self.publish_every = int(cfg.publish_every)
         # The lag bound: configured, or for an on-policy algorithm one rollout's worth of
         # updates beyond the publication interval; replay-based algorithms keep every chunk.
-        rollout_updates = self.learner.algo.rollout_updates()
+        rollout_updates = self.learner.rollout_updates()
         self.lag_auto = cfg.get("max_policy_lag") is None and rollout_updates is not None
         if cfg.get("max_policy_lag") is not None:
             self.max_lag: int | None = int(cfg.max_policy_lag)
@@ -188,7 +188,7 @@ class AsyncLearner:
         publication: it queues its updates on the GPU and each call ends by waiting for them, so
         one update per call paid a full host-device round trip each (the async learner ran at a
         third of star's rate on an H100). The publication cadence is the same either way."""
-        if not self.learner.algo.queues_updates:
+        if not self.learner.queues_updates:
             return 1
         return self.publish_every - since_publish
 
@@ -203,7 +203,7 @@ class AsyncLearner:
         self.start()
         since_publish = 0
         while learner.stop_reason() is None:
-            can_train = (learner.algo.ready_to_update() if self.free else learner.pending_updates > 0)
+            can_train = (learner.ready_to_update() if self.free else learner.pending_updates > 0)
             self.poll(block=not can_train)
             if can_train:
                 if self.free:

@@ -39,11 +39,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import torch
 
-from drlmpi.algos.base import Algorithm
 from drlmpi.config.options import integer
-from drlmpi.device.capture import CapturedForward
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.outputs.figures import fmt, percent, table
@@ -129,8 +126,8 @@ class Central(Topology):
         requests = [group.post(comm) for group in groups]
         per_serve = int(self.cfg.updates_per_serve)
         limit = self.cfg.get("max_pending_updates")
-        limit = int(limit) if limit is not None else 2 * (learner.algo.rollout_updates() or per_serve)
-        acting = self._acting(learner.algo, len(groups) * max(g.n for g in groups))
+        limit = int(limit) if limit is not None else 2 * (learner.rollout_updates() or per_serve)
+        acting = learner.acting_for_simulators(len(groups) * max(g.n for g in groups))
         after = ctx.after_round(learner)
         stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // (comm.size - 1)}
@@ -168,7 +165,7 @@ class Central(Topology):
         """The experience rows of the arrived groups' step messages, built in one array and
         stored as one chunk."""
         counts = [group.n if group.obs is not None else 0 for group in arrived]
-        rows = learner.algo.row_buffer(sum(counts))  # a device learner's pinned staging rows
+        rows = learner.row_buffer(sum(counts))  # a device learner's pinned staging rows
         start, parts = 0, []
         for group, count in zip(arrived, counts):
             parts.append((count, group.source, learner.updates - group.version))
@@ -195,30 +192,10 @@ class Central(Topology):
                 forced = np.nonzero(msg[:n, wire.slices["forced"]][:, 0])[0]
                 if len(forced):  # from the forward pass's output if it has them, else another pass
                     taken = rows[forced][:, layout.slices["action"]]
-                    redone = None if group.out is None else learner.algo.extras_of(group.out[forced], taken)
-                    if redone is None:
-                        redone = learner.algo.extras_for(layout.obs_array(rows[forced]), taken)
-                    rows[forced, layout.extras_slice] = redone
+                    out = None if group.out is None else group.out[forced]
+                    rows[forced, layout.extras_slice] = learner.extras_of(
+                        out, layout.obs_array(rows[forced]), taken)
         group.obs = msg[:n, wire.slices["obs"]]
-
-    @staticmethod
-    def _acting(algo: Algorithm, max_rows: int) -> Callable[[np.ndarray, int], tuple[Any, Any, Any]]:
-        """``act(observations, env_steps) -> (actions, extras, forward output)`` for the learner's
-        serves: on a CUDA learner with ``algo.capture`` the forward pass is replayed from CUDA
-        graphs (:class:`CapturedForward`), exploration finished on the host; an algorithm that
-        acts on the host only acts as it does (no forward output)."""
-        if type(algo).act_tensor is Algorithm.act_tensor:
-            return lambda obs, steps: (*algo.act(obs, steps, explore=True), None)
-        layout, mode = algo.layout, "graph" if algo.capture in ("graph", "fused") else "off"
-        forward = CapturedForward(lambda x: algo.act_tensor(x, True), layout.obs_shape,
-                                  torch.uint8 if layout.packed else torch.float32, algo.device, max_rows,
-                                  mode, f"{algo.config_name(algo.cfg)} act")
-
-        def act(obs: np.ndarray, steps: int) -> tuple[Any, Any, Any]:
-            out = forward(obs)
-            return (*algo.finish_act(out, steps, True), out)
-
-        return act
 
     @staticmethod
     def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, acting: Callable,
@@ -283,9 +260,7 @@ class Central(Topology):
                     continue
                 actor = actors[g]
                 actions = replies[g][1:].reshape(actor.n_envs, dim)
-                t0 = time.perf_counter()
-                rows, _ = actor.step(actions)
-                actor.sim_s += time.perf_counter() - t0
+                rows, _ = actor.step_served(actions)
                 comm.Send(wire.pack(rows, actor.obs, actions), dest=LEARNER_RANK,
                           tag=Tag.OBSERVATIONS + g, kind="observations")
                 sent_at[g] = time.perf_counter()

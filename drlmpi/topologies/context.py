@@ -186,7 +186,7 @@ class RunContext:
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [],
                                    enabled=self.resume_meta is not None):
             actor = self.make_actor(algo=learner.algo if mode == "learner" else None)
-        actor.follow(learner.algo)
+        learner.lead(actor)
         return actor
 
     def make_learner(self, algo: Algorithm | None = None, log: bool = True,

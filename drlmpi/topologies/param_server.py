@@ -109,6 +109,6 @@ class ParameterServer(DataParallelTopology):
                 break
             if control[Control.CHECKPOINT]:
                 ctx.save_checkpoint(learner, ranks_with_state=list(range(comm.size)), collective=True)
-            actor.follow(learner.algo)
+            learner.lead(actor)
         actor.close()
         return learner_report(comm.rank, learner, role="worker", actor=actor)

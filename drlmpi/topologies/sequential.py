@@ -44,7 +44,7 @@ class Sequential(Topology):
             actor.set_global_steps(learner.env_steps)
             learner.ingest(actor.collect(every, unit), source_rank=ctx.comm.rank)
             if learner.train():
-                actor.follow(learner.algo)
+                learner.lead(actor)
             learner.maybe_evaluate()
             ctx.maybe_checkpoint(learner)
             ctx.progress()
