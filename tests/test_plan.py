@@ -155,7 +155,7 @@ def test_the_calibration_compares_a_real_job_with_the_model(tmp_path, monkeypatc
 
     monkeypatch.setattr(calibration, "launch", fake_launch)
     monkeypatch.setattr(calibration, "sizes_to_calibrate", lambda cfgs, why: {"star": 16})
-    monkeypatch.setattr("drlmpi.planner.cli.topology_class", lambda c: Star)
+    monkeypatch.setattr(calibration, "topology_class", lambda c: Star)
     why = {("star", 1): None, ("star", 16): None}
     result = calibration.calibrate({"star": cfg("star")}, [], why, probe(), 1.0, tmp_path)
     star = result["star"]
@@ -228,7 +228,7 @@ def test_bad_input_is_refused_in_one_line(tmp_path, args, says):
 def test_the_probe_runs_for_a_topology_of_several_ranks(tmp_path):
     """The probe runs in one process whatever the topology: a groups-only plan (4 ranks at
     the least) builds its simulator and learner there."""
-    from drlmpi.planner.cli import compose
+    from drlmpi.planner.cells import compose
     from drlmpi.planner.probe import _context, smallest_world
 
     cfg = compose([CUE, "algo.hidden=[16]", "topology=groups"])

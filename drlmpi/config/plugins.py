@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from drlmpi.config.schema import CONF_DIR
-
+#: the checkout's conf/ (installed with pip -e): drlmpi's own config files
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 #: the environment variable listing plugin directories (separated as PATH is: ``:`` on Linux)
 PLUGIN_PATH = "DRLMPI_PLUGIN_PATH"
 

@@ -16,7 +16,6 @@ read of it: :mod:`drlmpi.run.reference`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -33,9 +32,7 @@ from drlmpi.config.options import (
     real,
     unit,
 )
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # the checkout's conf/ (installed with pip -e)
-
+from drlmpi.config.plugins import group_files
 
 _CAPTURE = choice("auto", "device learner: auto (CUDA graphs on CUDA, eager on cpu) | graph | compile | off",
                 "auto", "graph", "compile", "off")
@@ -259,8 +256,6 @@ def topology_scopes() -> list[str]:
 def group_config(group: str, name: str) -> DictConfig:
     """``conf/<group>/<name>.yaml`` over its schema defaults, without Hydra (what composing
     ``<group>=<name>`` puts under ``<group>``, before tuned files, presets and overrides)."""
-    from drlmpi.config.plugins import group_files
-
     own = OmegaConf.load(group_files(group)[name])
     base = defaults(f"{group}/{name}" if group in ("algo", "topology") else group)
     own_values = {k: v for k, v in OmegaConf.to_container(own).items() if k != "defaults"}

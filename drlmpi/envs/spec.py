@@ -1,11 +1,12 @@
 """What an algorithm needs to know about an environment (:class:`EnvSpec`), read from its spaces, so
-an algorithm can refuse a space it cannot handle before any rank starts working; and the
-``info`` key by which an environment reports whole games (:data:`RAW_EPISODE_KEY`).
+an algorithm can refuse a space it cannot handle before any rank starts working; the ``info``
+key by which an environment reports whole games (:data:`RAW_EPISODE_KEY`); and one step of a
+bank of environments (:class:`BankStep`: what the vector banks and the Atari bank return).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gymnasium as gym
 import numpy as np
@@ -95,3 +96,17 @@ def _wrapper_attr(env: gym.Env, name: str) -> object:
         return env.get_wrapper_attr(name)
     except AttributeError:
         return None
+
+
+@dataclass
+class BankStep:
+    """One step of every environment of a bank."""
+
+    obs: np.ndarray  # (n, *obs_shape): the step's observation (final where the episode ended)
+    reward: np.ndarray  # (n,) float64
+    terminated: np.ndarray  # (n,) bool
+    truncated: np.ndarray  # (n,) bool
+    next_obs: np.ndarray  # (n, *obs_shape): what to act on next (reset where it ended)
+    raw: dict[int, tuple[float, int]] = field(default_factory=dict)  # env index -> raw game
+    #: env index -> the action sent instead of the one asked for (ALE: FIRE after a lost life)
+    forced: dict[int, int] = field(default_factory=dict)

@@ -18,30 +18,15 @@ reports of environments that end whole games (:data:`drlmpi.envs.spec.RAW_EPISOD
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from drlmpi.envs.spec import RAW_EPISODE_KEY
+from drlmpi.envs.spec import RAW_EPISODE_KEY, BankStep
 from drlmpi.jobs.progress import PROGRESS
 
 VECTOR_MODES = ("sync", "async")
-
-
-@dataclass
-class BankStep:
-    """One step of every environment of a bank."""
-
-    obs: np.ndarray  # (n, *obs_shape): the step's observation (final where the episode ended)
-    reward: np.ndarray  # (n,) float64
-    terminated: np.ndarray  # (n,) bool
-    truncated: np.ndarray  # (n,) bool
-    next_obs: np.ndarray  # (n, *obs_shape): what to act on next (reset where it ended)
-    raw: dict[int, tuple[float, int]] = field(default_factory=dict)  # env index -> raw game
-    #: env index -> the action sent instead of the one asked for (ALE: FIRE after a lost life)
-    forced: dict[int, int] = field(default_factory=dict)
 
 
 class SerialEnvs:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from drlmpi.planner.cells import topology_class
 from drlmpi.planner.jobs import calibration_jobs, launch
 from drlmpi.planner.model import predict
 from drlmpi.sweep.jobs import read_summary
@@ -29,8 +30,7 @@ SECONDS_PER_JOB = 4.0
 
 def sizes_to_calibrate(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None]) -> dict[str, int]:
     """Each modelled topology's largest size that it accepts (``why``: each cell's refusal,
-    :func:`drlmpi.planner.cli.cell_refusals`), if more than one rank."""
-    from drlmpi.planner.cli import topology_class
+    :func:`drlmpi.planner.cells.cell_refusals`), if more than one rank."""
     from drlmpi.planner.model import modelled
 
     sizes = {}
@@ -61,7 +61,6 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
               seconds: float, root: Path) -> dict[str, dict[str, Any]]:
     """Per topology: ``{"ranks", "measured", "modelled", "load", "seconds", "in_job"}`` (or
     ``{"ranks", "error"}`` where its job did not finish)."""
-    from drlmpi.planner.cli import topology_class
 
     sizes = sizes_to_calibrate(cfgs, why)
     jobs = calibration_jobs(overrides, sizes, SECONDS_PER_JOB * seconds, root)

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from drlmpi.planner.cells import cell_refusals, configs, plan_cells
 from drlmpi.planner.compare import compare_saved, comparison, config_of, fmt_rate, measured
 from drlmpi.planner.model import Prediction, recommended, topology_names
 
@@ -54,79 +55,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return parser.parse_known_args(argv)
 
 
-def compose(overrides: list[str]) -> Any:
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from drlmpi.config.schema import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides))
-
-
 def default_ranks(cores: int) -> list[int]:
     ranks, n = {cores}, 1
     while n <= cores:
         ranks.add(n)
         n *= 2
     return sorted(ranks)
-
-
-def base_overrides(overrides: list[str]) -> list[str]:
-    """The user's overrides without the topology and world size (each cell sets its own)."""
-    return [o for o in overrides if not o.startswith(("topology=", "world_size="))]
-
-
-def configs(overrides: list[str], topologies: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """One composed config per topology (the user's overrides plus ``topology=NAME``), and
-    why a topology could not be composed."""
-    from omegaconf.errors import OmegaConfBaseException
-
-    base = base_overrides(overrides)
-    cfgs, refused = {}, {}
-    for name in topologies:
-        try:
-            cfgs[name] = compose([*base, f"topology={name}"])
-        except (OmegaConfBaseException, ValueError, KeyError) as exc:
-            refused[name] = str(exc).splitlines()[0]
-    return cfgs, refused
-
-
-def topology_class(cfg: Any) -> type:
-    from drlmpi.run.plan import resolve_classes
-
-    return resolve_classes(cfg)[1]
-
-
-def accepted(cfg: Any, ranks: int) -> str | None:
-    """Why a job of ``cfg`` on ``ranks`` ranks would be refused (``None``: it would start)."""
-    from drlmpi.config.errors import ConfigError
-    from drlmpi.run.plan import make_plan
-
-    try:
-        make_plan(cfg, ranks)
-    except ConfigError as exc:
-        return str(exc)
-    return None
-
-
-def cell_refusals(cfgs: dict[str, Any], refused: dict[str, str],
-                  ranks: list[int]) -> dict[tuple[str, int], str | None]:
-    """Why each (topology, size) cell would be refused (``None``: it would start), each checked
-    once: the calibration and the cells both read this."""
-    return {(name, n): refused.get(name) or accepted(cfgs[name], n)
-            for name in [*cfgs, *refused] for n in ranks}
-
-
-def plan_cells(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None], probe: Any,
-               calibrations: dict[str, dict] | None = None) -> list[Prediction]:
-    """Every cell of ``why`` (:func:`cell_refusals`): refused with its reason, or predicted."""
-    from drlmpi.planner.model import predict
-
-    calibrations = calibrations or {}
-    return [Prediction(name, n, refused=reason) if reason is not None
-            else predict(topology_class(cfgs[name]), n, probe, cfgs[name], calibrations.get(name))
-            for (name, n), reason in why.items()]
 
 
 BOUND_CODES = {"simulators": "s", "learner": "l", "exchange": "x", "stepping and learning in turn": "t"}

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from drlmpi.planner import LAUNCH_ENV, mpi_command
+from drlmpi.planner.cells import base_overrides, cell_refusals, compose, configs
 
 #: what every planner job sets: no evaluation, no checkpoints, no event files, quiet
 QUIET = ["run.eval_every=1000000000", "run.stop_on_solve=false", "run.progress_every_s=0",
@@ -44,7 +45,6 @@ def run_spec(spec: dict[str, Any]) -> list[str]:
     """This rank's part of every job in ``spec``; rank 0 returns the finished run directories."""
     from mpi4py import MPI
 
-    from drlmpi.planner.cli import compose
     from drlmpi.run.experiment import run_experiment
 
     world = MPI.COMM_WORLD
@@ -97,7 +97,6 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> 
 def job(overrides: list[str], topology: str, ranks: int, run_dir: Path, *extra: str) -> dict[str, Any]:
     """One job of a spec: the user's overrides for ``topology`` on ``ranks`` ranks, quiet,
     then ``extra`` (later overrides win)."""
-    from drlmpi.planner.cli import base_overrides
 
     return {"overrides": [*base_overrides(overrides), f"topology={topology}", *QUIET, *extra],
             "ranks": ranks, "run_dir": str(run_dir)}
@@ -117,7 +116,6 @@ def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[
     """``--measure``: every accepted (topology, size) cell of the config, one job each; with
     ``repeats`` the whole list again that many times (interleaved, so a drifting host spreads
     over every cell; ``--compare`` averages a cell's runs)."""
-    from drlmpi.planner.cli import cell_refusals, configs
 
     cfgs, refused = configs(overrides, topologies)
     cells = [cell for cell, reason in cell_refusals(cfgs, {}, ranks).items() if reason is None]

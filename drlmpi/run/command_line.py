@@ -25,12 +25,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from drlmpi.config.overrides import find, parse, value_text, values
-from drlmpi.config.plugins import group_files
-
 # Importing the schema registers its options' defaults with Hydra (conf/ builds on them); the
 # topologies' options are registered by check_command_line (drlmpi.topologies.registry).
-from drlmpi.config.schema import CONF_DIR
+import drlmpi.config.schema  # noqa: F401
+from drlmpi.config.overrides import find, parse, value_text, values
+from drlmpi.config.plugins import CONF_DIR, group_files
 from drlmpi.jobs.abort import (
     CONFIG_ERROR_EXIT,
     CONFIG_ERROR_GRACE_S,

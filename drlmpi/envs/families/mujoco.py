@@ -10,8 +10,10 @@ from typing import Any
 import gymnasium
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.envs.families import gym
 from drlmpi.envs.families.base import Family
+from drlmpi.envs.families.gym import check_options as check_gym_options
+from drlmpi.envs.families.gym import make as make_gym
+from drlmpi.envs.families.gym import make_options
 
 INSTALL_HINT = "pip install 'drlmpi[mujoco]' (it installs gymnasium[mujoco])"
 
@@ -37,7 +39,7 @@ def route_mujoco_warnings() -> None:
 def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
     """One MuJoCo environment: :func:`drlmpi.envs.families.gym.make` with MuJoCo's warnings routed."""
     route_mujoco_warnings()
-    return gym.make(env_id, **kwargs)
+    return make_gym(env_id, **kwargs)
 
 
 def check_options(env: Any) -> None:
@@ -46,8 +48,8 @@ def check_options(env: Any) -> None:
         import mujoco  # noqa: F401
     except ImportError as exc:
         raise ConfigError(f"env.id={env.id} needs MuJoCo: {INSTALL_HINT}: {exc}") from exc
-    gym.check_options(env)
+    check_gym_options(env)
 
 
-FAMILY = Family(name="mujoco", claims=is_mujoco, make=make, make_options=gym.make_options,
+FAMILY = Family(name="mujoco", claims=is_mujoco, make=make, make_options=make_options,
                 check_options=check_options, install_hint=INSTALL_HINT)
