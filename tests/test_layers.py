@@ -67,6 +67,49 @@ def test_imports_point_down_the_layers():
     assert not upward, "\n".join(upward)
 
 
+def _module_name(path: Path) -> str:
+    name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return name.removesuffix(".__init__")
+
+
+def _runtime_imports(path: Path, known: set[str]) -> set[str]:
+    """The package's modules ``path`` imports when it runs (in functions too; not what it imports
+    for type checking only): ``from a.b import c`` counts ``a.b.c`` when that is a module."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                   and getattr(block.test, "id", None) == "TYPE_CHECKING" for n in ast.walk(block)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            subs = {f"{node.module}.{alias.name}" for alias in node.names} & known
+            out |= subs if subs else {node.module}
+        elif isinstance(node, ast.Import):
+            out |= {alias.name for alias in node.names}
+    return out & known
+
+
+def test_no_import_circles():
+    """No module imports, through others, one that imports it back (a package's __init__ importing
+    its own modules aside): a circle makes what a module needs depend on which side was imported
+    first, and was dodged with imports inside functions."""
+    modules = {_module_name(p): p for p in _modules()}
+    graph = {name: _runtime_imports(path, set(modules)) - {name} for name, path in modules.items()}
+    circles = []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start and not start.startswith(nxt + ".") and not nxt.startswith(start + "."):
+                    circles.append(" -> ".join([*trail, nxt]))
+                elif nxt not in seen and not start.startswith(nxt):
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+    assert not circles, "\n".join(sorted(set(circles)))
+
+
 def test_no_module_over_350_lines_and_few_at_the_top():
     long = {str(p.relative_to(PACKAGE.parent)): n for p in _modules()
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
