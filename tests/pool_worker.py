@@ -69,7 +69,7 @@ def _resolve(name: str):
 
 def serve(control: Path, owner: int) -> None:
     """The pool's loop on this rank (see the module docstring)."""
-    from drlmpi.jobs.process import yield_when_oversubscribed
+    from drlmpi.job_control.process import yield_when_oversubscribed
 
     yield_when_oversubscribed()  # more ranks than cores: waiting ranks must yield their core
     from mpi4py import MPI

@@ -22,7 +22,7 @@ from drlmpi.algos.ppo import PPO
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.schema import group_config
 from drlmpi.run.command_line import _launch_time_resolver
-from drlmpi.run.plan import make_plan
+from drlmpi.run.preflight import make_plan
 from drlmpi.topologies.allgather import Allgather
 from drlmpi.topologies.data_parallel.batch_rule import per_rank_algo_config
 from drlmpi.topologies.param_server import ParameterServer

@@ -10,7 +10,7 @@ from omegaconf.errors import ReadonlyConfigError
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.schema import defaults, group_config
 from drlmpi.run.command_line import _launch_time_resolver
-from drlmpi.run.plan import make_plan
+from drlmpi.run.preflight import make_plan
 from tests.conftest import CONF
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -70,7 +70,7 @@ def test_every_option_file_composes_and_validates(group):
 
 
 def cfg_ranks(cfg) -> int:
-    from drlmpi.run.plan import resolve_classes
+    from drlmpi.run.preflight import resolve_classes
 
     _, topology_cls = resolve_classes(cfg)
     return topology_cls.fixed_world_size() or topology_cls.smallest_world(cfg.topology)

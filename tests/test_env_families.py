@@ -12,7 +12,7 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.envs import families
 from drlmpi.envs.families import FAMILIES, Family, family_of
 from drlmpi.envs.make import env_make_kwargs, make_env
-from drlmpi.run.plan import check_env_options
+from drlmpi.run.preflight import check_env_options
 
 
 @pytest.mark.parametrize("env_id, name", [("CartPole-v1", "gym"), ("LunarLander-v3", "gym"),

@@ -85,7 +85,7 @@ def test_a_full_disk_ends_the_run_in_one_line(tmp_path):
 
 # -- what a run says at its start ---------------------------------------------------------------
 def test_the_budget_warnings_name_what_it_cannot_reach():
-    from drlmpi.run.plan import make_plan
+    from drlmpi.run.preflight import make_plan
     from tests.pool_worker import compose
 
     short = ["run.max_env_steps=2000", "algo.learning_starts=5000", "run.eval_every=4000"]
@@ -108,7 +108,7 @@ def test_a_resumed_run_says_where_it_continues(tmp_path):
     from dataclasses import replace
 
     from drlmpi.run.experiment import start_lines
-    from drlmpi.run.plan import make_plan
+    from drlmpi.run.preflight import make_plan
     from tests.pool_worker import compose
 
     plan = make_plan(compose(["run.max_env_steps=20000", "run.max_train_seconds=90"]), 1)

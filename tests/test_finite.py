@@ -19,7 +19,7 @@ from drlmpi.data.layout import ExperienceLayout
 from drlmpi.device.metrics import Metrics, non_finite_metrics, read_metrics
 from drlmpi.envs.make import make_env
 from drlmpi.envs.spec import env_spec
-from drlmpi.jobs.abort import NON_FINITE_EXIT
+from drlmpi.job_control.abort import NON_FINITE_EXIT
 from drlmpi.outputs.tensorboard_log import TensorBoardLog
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner

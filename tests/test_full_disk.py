@@ -117,7 +117,7 @@ def test_a_run_whose_disk_fills_at_a_checkpoint_ends_in_one_line_and_resumes(tmp
     that ends in torch's two `unexpected pos` tracebacks. A subprocess (~4 s, most of it start-up)
     is what shows the job's own output and exit code; one rank, as the learner alone writes."""
     from drlmpi.run.arguments import resume_arguments
-    from drlmpi.run.plan import make_plan
+    from drlmpi.run.preflight import make_plan
     from tests.pool_worker import compose
 
     run_dir = tmp_path / "run"

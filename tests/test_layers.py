@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "drlmpi"
 #: bottom to top; a package may import from the layers below its own, never from above
 LAYERS = [
     {"config"},
-    {"jobs"},
+    {"job_control"},
     {"mpi", "device"},
     {"data", "envs"},
     {"algos"},
@@ -118,7 +118,7 @@ def test_no_module_over_350_lines_and_few_at_the_top():
     assert len(top) <= 5, top
 
 
-#: what resolves a job from its raw config: only the run plan (drlmpi/run/plan.py) calls these
+#: what resolves a job from its raw config: only the run plan (drlmpi/run/preflight.py) calls these
 RESOLVERS = {"probe_spec", "read_meta", "get_class", "check_config", "resolve_device"}
 
 

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.families.mujoco import is_mujoco
 from drlmpi.envs.make import make_env
-from drlmpi.run.plan import check_env_options
+from drlmpi.run.preflight import check_env_options
 from tests.shared_runs import declare
 
 SMALL = ["algo.hidden=[32,32]", "run.stop_on_solve=false", "run.eval_every=512", "run.eval_episodes=1",

@@ -20,7 +20,7 @@ from drlmpi.config.plugins import PLUGIN_PATH
 from drlmpi.config.schema import SCHEMA
 from drlmpi.planner.model import predict, topology_names
 from drlmpi.report import build_report
-from drlmpi.run.plan import make_plan
+from drlmpi.run.preflight import make_plan
 from drlmpi.run.reference import help_lines
 from drlmpi.topologies.registry import register
 from drlmpi.topologies.star import Star

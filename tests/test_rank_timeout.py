@@ -20,11 +20,11 @@ from omegaconf import OmegaConf
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.schema import SCHEMA
-from drlmpi.jobs.abort import HANG_EXIT
-from drlmpi.jobs.progress import ProgressClock
-from drlmpi.jobs.watchdog import BOARD_DIR, ProgressBoard, Watchdog, grace_for
+from drlmpi.job_control.abort import HANG_EXIT
+from drlmpi.job_control.progress import ProgressClock
+from drlmpi.job_control.watchdog import BOARD_DIR, ProgressBoard, Watchdog, grace_for
 from drlmpi.run.command_line import _launch_time_resolver
-from drlmpi.run.plan import make_plan
+from drlmpi.run.preflight import make_plan
 from tests.conftest import CONF
 from tests.mpirun import start_job
 from tests.shared_runs import declare

@@ -2,7 +2,7 @@
 starts working, in one line that says what to do instead.
 
 The refusals are checked in-process, through the same functions ``python -m drlmpi`` calls in
-the same order (the command line's checks, composition, then :func:`drlmpi.run.plan.make_plan` at the
+the same order (the command line's checks, composition, then :func:`drlmpi.run.preflight.make_plan` at the
 job's world size). A few subprocess tests show the form a user sees: exit code 2, the line printed
 once (not once per rank), no traceback, and no rank left waiting - for each place a refusal can
 come from (the command line on every rank, rank 0's directory check, validation after Hydra).
@@ -19,7 +19,7 @@ import pytest
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.run.arguments import check_command_line, check_output_directories, resume_arguments
-from drlmpi.run.plan import make_plan
+from drlmpi.run.preflight import make_plan
 from tests.conftest import REPO
 from tests.mpirun import run_job
 from tests.pool_worker import compose

@@ -128,7 +128,7 @@ def test_a_rank_with_a_learner_acts_with_its_network_where_act_device_says(tmp_p
     from mpi4py import MPI
 
     from drlmpi.mpi.timed import TimedComm
-    from drlmpi.run.plan import make_plan
+    from drlmpi.run.preflight import make_plan
     from drlmpi.topologies.context import RunContext
     from tests.conftest import CONF
 

@@ -17,7 +17,7 @@ from drlmpi.config.overrides import parse, values
 from drlmpi.config.schema import SCHEMA, defaults, group_config
 from drlmpi.run.arguments import check_writable
 from drlmpi.run.command_line import _launch_time_resolver, main
-from drlmpi.run.plan import make_plan
+from drlmpi.run.preflight import make_plan
 from drlmpi.run.reference import reference_table, shown_default
 from tests.conftest import CONF, REPO
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from drlmpi.jobs.abort import SIGNAL_EXIT
+from drlmpi.job_control.abort import SIGNAL_EXIT
 from drlmpi.outputs.checkpoint import rank_file, read_meta
 from tests.mpirun import REPO
 from tests.resume_probe import assert_restored, holders, saved_digests
@@ -126,7 +126,7 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path):
     """The first Ctrl-C asks for the stop; the same signal again at once (a launcher forwarding
     what the terminal sent) is the same request; a later one ends the process with 130."""
     code = ("import os, signal, time\n"
-            "from drlmpi.jobs import stop\n"
+            "from drlmpi.job_control import stop\n"
             "stop.REPEAT_S = 0.2\n"
             f"stop.STOP.install({str(tmp_path)!r}, 0)\n"
             "os.kill(os.getpid(), signal.SIGINT); os.kill(os.getpid(), signal.SIGINT)\n"
@@ -146,7 +146,7 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path):
 def test_another_ranks_request_is_renamed_into_place_whole(tmp_path, monkeypatch):
     """Rank 0 polls for the request file: a rank writes it beside and renames it in, so rank 0
     never reads a created but still empty file (which it would take for a SIGTERM)."""
-    from drlmpi.jobs.stop import REQUEST_FILE, StopRequest
+    from drlmpi.job_control.stop import REQUEST_FILE, StopRequest
 
     renamed = []
     real_replace = os.replace
@@ -156,7 +156,7 @@ def test_another_ranks_request_is_renamed_into_place_whole(tmp_path, monkeypatch
         renamed.append(Path(dst).name)
         real_replace(src, dst)
 
-    monkeypatch.setattr("drlmpi.jobs.stop.os.replace", replace)
+    monkeypatch.setattr("drlmpi.job_control.stop.os.replace", replace)
     sender, receiver = StopRequest(), StopRequest()
     sender.rank, sender.file = 2, tmp_path / REQUEST_FILE
     receiver.rank, receiver.file = 0, tmp_path / REQUEST_FILE

@@ -294,7 +294,7 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
 def test_sweeping_process_never_initialises_mpi():
     code = ("import sys\n"
             "from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher, job_ranks\n"
-            "from drlmpi.run.plan import make_plan\n"
+            "from drlmpi.run.preflight import make_plan\n"
             "import drlmpi.topologies.star, drlmpi.topologies.asynchronous, drlmpi.topologies.allgather\n"
             "import drlmpi.algos.random_policy, drlmpi.report\n"
             "assert 'mpi4py.MPI' not in sys.modules, 'MPI imported'\n")

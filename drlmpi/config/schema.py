@@ -46,7 +46,7 @@ _PER_GRAPH = integer(1, "captured updates: this many updates per graph replay wh
 SCHEMA: dict[str, dict[str, Option]] = {
     "": {
         "seed": integer(0, "base seed; rank r uses seed + 10000 * r", low=0),
-        "device": choice("cpu", "learner device: cpu | cuda | cuda:N | auto (checked by run.plan)"),
+        "device": choice("cpu", "learner device: cpu | cuda | cuda:N | auto (checked by run.preflight)"),
         "act_device": choice("auto", "where a rank that holds a learner and simulates (sequential, "
                                    "allgather, parameter_server workers) acts: learner (with the learner's "
                                    "own network, on its device: no weight copies), cpu (a CPU copy loaded "

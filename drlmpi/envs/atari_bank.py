@@ -25,7 +25,7 @@ from gymnasium.envs.registration import EnvSpec
 from drlmpi.envs.atari import SEED_RANGE, AleSettings, ale_settings
 from drlmpi.envs.sim_cost import burn_cpu
 from drlmpi.envs.spec import RAW_EPISODE_KEY, BankStep
-from drlmpi.jobs.progress import PROGRESS
+from drlmpi.job_control.progress import PROGRESS
 
 
 class AleBank:

@@ -24,7 +24,7 @@ import gymnasium as gym
 import numpy as np
 
 from drlmpi.envs.spec import RAW_EPISODE_KEY, BankStep
-from drlmpi.jobs.progress import PROGRESS
+from drlmpi.job_control.progress import PROGRESS
 
 VECTOR_MODES = ("sync", "async")
 

@@ -1,7 +1,7 @@
 """:class:`TimedComm` wraps an mpi4py communicator: EVERY MPI call a topology makes goes through it,
 so the wall time spent inside MPI (the "MPI wait share" of the run summary) and the messages
 and bytes moved, by payload kind, are measured, never hand-counted. It also tells the rank's
-watchdog (:mod:`drlmpi.jobs.watchdog`) what the rank waits in and when an operation completed.
+watchdog (:mod:`drlmpi.job_control.watchdog`) what the rank waits in and when an operation completed.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from drlmpi.jobs.progress import PROGRESS, ProgressClock
+from drlmpi.job_control.progress import PROGRESS, ProgressClock
 
 
 class Request:
@@ -64,7 +64,7 @@ class TimedComm:
     as seen by this rank. Receives count the bytes that actually arrived (the status of the
     message), sends the bytes handed to MPI.
 
-    ``progress`` is the rank's :class:`~drlmpi.jobs.progress.ProgressClock`: a call that may wait for
+    ``progress`` is the rank's :class:`~drlmpi.job_control.progress.ProgressClock`: a call that may wait for
     other ranks shows as waiting in it while it runs and is progress when it returns; a poll
     (``test``, ``testsome``) is progress only when it completed a request.
     """
@@ -74,7 +74,7 @@ class TimedComm:
 
         self._MPI = MPI
         self.comm = comm
-        self.progress = progress  # the watchdog's view of this rank (drlmpi.jobs.watchdog)
+        self.progress = progress  # the watchdog's view of this rank (drlmpi.job_control.watchdog)
         self.rank: int = comm.Get_rank()
         self.size: int = comm.Get_size()
         self.wait_s = 0.0

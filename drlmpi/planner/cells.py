@@ -43,7 +43,7 @@ def configs(overrides: list[str], topologies: list[str]) -> tuple[dict[str, Any]
 
 
 def topology_class(cfg: Any) -> type:
-    from drlmpi.run.plan import resolve_classes
+    from drlmpi.run.preflight import resolve_classes
 
     return resolve_classes(cfg)[1]
 
@@ -51,7 +51,7 @@ def topology_class(cfg: Any) -> type:
 def accepted(cfg: Any, ranks: int) -> str | None:
     """Why a job of ``cfg`` on ``ranks`` ranks would be refused (``None``: it would start)."""
     from drlmpi.config.errors import ConfigError
-    from drlmpi.run.plan import make_plan
+    from drlmpi.run.preflight import make_plan
 
     try:
         make_plan(cfg, ranks)

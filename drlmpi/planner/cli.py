@@ -135,13 +135,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"no topology could be composed: {next(iter(refused.values()))}")
         first = next(iter(cfgs.values()))
         from drlmpi.planner.probe import smallest_world
-        from drlmpi.run.plan import make_plan
+        from drlmpi.run.preflight import make_plan
 
         make_plan(first, smallest_world(first))  # the config itself: one line if it is wrong
     except (ConfigError, ValueError) as exc:
         print(f"drlmpi.plan: error: {exc}", file=sys.stderr)
         return 2
-    from drlmpi.jobs.process import set_thread_counts
+    from drlmpi.job_control.process import set_thread_counts
 
     set_thread_counts(first.get("threads_per_rank"))  # as each rank of the run would
     import torch

@@ -134,7 +134,7 @@ def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] != "--measure":
-        from drlmpi.jobs.process import yield_when_oversubscribed
+        from drlmpi.job_control.process import yield_when_oversubscribed
 
         yield_when_oversubscribed()  # as every rank of a job does, before MPI starts
         done = run_spec(json.loads(Path(argv[0]).read_text()))

@@ -36,7 +36,7 @@ from omegaconf import OmegaConf
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
 from drlmpi.planner import LAUNCH_ENV, mpi_command
-from drlmpi.run.plan import make_plan, resolve_classes
+from drlmpi.run.preflight import make_plan, resolve_classes
 from drlmpi.sweep.scheduler import usable_cpus
 from drlmpi.topologies.pace import Probe
 

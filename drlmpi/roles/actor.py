@@ -13,7 +13,7 @@ import numpy as np
 from drlmpi.algos.base import Algorithm
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
-from drlmpi.jobs.progress import PROGRESS
+from drlmpi.job_control.progress import PROGRESS
 
 MAX_CHUNK_STEPS = 1_000_000  # a chunk never grows past this many rows per environment
 

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 
 from drlmpi.algos.base import Algorithm
-from drlmpi.jobs.progress import PROGRESS
+from drlmpi.job_control.progress import PROGRESS
 
 
 def evaluate(algo: Algorithm, envs: list[gym.Env], episodes: int, seed: int) -> np.ndarray:

@@ -19,7 +19,7 @@ from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.data.finite import first_non_finite
 from drlmpi.device.capture import CapturedForward
-from drlmpi.jobs.progress import PROGRESS
+from drlmpi.job_control.progress import PROGRESS
 from drlmpi.roles.actor import Actor, episode_stats
 from drlmpi.roles.stopping import Stopping, TrainingClock
 
@@ -69,7 +69,7 @@ class Learner(Stopping):
         self.algo = algo
         self.rank = rank
         #: asks whether a signal wants the run stopped (the deciding learner only:
-        #: :data:`drlmpi.jobs.stop.STOP` on rank 0 with ``run.checkpoint_on_signal``)
+        #: :data:`drlmpi.job_control.stop.STOP` on rank 0 with ``run.checkpoint_on_signal``)
         self.stop_request = stop_request
         self._stopped_by: str | None = None  # the reason the run stopped, once it has
         self.exchange = exchange

@@ -22,8 +22,8 @@ class RunChecks(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from drlmpi.config.errors import ConfigError
-        from drlmpi.jobs.abort import CONFIG_ERROR_EXIT, end_job
-        from drlmpi.jobs.process import first_process, under_mpi_launcher
+        from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, end_job
+        from drlmpi.job_control.process import first_process, under_mpi_launcher
         from drlmpi.run.ownership import claim, say
 
         if not first_process():
@@ -40,7 +40,7 @@ class RunChecks(Callback):
             end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=several)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from drlmpi.jobs.abort import CONFIG_ERROR_EXIT, end_job
+        from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, end_job
         from drlmpi.run.objective import check_tuning
         from drlmpi.run.ownership import say
 

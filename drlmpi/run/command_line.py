@@ -9,7 +9,7 @@ to its own ``rank<r>.log``.
 A failure on one rank prints ``drlmpi: rank R failed: ...`` and aborts the whole MPI job, so
 no rank is left waiting in a collective. Configuration errors are detected identically by
 every rank before any communication and end the job with exit code 2. A rank that stops making
-progress for ``run.rank_timeout_s`` is ended by its watchdog (:mod:`drlmpi.jobs.watchdog`), which
+progress for ``run.rank_timeout_s`` is ended by its watchdog (:mod:`drlmpi.job_control.watchdog`), which
 prints one line and aborts the job with exit code 3.
 """
 
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, NoReturn
 import drlmpi.config.schema  # noqa: F401
 from drlmpi.config.overrides import find, parse, value_text, values
 from drlmpi.config.plugins import CONF_DIR, group_files
-from drlmpi.jobs.abort import (
+from drlmpi.job_control.abort import (
     CONFIG_ERROR_EXIT,
     CONFIG_ERROR_GRACE_S,
     CRASH_EXIT,
@@ -39,7 +39,7 @@ from drlmpi.jobs.abort import (
     SIGNAL_EXIT,
     end_job,
 )
-from drlmpi.jobs.process import (
+from drlmpi.job_control.process import (
     first_process,
     set_thread_counts,
     under_mpi_launcher,
@@ -216,7 +216,7 @@ def _task(cfg) -> float | int:
             raise
         end_job(f"drlmpi: rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}",
                 CRASH_EXIT, abort=world.Get_size() > 1)
-    from drlmpi.jobs.stop import STOP
+    from drlmpi.job_control.stop import STOP
 
     if STOP.stopped_run:  # stopped by a signal, checkpoint written: a documented exit status
         _exit_after_signal_stop()

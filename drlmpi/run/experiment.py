@@ -1,5 +1,5 @@
 """One experiment on this MPI world: plan it (every check, once), build the topology, run it,
-summarise. Once the ranks are connected, each runs a watchdog (:mod:`drlmpi.jobs.watchdog`): a
+summarise. Once the ranks are connected, each runs a watchdog (:mod:`drlmpi.job_control.watchdog`): a
 rank that stops making progress for ``run.rank_timeout_s`` ends the job.
 """
 
@@ -15,14 +15,14 @@ import torch
 
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.device.determinism import set_deterministic
-from drlmpi.jobs.progress import PROGRESS
-from drlmpi.jobs.stop import STOP, stopped_by_signal_line
-from drlmpi.jobs.watchdog import start_watchdog
+from drlmpi.job_control.progress import PROGRESS
+from drlmpi.job_control.stop import STOP, stopped_by_signal_line
+from drlmpi.job_control.watchdog import start_watchdog
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.outputs.files import atomic_save
 from drlmpi.outputs.summary import format_summary, write_summary
 from drlmpi.run.memory import MemorySampler
-from drlmpi.run.plan import make_plan
+from drlmpi.run.preflight import make_plan
 from drlmpi.run.summary import build_summary
 from drlmpi.topologies.context import RunContext, RunPlan
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlmpi.jobs.stop import STOP
+from drlmpi.job_control.stop import STOP
 from drlmpi.topologies.context import RunPlan
 
 

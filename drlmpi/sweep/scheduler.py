@@ -19,7 +19,7 @@ from typing import Any  # noqa: UP035 (OmegaConf needs typing generics)
 
 from hydra.core.utils import JobStatus
 
-from drlmpi.jobs.abort import SIGNAL_EXIT
+from drlmpi.job_control.abort import SIGNAL_EXIT
 from drlmpi.sweep.jobs import read_summary, tail
 
 POLL_S = 0.2

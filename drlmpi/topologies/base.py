@@ -95,7 +95,7 @@ class Topology(ABC):
     @classmethod
     def check(cls, plan: RunPlan) -> None:
         """Raise :class:`ConfigError` if this topology cannot run ``plan`` (called once, by
-        :func:`~drlmpi.run.plan.make_plan`, before any rank talks)."""
+        :func:`~drlmpi.run.preflight.make_plan`, before any rank talks)."""
         world_size = plan.world_size
         if world_size < cls.min_ranks or (cls.max_ranks is not None and world_size > cls.max_ranks):
             example = cls.min_ranks if cls.min_ranks > 1 else 1

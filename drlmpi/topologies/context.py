@@ -21,8 +21,8 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.envs.make import env_make_kwargs, make_env
 from drlmpi.envs.spec import EnvSpec
 from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
-from drlmpi.jobs.progress import PROGRESS
-from drlmpi.jobs.stop import STOP
+from drlmpi.job_control.progress import PROGRESS
+from drlmpi.job_control.stop import STOP
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.outputs.checkpoint import Checkpointer, DamagedFileError, load_rank_state
 from drlmpi.outputs.run_log import RunLog
@@ -38,7 +38,7 @@ RESUME_STRIDE = 1_000_003  # a run resumed from checkpoint generation g adds g *
 
 @dataclass(frozen=True)
 class RunPlan:
-    """One job, checked and resolved once before any rank talks (:func:`drlmpi.run.plan.make_plan`):
+    """One job, checked and resolved once before any rank talks (:func:`drlmpi.run.preflight.make_plan`):
     what flows down to the topology and its roles, which read nothing of the config but this.
 
     Attributes:
@@ -214,7 +214,7 @@ class RunContext:
         run_log = (RunLog(self.run_dir, float(run.progress_every_s), tb_every, keep_rows=keep)
                    if log else None)
         # A signal's stop is decided by the job's rank 0 alone and reaches the others in the
-        # topology's control messages (drlmpi.jobs.stop).
+        # topology's control messages (drlmpi.job_control.stop).
         stop = STOP.requested if self.rank == 0 and run["checkpoint_on_signal"] else None
         learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"), log=run_log, seed=self.seed,
                           mpi_clock=self.mpi_clock, exchange=exchange, stop_request=stop, rank=self.rank)

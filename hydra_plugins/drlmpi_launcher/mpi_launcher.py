@@ -2,7 +2,7 @@
 
 Hydra ships no MPI launcher, and a job that needs N ranks cannot run inside the sweeping
 process. This launcher composes each job's config *in the sweeping process*, validates it
-with :func:`drlmpi.run.plan.make_plan` (so a combination that cannot run - p2p on 4 ranks, DQN on
+with :func:`drlmpi.run.preflight.make_plan` (so a combination that cannot run - p2p on 4 ranks, DQN on
 Pendulum - is skipped with a line saying why before any rank starts), then runs
 
     <mpiexec> <ranks_flag> N [<binding flags>] <extra_args> python -m mpi4py -m drlmpi
@@ -100,7 +100,7 @@ def job_ranks(cfg: DictConfig) -> int:
     this config (groups: a learner and a simulator per group)."""
     if cfg.get("world_size") is not None:
         return int(cfg.world_size)
-    from drlmpi.run.plan import resolve_classes
+    from drlmpi.run.preflight import resolve_classes
 
     return int(resolve_classes(cfg)[1].smallest_world(cfg.topology))
 
@@ -208,7 +208,7 @@ class MPILauncher(Launcher):
     def _prepare(self, idx: int, overrides: list[str], sweep_dir: Path, total: int) -> SweepJob:
         """Compose and validate one job; decide whether it runs, is reused or is skipped."""
         from drlmpi.config.errors import ConfigError
-        from drlmpi.run.plan import make_plan
+        from drlmpi.run.preflight import make_plan
 
         label = " ".join(filter_overrides(overrides)) or "(defaults)"
         cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)

@@ -7,7 +7,7 @@ the rank's :class:`ProgressClock` and, when no useful work has completed for too
 one line and ends the whole job with ``MPI_Abort``.
 
 *Progress* is useful work completing, recorded by the code that does it into the rank's
-:class:`~drlmpi.jobs.progress.ProgressClock` (:mod:`drlmpi.jobs.progress` says what counts);
+:class:`~drlmpi.job_control.progress.ProgressClock` (:mod:`drlmpi.job_control.progress` says what counts);
 a paused clock (building a role) counts as alive until the phase ends.
 
 The rule (see docs/architecture.md, "Failing clearly, never hanging"):
@@ -36,8 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from drlmpi.jobs.abort import ABORT_FLUSH_S, end_job
-from drlmpi.jobs.progress import PAUSED, PROGRESS, WAITING, ProgressClock
+from drlmpi.job_control.abort import ABORT_FLUSH_S, end_job
+from drlmpi.job_control.progress import PAUSED, PROGRESS, WAITING, ProgressClock
 
 GRACE_MAX_S = 10.0  # a rank waiting in MPI waits this much longer at most...
 GRACE_SHARE = 0.25  # ...or this share of the timeout, whichever is smaller,

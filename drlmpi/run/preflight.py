@@ -1,4 +1,5 @@
-"""One validated run plan: every check of a job and every value resolved from its config, once.
+"""Preflight: every check of a job and every value resolved from its config, once, into one
+validated run plan (:class:`~drlmpi.topologies.context.RunPlan`).
 
 :func:`make_plan` is called by every rank right after Hydra composed the config and before any
 communication (and by the sweep launcher for each job before it starts), so a bad combination

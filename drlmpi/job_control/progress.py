@@ -12,7 +12,7 @@
 Building a role (networks and optimizer - the first ``Adam`` imports ``torch._dynamo``, seconds
 -, environments, a device) is not measured: the clock is *paused* (:meth:`ProgressClock.paused`)
 and the rank counts as alive until the phase ends. The rank's watchdog
-(:mod:`drlmpi.jobs.watchdog`) reads the clock.
+(:mod:`drlmpi.job_control.watchdog`) reads the clock.
 """
 
 from __future__ import annotations
