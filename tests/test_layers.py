@@ -118,6 +118,25 @@ def test_no_module_over_350_lines_and_few_at_the_top():
     assert len(top) <= 5, top
 
 
+def test_topologies_drive_roles_through_their_methods():
+    """A topology never reads a learner's algorithm (``learner.algo``) nor adds to another
+    object's counters (``actor.sim_s += ...``): what it needs is a role's method. Only the role
+    factory (topologies/context.py) hands a learner's algorithm to an actor on the same rank."""
+    found = []
+    for path in sorted((PACKAGE / "topologies").rglob("*.py")):
+        if path.name == "context.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Attribute) and node.attr == "algo" and "learner" in ast.unparse(
+                    node.value):
+                found.append(f"{where} reads {ast.unparse(node)}")
+            if (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute)
+                    and ast.unparse(node.target.value) != "self"):
+                found.append(f"{where} adds to {ast.unparse(node.target)}")
+    assert not found, "\n".join(found)
+
+
 #: what resolves a job from its raw config: only the run plan (drlmpi/run/preflight.py) calls these
 RESOLVERS = {"probe_spec", "read_meta", "get_class", "check_config", "resolve_device"}
 

@@ -268,6 +268,11 @@ class TimedComm:
         """Free the underlying communicator (end of the run)."""
         self.comm.Free()
 
+    def add_wait(self, seconds: float) -> None:
+        """Count ``seconds`` of waiting this rank did on its other communicators (a group's, the
+        learners') as this one's: a rank's MPI wait is over all of them."""
+        self.wait_s += seconds
+
     def stats(self) -> dict[str, Any]:
         """Counters for the run summary."""
         return {"mpi_wait_s": self.wait_s, "sent": self.sent, "received": self.received,

@@ -23,6 +23,10 @@ class TrainingClock:
         self.start = time.perf_counter()
         self.paused_s = 0.0
 
+    def exclude(self, seconds: float) -> None:
+        """Take ``seconds`` off the training clock (an evaluation, a checkpoint being written)."""
+        self.paused_s += seconds
+
     def elapsed(self) -> float:
         """Seconds since start, excluding evaluation."""
         return time.perf_counter() - self.start - self.paused_s
@@ -106,7 +110,7 @@ class Stopping:
         self.evaluations += 1
         # Take the evaluation off the clock *before* recording anything, so neither the
         # metrics row nor the time to threshold includes it.
-        self.clock.paused_s += time.perf_counter() - t0
+        self.clock.exclude(time.perf_counter() - t0)
         mean = float(returns.mean())
         self.last_eval = mean
         self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)

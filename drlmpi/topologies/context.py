@@ -251,7 +251,7 @@ class RunContext:
         with PROGRESS.paused("writing a checkpoint"):  # a large replay may take a while
             self.checkpointer.save(learner, (comm or self.comm) if collective else None,
                                    ranks_with_state, rows)
-        learner.clock.paused_s += time.perf_counter() - start
+        learner.clock.exclude(time.perf_counter() - start)
 
     def final_checkpoint(self, learner: Learner | None) -> None:
         """Every rank, once the topology stopped on a signal: the ranks holding a learner write

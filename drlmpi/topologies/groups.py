@@ -162,7 +162,7 @@ class Groups(DataParallelTopology):
             report = _GroupLearner(self, ctx, sub, learners_comm, group, size).run(wiring)
             report.extra["learners_comm"] = learners_comm.stats()
         # the rank's MPI wait is over all its communicators (their bytes stay apart, below)
-        comm.wait_s += group_comm.wait_s + (learners_comm.wait_s if learners_comm is not None else 0.0)
+        comm.add_wait(group_comm.wait_s + (learners_comm.wait_s if learners_comm is not None else 0.0))
         report.rank = comm.rank
         report.extra["group"] = group
         report.extra["group_comm"] = group_comm.stats()
