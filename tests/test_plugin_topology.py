@@ -77,3 +77,18 @@ def test_a_plugin_topology_is_checked_run_planned_and_reported(plugin, tmp_path)
     text = (tmp_path / "report" / "report.md").read_text()
     assert "## Ring\n\n1 run(s) of the ring, laps [5]." in text
     assert "| cartpole | dqn | ring | 3 | 1 |" in text  # its row in the results table
+
+
+def test_a_plugin_directory_that_does_not_exist_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
+    """Before any rank starts, for a run and for --help alike (exit code 2, no traceback)."""
+    from drlmpi.run.arguments import check_command_line
+    from drlmpi.run.command_line import print_help
+
+    missing = tmp_path / "nowhere"
+    monkeypatch.setenv(PLUGIN_PATH, f"{PLUGINS}:{missing}")
+    said = f"{PLUGIN_PATH} names {missing}, which is not a directory"
+    with pytest.raises(ConfigError, match=f"^{said}$"):
+        check_command_line(["topology=star"])
+    with pytest.raises(SystemExit) as ended:
+        print_help()
+    assert ended.value.code == 2 and capsys.readouterr().err == f"drlmpi: error: {said}\n"

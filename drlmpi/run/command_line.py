@@ -284,10 +284,17 @@ def config_groups() -> str:
 
 
 def print_help() -> None:
-    """``--help``: the usage header and every option's one-line doc, from the schema."""
+    """``--help``: the usage header and every option's one-line doc, from the schema (a plugin
+    directory that cannot be read is refused in one line, as a run's would be)."""
+    from drlmpi.config.errors import ConfigError
+
     try:
-        print(USAGE.format(groups=config_groups()))
-        print("\n".join(help_lines()), flush=True)
+        groups, options = config_groups(), help_lines()
+    except ConfigError as exc:
+        end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
+    try:
+        print(USAGE.format(groups=groups))
+        print("\n".join(options), flush=True)
     except BrokenPipeError:  # `--help | head`: the reader stopped; nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
