@@ -82,7 +82,7 @@ def test_a_plugin_topology_is_checked_run_planned_and_reported(plugin, tmp_path)
 def test_a_plugin_directory_that_does_not_exist_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
     """Before any rank starts, for a run and for --help alike (exit code 2, no traceback)."""
     from drlmpi.run.arguments import check_command_line
-    from drlmpi.run.command_line import print_help
+    from drlmpi.run.reference import print_help
 
     missing = tmp_path / "nowhere"
     monkeypatch.setenv(PLUGIN_PATH, f"{PLUGINS}:{missing}")

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, NoReturn
 # topologies' options are registered by check_command_line (drlmpi.topologies.registry).
 import drlmpi.config.schema  # noqa: F401
 from drlmpi.config.overrides import find, parse, value_text, values
-from drlmpi.config.plugins import CONF_DIR, group_files
+from drlmpi.config.plugins import CONF_DIR
 from drlmpi.job_control.abort import (
     CONFIG_ERROR_EXIT,
     CONFIG_ERROR_GRACE_S,
@@ -52,7 +52,7 @@ from drlmpi.run.arguments import (
     resume_arguments,
 )
 from drlmpi.run.ownership import INHERITED_LOCK, lock_owner, release
-from drlmpi.run.reference import help_lines
+from drlmpi.run.reference import print_help
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -252,51 +252,6 @@ def _exit_after_signal_stop() -> NoReturn:
     if MPI.Is_initialized() and not MPI.Is_finalized():
         MPI.Finalize()
     os._exit(SIGNAL_EXIT)
-
-
-USAGE = """\
-drlmpi - deep RL experiments across MPI ranks, with interchangeable topologies
-
-usage:
-  python -m drlmpi [key=value ...]                         one run (world_size=N re-launches under mpiexec)
-  mpiexec -n N python -m mpi4py -m drlmpi topology=star    one run on N ranks
-  python -m drlmpi -m topology=star,async world_size=4,8   a sweep: one MPI job per combination
-  python -m drlmpi +experiment=learning_matrix             a study preset (conf/experiment/)
-  python -m drlmpi resume=RUN_DIR                          continue a run from its last checkpoint
-  python -m drlmpi.report RUN_OR_SWEEP_DIR ...             tables and plots from run directories
-  python -m drlmpi.play RUN_DIR                            replay a trained policy
-
-config groups (conf/):
-{groups}
-  --hydra-help  Hydra's own options     --cfg job  print the composed config and exit
-Options (type and allowed values are checked before any rank starts; docs/configuration.md):"""
-
-
-def config_groups() -> str:
-    """One line per config group the command line picks from (``algo=dqn|td3|...``), read from
-    the files in conf/, so a new algorithm, environment, topology or preset shows up by itself."""
-    lines = []
-    for group in ("algo", "env", "topology", "experiment"):
-        names = sorted(group_files(group))  # conf/ and the plugin directories
-        key = "+experiment" if group == "experiment" else group
-        lines.append(f"  {key}={'|'.join(names)}")
-    return "\n".join(lines)
-
-
-def print_help() -> None:
-    """``--help``: the usage header and every option's one-line doc, from the schema (a plugin
-    directory that cannot be read is refused in one line, as a run's would be)."""
-    from drlmpi.config.errors import ConfigError
-
-    try:
-        groups, options = config_groups(), help_lines()
-    except ConfigError as exc:
-        end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
-    try:
-        print(USAGE.format(groups=groups))
-        print("\n".join(options), flush=True)
-    except BrokenPipeError:  # `--help | head`: the reader stopped; nothing left to say
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> None:
