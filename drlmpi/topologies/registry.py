@@ -51,20 +51,15 @@ def load_class(target: str) -> type[Topology]:
     return cls
 
 
-def topology_classes() -> dict[str, type[Topology]]:
-    """Name -> class of every topology, from the ``_target_`` its YAML file names."""
-    out = {}
+def register() -> None:
+    """Add the ``topology/<name>`` scope of every topology not registered yet, from the class its
+    YAML file names (``_target_``). Idempotent and cheap to repeat: a registered name's file is
+    not read again (make_plan calls this for every job of a sweep and every cell of a plan)."""
     for name, path in group_files("topology").items():
+        if f"topology/{name}" in SCHEMA:
+            continue
         target = OmegaConf.load(path).get("_target_")
         if not isinstance(target, str):
             raise ConfigError(f"{path} names no class: add '_target_: module.Class' (a Topology)")
-        out[name] = load_class(target)
-    return out
-
-
-def register() -> None:
-    """Add the ``topology/<name>`` scope of every topology not registered yet (idempotent)."""
-    for name, cls in topology_classes().items():
-        if f"topology/{name}" not in SCHEMA:
-            target = f"{cls.__module__}.{cls.__qualname__}"
-            add_scope(f"topology/{name}", {**named(target, name, "topology"), **cls.options})
+        cls = load_class(target)
+        add_scope(f"topology/{name}", {**named(target, name, "topology"), **cls.options})
