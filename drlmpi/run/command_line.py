@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, NoReturn
 # topologies' options are registered by check_command_line (drlmpi.topologies.registry).
 import drlmpi.config.schema  # noqa: F401
 from drlmpi.config.overrides import find, parse, value_text, values
-from drlmpi.config.plugins import CONF_DIR
+from drlmpi.config.plugins import CONF_DIR, group_files
 from drlmpi.job_control.abort import (
     CONFIG_ERROR_EXIT,
     CONFIG_ERROR_GRACE_S,
@@ -63,15 +63,17 @@ DEFAULT_SWEEPER = "hydra/sweeper=drlmpi"
 
 
 def _presets(argv: list[str]) -> Iterator[DictConfig]:
-    """The experiment presets the command line picks (``+experiment=NAME``), as their files."""
+    """The experiment presets the command line picks (``+experiment=NAME``), as their files
+    (conf/'s or a plugin directory's, as Hydra finds them)."""
     from omegaconf import OmegaConf
 
+    presets = None
     for override in parse(argv):
         if override.key_or_group == "experiment":
+            presets = group_files("experiment") if presets is None else presets
             for name in values(override) or []:
-                path = CONF_DIR / "experiment" / f"{name}.yaml"
-                if path.is_file():
-                    yield OmegaConf.load(path)
+                if name in presets:
+                    yield OmegaConf.load(presets[name])
 
 
 def _is_multirun(argv: list[str]) -> bool:
