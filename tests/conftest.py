@@ -34,6 +34,16 @@ REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 
 
+#: test files run at a time (``-n auto``, pyproject.toml): two keep a 2-core machine busy while a
+#: test waits (a hung job's timeout, a signal) or runs one rank; each worker starts its own MPI
+#: pool, so more would multiply the ranks without a core for them
+MAX_WORKERS = 2
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    return max(1, min(MAX_WORKERS, os.cpu_count() or 1))
+
+
 @pytest.fixture(scope="session")
 def cartpole():
     """CartPole-v1's spaces (discrete actions)."""
