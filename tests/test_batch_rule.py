@@ -236,3 +236,33 @@ def test_a_data_parallel_job_runs_the_rule(runs, topology, ranks, rule, updates,
     for rank in summary["per_rank"]:
         if rank["role"] != "server":
             assert rank["sent"]["gradients"][0] == rank["updates"] == updates
+
+
+@pytest.mark.parametrize("topology, ranks, stepping", [
+    ("sequential", 1, 1), ("p2p", 2, 1), ("star", 4, 3), ("central", 4, 3), ("async", 4, 3),
+    ("allgather", 4, 4), ("parameter_server", 4, 3), ("groups", 6, 4)])
+def test_a_rollout_per_environment_counts_the_jobs_environments(topology, ranks, stepping):
+    cfg = _compose("algo=ppo", f"topology={topology}", "env.num_envs=2",
+                   "algo.rollout_steps_per_env=16", "algo.num_minibatches=4")
+    configured = cfg.algo.rollout_steps
+    plan = make_plan(cfg, ranks)
+    rows = 16 * 2 * stepping  # 16 steps of each of the job's environments
+    assert plan.job_options == {"rollout_steps": rows, "batch_size": rows // 4}
+    assert (plan.cfg.algo.rollout_steps, plan.cfg.algo.batch_size) == (rows, rows // 4)
+    assert cfg.algo.rollout_steps == configured != rows  # the caller's config is not modified
+    if issubclass(plan.topology_cls, Allgather | ParameterServer):  # global rule: a rank's share
+        algo_cfg = plan.topology_cls.batch_rule(plan.cfg, ranks).algo_cfg
+        per_rank = 16 * 2 * stepping // plan.topology_cls.data_ranks(ranks)
+        assert (algo_cfg.rollout_steps, algo_cfg.batch_size) == (per_rank, per_rank // 4)
+    algo = PPO(plan.spec, plan.cfg.algo, learner=False)
+    assert algo.updates_per_rollout(rows) == 4 * int(plan.cfg.algo.epochs)
+
+
+def test_a_rollout_per_environment_is_refused_in_one_line_when_it_cannot_be_split():
+    with pytest.raises(ConfigError, match="algo.num_minibatches=100 is more than the rollout's 64 rows"):
+        make_plan(_compose("algo=ppo", "topology=star", "env.num_envs=2",
+                           "algo.rollout_steps_per_env=16", "algo.num_minibatches=100"), 3)
+    plan = make_plan(_compose("algo=ppo", "topology=star", "algo.rollout_steps=2048",
+                              "algo.num_minibatches=8"), 3)
+    assert plan.job_options == {"batch_size": 2048 // 8}  # of rollout_steps when per env is unset
+    assert make_plan(_compose("algo=ppo", "topology=star"), 3).job_options == {}

@@ -145,6 +145,13 @@ class Algorithm(TrainingState, UpdatePath, ABC):
                 out["lr" if len(self.groups) == 1 else f"{name}_lr"] = group.lr_value
         return out
 
+    @classmethod
+    def job_options(cls, cfg: Mapping[str, Any], job_envs: int) -> dict[str, Any]:
+        """Options of ``cfg`` this algorithm resolves for a job of ``job_envs`` environments
+        (all simulators' ``env.num_envs``), as ``{option: value}``; the plan writes them into
+        the job's config before anything reads it (PPO: per-environment rollouts)."""
+        return {}
+
     # -- checks ---------------------------------------------------------------------------
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:

@@ -96,6 +96,24 @@ class PPO(RolloutTargets, Algorithm):
         table = layout.obs_slots + spec.action_dim + 4 + int(bool(cfg["vtrace"]))
         return int(cfg["rollout_steps"]) * (2 * layout.width + table) * 4
 
+    @classmethod
+    def job_options(cls, cfg: Mapping[str, Any], job_envs: int) -> dict[str, Any]:
+        """``rollout_steps_per_env`` x ``job_envs`` as ``rollout_steps`` and the rollout's rows /
+        ``num_minibatches`` as ``batch_size``, where set: a rollout keeps its horizon per
+        environment, and an epoch its number of minibatches, as ranks are added."""
+        out: dict[str, Any] = {}
+        rows = int(cfg["rollout_steps"])
+        per_env = cfg.get("rollout_steps_per_env")
+        if per_env is not None:
+            rows = out["rollout_steps"] = int(per_env) * int(job_envs)
+        minibatches = cfg.get("num_minibatches")
+        if minibatches is not None:
+            if int(minibatches) > rows:
+                raise ConfigError(f"algo.num_minibatches={minibatches} is more than the rollout's "
+                                  f"{rows} rows (algo.rollout_steps)")
+            out["batch_size"] = rows // int(minibatches)
+        return out
+
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
                  seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)

@@ -188,7 +188,14 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "gamma": unit(0.99, "discount factor"),
         "gae_lambda": unit(0.95, "GAE lambda"),
         "rollout_steps": integer(2048, "rows (all envs of all simulators) per rollout"),
+        "rollout_steps_per_env": integer(None, "steps of each environment per rollout: the rollout is "
+                                               "this x the job's environments (env.num_envs x the ranks "
+                                               "that step), replacing rollout_steps (null: rollout_steps "
+                                               "holds)", nullable=True),
         "batch_size": integer(64, "minibatch size"),
+        "num_minibatches": integer(None, "minibatches per epoch: batch_size is the rollout's rows / "
+                                         "this, replacing batch_size (null: batch_size holds)",
+                                   nullable=True),
         "epochs": integer(10, "passes over each rollout"),
         "clip_range": positive(0.2, "clip of the probability ratio"),
         "clip_range_vf": positive(None, "clip of the value change (null: no clipping)", nullable=True),

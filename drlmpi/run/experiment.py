@@ -74,6 +74,9 @@ def start_lines(plan: RunPlan, run_dir: Path) -> list[str]:
         lines.append(f"drlmpi: resumed from checkpoint generation {meta['generation']} at "
                      f"{int(meta['env_steps']):,} env steps, {int(meta['updates']):,} updates, "
                      f"{float(meta['train_seconds']):.0f} s of training (saved {meta.get('saved_at', '?')})")
+    if plan.job_options:
+        lines.append(f"drlmpi: for this job's {plan.world_size} rank(s): " + ", ".join(
+            f"algo.{key}={value}" for key, value in plan.job_options.items()))
     lines += [f"drlmpi: warning: {text}" for text in plan.warnings]
     return lines
 

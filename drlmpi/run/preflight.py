@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 from hydra.utils import get_class
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from drlmpi.algos.base import Algorithm
 from drlmpi.config.checks import check_config
@@ -42,6 +42,12 @@ def make_plan(cfg: Any, world_size: int) -> RunPlan:
         )
     check_env_options(cfg.env)
     check_sim_costs(cfg.env, world_size)
+    job_options = algo_cls.job_options(
+        cfg.algo, topology_cls.env_ranks(world_size, cfg.topology) * int(cfg.env.num_envs))
+    if job_options:  # written before any check reads the algorithm's options
+        cfg = copy.deepcopy(cfg) if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
+        with open_dict(cfg):
+            cfg.algo.update(job_options)
     try:
         spec = probe_spec(cfg.env.id, **env_make_kwargs(cfg.env))
     except ConfigError:
@@ -61,7 +67,8 @@ def make_plan(cfg: Any, world_size: int) -> RunPlan:
     frozen = copy.deepcopy(cfg) if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     OmegaConf.set_readonly(frozen, True)  # nothing below the plan can change what was checked
     plan = RunPlan(cfg=frozen, world_size=world_size, algo_cls=algo_cls, topology_cls=topology_cls,
-                   spec=spec, device=device, resume_meta=resume_meta, warnings=budget_warnings(cfg))
+                   spec=spec, device=device, resume_meta=resume_meta, warnings=budget_warnings(cfg),
+                   job_options=job_options)
     topology_cls.check(plan)
     return plan
 

@@ -91,6 +91,8 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
         "seed": int(cfg.seed),
         "sim_cost_ms": float(cfg.env.sim_cost_ms),
         "num_envs": int(cfg.env.num_envs),
+        # algorithm options resolved for the job's size (PPO's rollout_steps_per_env, num_minibatches)
+        "algo_job_options": dict(plan.job_options),
         "device": plan.device,
         "threads_per_rank": int(cfg.threads_per_rank),
         "run_dir": str(run_dir),

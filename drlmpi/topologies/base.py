@@ -93,6 +93,13 @@ class Topology(ABC):
         return f"{cls.min_ranks} to {cls.max_ranks} ranks"
 
     @classmethod
+    def env_ranks(cls, world_size: int, topo_cfg: Any) -> int:
+        """The ranks of a ``world_size``-rank job that step environments (each steps
+        ``env.num_envs``): by default every rank but one learner (sequential: its one rank).
+        PPO's ``algo.rollout_steps_per_env`` counts the job's environments with it."""
+        return max(1, world_size - 1)
+
+    @classmethod
     def check(cls, plan: RunPlan) -> None:
         """Raise :class:`ConfigError` if this topology cannot run ``plan`` (called once, by
         :func:`~drlmpi.run.preflight.make_plan`, before any rank talks)."""

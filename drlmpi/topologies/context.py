@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,6 +62,9 @@ class RunPlan:
     resume_meta: dict[str, Any] | None = None
     #: what the budget cannot reach (the first update, the first evaluation): said at the start
     warnings: tuple[str, ...] = ()
+    #: algorithm options resolved for this job's size (``Algorithm.job_options``: PPO's rollout
+    #: per environment), already written into ``cfg.algo``
+    job_options: dict[str, Any] = field(default_factory=dict)
 
     def with_world(self, world_size: int) -> RunPlan:
         """This plan for a part of the job (a group of ``topology=groups``) of ``world_size`` ranks."""

@@ -96,6 +96,11 @@ class Groups(DataParallelTopology):
         return int(cfg_topology["learners"])
 
     @classmethod
+    def env_ranks(cls, world_size: int, topo_cfg: Any) -> int:
+        """Every rank but the groups' learners."""
+        return max(1, world_size - cls.learners(topo_cfg))
+
+    @classmethod
     def report_label(cls, topo_cfg: Any) -> str:
         """``groups[Lxstar]``, with the backend and batch rule where not the defaults."""
         topo_cfg = topo_cfg or {}

@@ -179,6 +179,11 @@ class DataParallelTopology(Topology):
         return world_size - cls.server_ranks
 
     @classmethod
+    def env_ranks(cls, world_size: int, topo_cfg: Any) -> int:
+        """Every data rank simulates (a server rank does not)."""
+        return max(1, cls.data_ranks(world_size))
+
+    @classmethod
     def batch_rule(cls, cfg: Any, world_size: int) -> BatchRule:
         """``topology.batch_rule`` (default ``global``) applied to ``cfg.algo`` for this job."""
         topo = cfg.topology
