@@ -2,7 +2,8 @@
 
 * ``return_vs_time.png`` / ``return_vs_steps.png``: eval return vs ``train_seconds`` / ``env_steps``;
   thin lines are single runs, thick lines the mean over seeds on a common grid;
-* ``train_return_vs_time.png``: the rolling mean of training episode returns vs ``train_seconds``;
+* ``train_return_vs_time.png`` / ``train_return_vs_steps.png``: the rolling mean of training
+  episode returns vs ``train_seconds`` / ``env_steps``;
 * ``metrics_<metric>.png``: a training metric of the runs' TensorBoard files (``train/<metric>``,
   e.g. ``loss``) vs ``env_steps``, for each of :data:`TRAINING_METRICS` some run has.
 """
@@ -90,16 +91,15 @@ def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
     return (sums[idx] - sums[lo]) / (idx - lo)
 
 
-def plot_train_returns(groups: list[Group], path: Path) -> None:
+def plot_train_returns(groups: list[Group], path: Path, column: int, xlabel: str, what: str) -> None:
     """Training episode return (the mean of the last :data:`TRAIN_WINDOW` episodes of all
-    simulators; Atari: raw game scores) vs training wall-clock: the learning curve of runs
-    that evaluate rarely or never."""
+    simulators; Atari: raw game scores) vs training wall-clock (``column`` 0) or job-wide env
+    steps (1): the learning curve of runs that evaluate rarely or never."""
     _return_panels(groups, path,
-                   f"Training episode return (mean of the last {TRAIN_WINDOW}) vs training time",
-                   "training wall-clock (s, evaluation excluded)",
+                   f"Training episode return (mean of the last {TRAIN_WINDOW}) vs {what}", xlabel,
                    f"training return (mean of last {TRAIN_WINDOW} episodes)",
                    "no episode rows in metrics.csv",
-                   lambda g: [(r.episodes[:, 0], rolling_mean(r.episodes[:, 2], TRAIN_WINDOW))
+                   lambda g: [(r.episodes[:, column], rolling_mean(r.episodes[:, 2], TRAIN_WINDOW))
                               for r in g.runs if len(r.episodes)],
                    markers=False, thresholds=False)
 

@@ -16,6 +16,7 @@ from drlmpi.report.returns import returns_section
 from drlmpi.report.runs import MissingRun
 from drlmpi.report.scaling import Cell, Grid
 from drlmpi.report.tables import Group, paper_columns, paper_header
+from drlmpi.report.train_returns import train_returns_section
 from drlmpi.report.trials import trials_section
 
 # (row key, header, decimals; None = as is, "%" = share as percent)
@@ -37,6 +38,8 @@ PLOTS = {
     "time_breakdown.png": "Where rank time goes, per topology",
     "train_return_vs_time.png": "Training episode return (mean of the last 100 episodes; Atari: raw "
                                 "game scores) vs training wall-clock",
+    "train_return_vs_steps.png": "Training episode return (mean of the last 100 episodes; Atari: raw "
+                                 "game scores) vs job-wide environment steps",
 }
 
 
@@ -320,6 +323,7 @@ def render(groups: list[Group], runset: RunSet, baselines: dict, baseline: str,
                 "(`algo=random`).", ""]
         out += throughput_table(groups) + [""]
     out += returns_section(groups)
+    out += train_returns_section(groups)
     out += topology_sections(groups)
     out += trials_section(runset.runs, inputs)
     out += scaling_section(grids or [], scaling_plots or {})

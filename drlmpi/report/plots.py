@@ -38,7 +38,7 @@ from drlmpi.report.scaling import Grid
 from drlmpi.report.tables import Group
 
 PLOT_FILES = ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png",
-              "train_return_vs_time.png")
+              "train_return_vs_time.png", "train_return_vs_steps.png")
 BREAKDOWN = [("simulate", "simulate_s", "tab:blue"), ("learn", "learn_s", "tab:orange"),
              ("MPI wait", "mpi_wait_s", "tab:red")]
 
@@ -227,7 +227,8 @@ def write_plots(groups: list[Group], baselines: dict, baseline: str, out: Path) 
     plot_returns(groups, paths[1], 1, "environment steps (job-wide)", "environment steps")
     plot_speedup(groups, baselines, baseline, paths[2])
     plot_breakdown(groups, paths[3])
-    plot_train_returns(groups, paths[4])
+    plot_train_returns(groups, paths[4], 0, "training wall-clock (s, evaluation excluded)", "training time")
+    plot_train_returns(groups, paths[5], 1, "environment steps (job-wide)", "environment steps")
     for metric in training_metrics(groups):
         paths.append(out / metric_file(metric))
         plot_training_metric(groups, metric, paths[-1])

@@ -1,0 +1,75 @@
+"""The report's "Training return over time" table: for runs that log training episodes, the mean
+of the last :data:`~drlmpi.report.curves.TRAIN_WINDOW` episodes (Atari: raw game scores) at a
+quarter, half, three quarters and the end of the cell's training time, and the first training
+second at which that mean reached the run's reward threshold - the learning curve of runs that
+evaluate rarely or never (image RL on a time budget), as numbers one can compare across seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from drlmpi.report.curves import TRAIN_WINDOW, rolling_mean
+from drlmpi.report.tables import Group
+
+#: the points of the table, as shares of the cell's longest training time
+SHARES = (0.25, 0.5, 0.75, 1.0)
+
+
+def return_at(episodes: np.ndarray, seconds: float, window: int = TRAIN_WINDOW) -> float | None:
+    """The mean return of the last ``window`` training episodes that ended by ``seconds`` of
+    training (``episodes``: rows of (train_seconds, env_steps, return)); None before any."""
+    ended = episodes[episodes[:, 0] <= seconds + 1e-9]
+    if not len(ended):
+        return None
+    return float(np.mean(ended[-window:, 2]))
+
+
+def first_reaching(episodes: np.ndarray, level: float, window: int = TRAIN_WINDOW) -> float | None:
+    """The training second of the first episode after which the mean of the last ``window``
+    episodes (a full window) is at least ``level``; None if it never is."""
+    if len(episodes) < window:
+        return None
+    means = rolling_mean(episodes[:, 2], window)
+    reached = np.flatnonzero(means[window - 1:] >= level)
+    return float(episodes[window - 1 + reached[0], 0]) if len(reached) else None
+
+
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def train_returns_section(groups: list[Group]) -> list[str]:
+    """One row per run with training episodes (and a median row per cell of several runs)."""
+    rows = []
+    for group in groups:
+        runs = [r for r in group.runs if len(r.episodes) >= TRAIN_WINDOW]
+        if not runs:
+            continue
+        end = max(float(r.episodes[-1, 0]) for r in runs)
+        points = [share * end for share in SHARES]
+        table = []
+        for run in runs:
+            threshold = run.get("reward_threshold")
+            reached = None if threshold is None else first_reaching(run.episodes, float(threshold))
+            values = [return_at(run.episodes, t) for t in points]
+            table.append(values)
+            rows.append(f"| {group.env} | {group.algo} | {group.name} | {run.seed} | {end:,.0f} | "
+                        f"{int(run.get('env_steps', 0)):,} | "
+                        + " | ".join(_cell(v) for v in values)
+                        + f" | {_cell(threshold, 0)} | {_cell(reached, 0)} |")
+        if len(runs) > 1:
+            medians = [np.median([v for v in column if v is not None]) if any(
+                v is not None for v in column) else None for column in zip(*table)]
+            rows.append(f"| {group.env} | {group.algo} | {group.name} | **median of {len(runs)}** | "
+                        f"{end:,.0f} | - | " + " | ".join(f"**{_cell(v)}**" for v in medians) + " | - | - |")
+    if not rows:
+        return []
+    return ["## Training return over time", "",
+            f"Per run: the mean return of the last {TRAIN_WINDOW} training episodes (Atari: raw "
+            "game scores) at a quarter, half, three quarters and all of T, the cell's longest "
+            "training time (`train_seconds`), and the first training second at which that mean "
+            "reached the run's reward threshold.", "",
+            "| env | algo | topology | seed | T (s) | env steps | at T/4 | at T/2 | at 3T/4 | at T | "
+            "threshold | first reached (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
