@@ -13,6 +13,7 @@ MPI = pytest.importorskip("mpi4py.MPI")
 
 from drlmpi.mpi.timed import TimedComm  # noqa: E402
 from drlmpi.mpi.wire import Control, int64_message  # noqa: E402
+from tests.shared_runs import CUE, declare  # noqa: E402
 
 
 @pytest.fixture
@@ -84,3 +85,25 @@ def test_probe_refuses_a_message_of_partial_items(comm):
         comm.probe_count(0, 9, itemsize=4)
     comm.Recv(np.zeros(3, dtype=np.uint8), source=0, tag=9, kind="odd")
     comm.wait(send)
+
+
+#: star where the learner keeps working after the simulators have left: the updates its last
+#: round entitles (1,024: 512 rows x 2) run after the stop message, while the simulators wait in
+#: the collectives that close the job
+LATE_LEARNER = declare("star-late-learner", 3, [
+    CUE, "topology=star", "topology.sync_every=256", "algo.updates_per_step=2", "algo.hidden=[32,32]",
+    "algo.learning_starts=256", "run.max_env_steps=1024", "run.eval_every=100000000",
+    "run.progress_every_s=0", "run.stop_on_solve=false", "env.reward_threshold=null"])
+
+
+def test_every_share_lies_in_0_1_when_simulators_finish_long_before_the_learner(runs):
+    summary = runs.get(LATE_LEARNER).summary()
+    learner, *simulators = summary["per_rank"]
+    assert learner["updates"] >= 1024 and learner["wall_s"] > max(s["wall_s"] for s in simulators)
+    for sim in simulators:  # they waited for the learner's last updates, after their own part
+        assert sim["mpi_wait_after_run_s"] > 0.3 * (learner["wall_s"] - sim["wall_s"])
+    for rank in summary["per_rank"]:
+        assert 0 <= rank["mpi_wait_s"] <= rank["wall_s"]
+        assert rank["mpi_wait_share"] == pytest.approx(rank["mpi_wait_s"] / rank["wall_s"])
+        assert 0 <= rank["mpi_wait_share"] <= 1 and 0 <= rank["busy_share"] <= 1
+    assert 0 <= summary["mpi_wait_share"] <= 1

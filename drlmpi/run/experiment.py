@@ -94,6 +94,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
     except NonFiniteError as exc:
         raise NonFiniteError(f"{exc}; {_keep_finite_policy(exc.policy, run_dir)}") from None
     report.wall_s = time.perf_counter() - start
+    wait_in_run = comm.wait_s  # the waits of the span wall_s measures: their share lies in [0, 1]
     learner = report.learner
     by_signal = False
     if plan.cfg.run["checkpoint_on_signal"]:
@@ -104,6 +105,10 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
             STOP.clear_file()
     STOP.stopped_run = by_signal
     report.extra.update(comm.stats())
+    # A rank that finished its part early waits here for the others (the stop decision below
+    # the learner's last updates): kept apart, so that mpi_wait_s / wall_s stays a share.
+    report.extra["mpi_wait_after_run_s"] = report.extra["mpi_wait_s"] - wait_in_run
+    report.extra["mpi_wait_s"] = wait_in_run
     report.extra["host"] = socket.gethostname()  # where this rank ran
     if memory is not None:
         report.extra["rss_kib"] = memory.stop()
