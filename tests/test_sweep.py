@@ -214,6 +214,7 @@ PRESETS = {
     "ppo_tetris_grid": (["world_size=2"], 6, 6, {}, 30),
     "learning_matrix": (["seed=0", "+experiment/pair=dqn_cartpole,ppo_pendulum"], 14, 14, {}, 126),
     "ddp_cartpole": (["device=cpu"], 6, 6, {}, 6),  # on CPU: allgather's backend auto is mpi
+    "ppo_breakout_16": (["device=cpu"], 1, 1, {}, 1),  # one central run of 16 ranks, not a sweep
     "soak_async": ([], 1, 1, {}, 1),  # one job of 9 ranks, checked by the report (test_report_checks)
     "td3_mujoco": (["seed=0"], 2, 2, {}, 6),  # HalfCheetah and Hopper x 3 seeds, star on 8 ranks
     "topology_throughput": (["env.sim_cost_ms=5", "world_size=1,16"], 16, 10,
@@ -242,7 +243,8 @@ def _sweep_params(preset: str) -> dict[str, list[str]]:
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
-    return {key: str(value).split(",") for key, value in cfg.hydra.sweeper.params.items()}
+    params = cfg.hydra.sweeper.params or {}  # a one-run preset sweeps nothing
+    return {key: str(value).split(",") for key, value in params.items()}
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +284,8 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
                  if o.startswith("topology=")}
         assert ranks == {"sequential": 1, "p2p": 2, "star": 3, "parameter_server": 3, "async": 3,
                          "allgather": 3, "central": 3}
+    if preset == "ppo_breakout_16":  # 15 simulators x 8 games x 32 steps per rollout
+        assert ran[0]["ranks"] == 16 and "+experiment=ppo_breakout_16" in ran[0]["overrides"]
     if preset == "td3_mujoco":  # the paper's 1M steps, evaluated every 5,000
         assert sorted(o for j in ran for o in j["overrides"] if o.startswith("env=")) == [
             "env=halfcheetah", "env=hopper"] and all(j["ranks"] == 8 for j in ran)
