@@ -1,0 +1,163 @@
+"""Documented figures, recomputed from their raw outputs.
+
+A figure in a Markdown file names where it comes from with a marker right after it, invisible
+once rendered::
+
+    **205.4** <!-- figure train_return h100host_ppo_breakout_16/central_seed0 480 -->
+
+:func:`check_file` finds every marker, takes the number written just before it on the same line
+(``**``, ``,``, ``x``, ``%`` and ``s`` are read through; a ``%`` means the value is a share),
+recomputes the value from the artifact under ``docs/results/`` and says where the two differ by
+more than the printed rounding (half a unit of the last digit written). Kinds:
+
+``field RUN KEY[.KEY...]``
+    a field of ``RUN/summary.json`` (``env_steps_per_s``; ``topology_stats.inference_s``); a
+    ``RUN`` ending in ``.json`` is the summary file itself.
+``ratio RUN_A KEY_A RUN_B KEY_B``
+    ``RUN_A``'s field over ``RUN_B``'s (a speedup, a share of the ceiling).
+``train_return RUN SECONDS``
+    the mean of the last 100 training episodes ended by ``SECONDS`` of training
+    (``RUN/metrics.csv``; :func:`drlmpi.report.train_returns.return_at`).
+``first_reaching RUN LEVEL [steps]``
+    the training second (or job-wide env step, with ``steps``) at which that mean first
+    reached ``LEVEL`` (:func:`drlmpi.report.train_returns.first_reaching`).
+
+``python -m drlmpi.report.claims README.md docs/results.md`` checks files by hand; the test
+suite checks the README and docs/results.md (tests/test_documented_figures.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drlmpi.report.runs import read_returns
+from drlmpi.report.train_returns import first_reaching, return_at
+
+MARKER = re.compile(r"<!--\s*figure\s+(?P<spec>[^>]*?)\s*-->")
+#: the number a marker stands after: digits with thousands commas and a decimal part, then a
+#: unit the documents write (x: a ratio, %: a share, s: seconds, M/k: millions/thousands)
+NUMBER = re.compile(r"(?P<num>-?\d[\d,]*(?:\.\d+)?)\s*(?P<unit>%|x|s|M|k)?[*\s]*$")
+SCALE = {"%": 100.0, "M": 1e-6, "k": 1e-3}
+
+
+@dataclass
+class Figure:
+    """One marked figure: where it is, what is written and what the artifact gives."""
+
+    path: Path
+    line: int
+    written: str
+    spec: str
+    value: float | None = None
+    problem: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}"
+        if self.problem:
+            return f"{where}: {self.written!r} <- {self.spec}: {self.problem}"
+        return f"{where}: {self.written!r} <- {self.spec} = {self.value:.6g}"
+
+
+@cache
+def _summary(run: Path) -> dict[str, Any]:
+    """``RUN/summary.json``, or ``RUN`` itself where it names a ``.json`` file."""
+    return json.loads((run if run.suffix == ".json" else run / "summary.json").read_text())
+
+
+@cache
+def _episodes(run: Path) -> np.ndarray:
+    if not (run / "metrics.csv").is_file():
+        raise FileNotFoundError(f"{run / 'metrics.csv'} does not exist")
+    return read_returns(run / "metrics.csv")["episode"]
+
+
+def _field(run: Path, key: str) -> float:
+    value: Any = _summary(run)
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(f"{run / 'summary.json'} has no {key}")
+        value = value[part]
+    return float(value)
+
+
+def compute(spec: str, results: Path) -> float:
+    """The value a marker's ``spec`` names, from the artifacts under ``results``."""
+    kind, *args = spec.split()
+    runs = [results / a for a in args]
+    if kind == "field" and len(args) == 2:
+        return _field(runs[0], args[1])
+    if kind == "ratio" and len(args) == 4:
+        return _field(runs[0], args[1]) / _field(runs[2], args[3])
+    if kind == "train_return" and len(args) == 2:
+        value = return_at(_episodes(runs[0]), float(args[1]))
+        if value is None:
+            raise ValueError(f"no training episode ended by {args[1]} s")
+        return value
+    if kind == "first_reaching" and len(args) in (2, 3):
+        episodes = _episodes(runs[0])
+        seconds = first_reaching(episodes, float(args[1]))
+        if seconds is None:
+            raise ValueError(f"the mean of the last 100 games never reached {args[1]}")
+        if len(args) == 3 and args[2] == "steps":
+            return float(episodes[np.flatnonzero(episodes[:, 0] == seconds)[0], 1])
+        return seconds
+    raise ValueError(f"unknown figure kind or arguments: {spec!r} (see drlmpi/report/claims.py)")
+
+
+def _written_value(text: str) -> tuple[float, float, float]:
+    """The number at the end of ``text``: (value in the document's unit, its rounding
+    tolerance, the scale from the artifact's unit to the document's)."""
+    match = NUMBER.search(text.replace("**", " ").rstrip())
+    if match is None:
+        raise ValueError("no number before the marker")
+    digits = match.group("num").replace(",", "")
+    decimals = len(digits.split(".")[1]) if "." in digits else 0
+    return float(digits), 0.5 * 10.0 ** -decimals, SCALE.get(match.group("unit") or "", 1.0)
+
+
+def check_file(path: Path, results: Path) -> list[Figure]:
+    """Every marked figure of ``path``, each with its recomputed value or its problem."""
+    figures = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        start = 0
+        for marker in MARKER.finditer(line):
+            before = line[start:marker.start()]
+            start = marker.end()
+            written = before.strip().split("|")[-1].strip()
+            figure = Figure(Path(path), number, written, marker.group("spec"))
+            figures.append(figure)
+            try:
+                shown, tolerance, scale = _written_value(before)
+                figure.value = compute(figure.spec, results) * scale
+            except (OSError, KeyError, ValueError) as exc:
+                figure.problem = str(exc)
+                continue
+            if abs(figure.value - shown) > tolerance * (1 + 1e-9):
+                figure.problem = f"the artifact gives {figure.value:.6g}, not {shown:g}"
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    files = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
+    if not files:
+        print("usage: python -m drlmpi.report.claims FILE.md [...]  (artifacts under docs/results/)")
+        return 2
+    bad = 0
+    for path in files:
+        results = path.resolve().parent / ("docs/results" if path.name == "README.md" else "results")
+        for figure in check_file(path, results):
+            bad += figure.problem is not None
+            print(("FAIL " if figure.problem else "ok   ") + str(figure))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""Documented figures against their raw outputs (drlmpi/report/claims.py): every figure of the
+README and docs/results.md marked ``<!-- figure ... -->`` is recomputed from its artifact under
+docs/results/ and must equal what is written, within the printed rounding."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from drlmpi.report.claims import check_file
+from tests.conftest import REPO
+
+RESULTS = REPO / "docs" / "results"
+#: the marked figures today: fewer means markers were lost, not that figures became checkable
+AT_LEAST = {"README.md": 6, "docs/results.md": 40}
+
+
+def test_every_marked_figure_recomputes_from_its_artifact():
+    for name in ("README.md", "docs/results.md"):
+        figures = check_file(REPO / name, RESULTS)
+        assert len(figures) >= AT_LEAST.get(name, 0), name
+        problems = [str(f) for f in figures if f.problem]
+        assert not problems, "\n".join(problems)
+
+
+def test_a_wrong_rounded_or_unsourced_figure_fails(tmp_path):
+    run = tmp_path / "results" / "study" / "run"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"env_steps_per_s": 11381.97, "ceiling": 13862.44,
+                                                   "stats": {"serves": 20255}}))
+    (run / "metrics.csv").write_text("kind,train_seconds,env_steps,return\n" + "".join(
+        f"episode,{i + 1},{10 * (i + 1)},{i}\n" for i in range(150)))
+    doc = tmp_path / "doc.md"
+    doc.write_text("\n".join([
+        "| a | 11,382 <!-- figure field study/run env_steps_per_s --> |",  # rounds to it: ok
+        "**82%** <!-- figure ratio study/run env_steps_per_s study/run ceiling -->",  # 82.1%: ok
+        "20,255 <!-- figure field study/run stats.serves --> serves and 99.5 "
+        "<!-- figure train_return study/run 150 -->",
+        "111 s <!-- figure first_reaching study/run 60 --> after 1,110 "
+        "<!-- figure first_reaching study/run 60 steps -->",
+        "11,383 <!-- figure field study/run env_steps_per_s -->",  # off by one unit: wrong
+        "81.9% <!-- figure ratio study/run env_steps_per_s study/run ceiling -->",  # wrong rounding
+        "5 <!-- figure field study/gone env_steps_per_s -->",  # no artifact
+        "7 <!-- figure field study/run updates_per_s -->",  # no such field
+        "<!-- figure field study/run env_steps_per_s -->",  # no number
+        "3 <!-- figure median study/run -->",  # unknown kind
+    ]))
+    figures = check_file(doc, tmp_path / "results")
+    assert [f.problem is None for f in figures] == [True] * 6 + [False] * 6
+    assert figures[0].value == 11381.97 and round(figures[1].value, 2) == 82.11
+    assert "gives 11382, not 11383" in figures[6].problem
+    assert "summary.json" in figures[8].problem and "no updates_per_s" in figures[9].problem
+    assert "no number" in figures[10].problem and "unknown figure kind" in figures[11].problem
+
+
+def test_the_command_line_checks_files_and_says_which_failed(tmp_path, capsys):
+    from drlmpi.report.claims import main
+
+    assert main([str(REPO / "docs" / "results.md")]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and out.count("ok ") >= AT_LEAST["docs/results.md"]
+    assert main([]) == 2
+    assert Path(REPO / "docs" / "results").is_dir()
