@@ -21,6 +21,7 @@ from drlmpi.envs.make import env_make_kwargs, make_env, probe_spec
 from drlmpi.envs.spec import RAW_EPISODE_KEY, env_spec
 from drlmpi.envs.vector import SerialEnvs
 from drlmpi.roles.actor import Actor
+from tests.shared_runs import declare
 
 FIRE = 1  # Breakout's actions: NOOP, FIRE, RIGHT, LEFT
 
@@ -318,3 +319,27 @@ def test_a_simulators_ale_environments_join_one_vector_env_and_close_it():
     assert _threads() == before  # the vector env's threads are gone
     with pytest.raises(ValueError, match="made with the same options"):
         SerialEnvs([make_env("ALE/Tetris-v5"), make_env("ALE/Tetris-v5", train=False)], np.uint8)
+
+
+#: the 16-rank Breakout preset on 3 CPU ranks, 2 games per simulator: central (the learner acts)
+#: and star (the simulators act), each one rollout - its per-game rollouts must resolve to this
+#: job's 4 games (32 steps x 4 games = 128 rows) and both must train on ALE frames
+BREAKOUT_PRESET = ["+experiment=ppo_breakout_16", "world_size=3", "device=cpu", "env.num_envs=2",
+                   "run.max_train_seconds=null", "run.max_env_steps=128", "run.progress_every_s=0",
+                   "algo.epochs=1"]
+PRESET_RUNS = {topology: declare(f"breakout-preset-{topology}", 3,
+                                  [*BREAKOUT_PRESET, f"topology={topology}"])
+               for topology in ("central", "star")}
+
+
+@pytest.mark.parametrize("topology", sorted(PRESET_RUNS))
+def test_the_breakout_preset_runs_on_cpu_under_central_and_star(runs, topology):
+    """Two 3-rank PPO jobs on Breakout frames with the preset's rollout. Over 5 s together (a
+    CNN acting and training on CPU): the issue's CPU check that both topologies still run."""
+    summary = runs.get(PRESET_RUNS[topology]).summary()
+    assert (summary["env_id"], summary["topology"], summary["world_size"]) == ("ALE/Breakout-v5", topology, 3)
+    assert summary["algo_job_options"] == {"rollout_steps": 32 * 2 * 2}  # 32 steps x 2 sims x 2 games
+    assert summary["env_steps"] >= 128 and summary["updates"] >= 1  # one rollout of 128 rows
+    learner, *simulators = summary["per_rank"]
+    carried = "observations" if topology == "central" else "experience"
+    assert all(sim["sent"][carried][1] > 50 * 4 * 84 * 84 for sim in simulators)  # 50 frame stacks each
