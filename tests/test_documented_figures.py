@@ -61,3 +61,23 @@ def test_the_command_line_checks_files_and_says_which_failed(tmp_path, capsys):
     assert "FAIL" not in out and out.count("ok ") >= AT_LEAST["docs/results.md"]
     assert main([]) == 2
     assert Path(REPO / "docs" / "results").is_dir()
+
+
+def test_learner_benchmark_rows_and_their_ratios(tmp_path):
+    bench = tmp_path / "results" / "bench.json"  # as python -m drlmpi.bench.learner --json writes it
+    bench.parent.mkdir()
+    bench.write_text(json.dumps({"rows": [
+        {"algo": "dqn", "batch": 64, "device": "cpu", "mode": "drlmpi", "updates_per_s": 425.2, "note": ""},
+        {"algo": "dqn", "batch": 64, "device": "cuda", "mode": "fused", "updates_per_s": 8633.4, "note": ""},
+        {"algo": "dqn", "batch": 64, "device": "cuda", "mode": "graph", "updates_per_s": None,
+         "note": "failed: RuntimeError"}]}))
+    doc = tmp_path / "doc.md"
+    doc.write_text("8,633 <!-- figure bench bench.json dqn 64 cuda fused -->, "
+                   "20.3x <!-- figure bench_ratio bench.json dqn 64 cuda fused cpu drlmpi -->, "
+                   "20x <!-- figure bench_ratio bench.json dqn 64 cuda fused cpu drlmpi -->, "
+                   "21x <!-- figure bench_ratio bench.json dqn 64 cuda fused cpu drlmpi -->, "
+                   "1 <!-- figure bench bench.json dqn 64 cuda graph -->, "
+                   "2 <!-- figure bench bench.json dqn 128 cuda fused -->\n")
+    figures = check_file(doc, tmp_path / "results")
+    assert [f.problem is None for f in figures] == [True, True, True, False, False, False]
+    assert "failed: RuntimeError" in figures[4].problem and "no row dqn 128" in figures[5].problem

@@ -23,10 +23,12 @@ device synchronisation, so queued GPU work is counted.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -175,6 +177,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--obs", choices=("vector", "atari"), default="vector",
                         help="atari: 4x84x84 uint8 image observations and the Nature CNN (dqn, ppo; "
                              "no bare rows)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the table to this file: the rows (algo, batch, device, mode, "
+                             "updates_per_s, note), the arguments and the library versions")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure each device mode with run.deterministic's settings "
                              "(rows '<mode> det'; the cuBLAS workspace setting applies to all rows)")
@@ -233,7 +238,22 @@ def main(argv: list[str] | None = None) -> None:
                                lambda a=algo, b=batch, d=device, k=k: drlmpi_step(a, b, d, "graph", k,
                                                                                   obs=args.obs),
                                per_call=k)
-    print_table([(*key, rate, note) for key, (rate, note) in best.items()])
+    results = [(*key, rate, note) for key, (rate, note) in best.items()]
+    print_table(results)
+    if args.json is not None:
+        write_json(args.json, results, vars(args))
+
+
+def write_json(path: Path, results: list[tuple[str, int, str, str, float | None, str]],
+               args: dict) -> None:
+    """The table as JSON (``drlmpi.report.claims`` reads its rows: the ``bench`` kind)."""
+    rows = [{"algo": a, "batch": b, "device": d, "mode": m, "updates_per_s": r, "note": n}
+            for a, b, d, m, r, n in results]
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": rows, "args": {k: str(v) for k, v in args.items()},
+                                "gpu": gpu, "torch": torch.__version__,
+                                "cpu_threads": torch.get_num_threads()}, indent=1))
 
 
 def print_table(results: list[tuple[str, int, str, str, float | None, str]]) -> None:

@@ -15,6 +15,11 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
     ``RUN`` ending in ``.json`` is the summary file itself.
 ``ratio RUN_A KEY_A RUN_B KEY_B``
     ``RUN_A``'s field over ``RUN_B``'s (a speedup, a share of the ceiling).
+``bench FILE ALGO BATCH DEVICE MODE``
+    a row's updates/s in a learner benchmark's JSON (``python -m drlmpi.bench.learner --json
+    FILE``).
+``bench_ratio FILE ALGO BATCH DEVICE_A MODE_A DEVICE_B MODE_B``
+    row A's updates/s over row B's (fused over graph; a device mode over a CPU core).
 ``train_return RUN SECONDS``
     the mean of the last 100 training episodes ended by ``SECONDS`` of training
     (``RUN/metrics.csv``; :func:`drlmpi.report.train_returns.return_at`).
@@ -88,6 +93,16 @@ def _field(run: Path, key: str) -> float:
     return float(value)
 
 
+def _bench(path: Path, algo: str, batch: str, device: str, mode: str) -> float:
+    rows = json.loads(path.read_text())["rows"]
+    for row in rows:
+        if (row["algo"], str(row["batch"]), row["device"], row["mode"]) == (algo, batch, device, mode):
+            if row["updates_per_s"] is None:
+                raise ValueError(f"{path}: the {algo} {batch} {device} {mode} row failed: {row['note']}")
+            return float(row["updates_per_s"])
+    raise KeyError(f"{path} has no row {algo} {batch} {device} {mode}")
+
+
 def compute(spec: str, results: Path) -> float:
     """The value a marker's ``spec`` names, from the artifacts under ``results``."""
     kind, *args = spec.split()
@@ -96,6 +111,11 @@ def compute(spec: str, results: Path) -> float:
         return _field(runs[0], args[1])
     if kind == "ratio" and len(args) == 4:
         return _field(runs[0], args[1]) / _field(runs[2], args[3])
+    if kind == "bench" and len(args) == 5:
+        return _bench(runs[0], *args[1:])
+    if kind == "bench_ratio" and len(args) == 7:
+        return (_bench(runs[0], *args[1:3], *args[3:5])
+                / _bench(runs[0], *args[1:3], *args[5:7]))
     if kind == "train_return" and len(args) == 2:
         value = return_at(_episodes(runs[0]), float(args[1]))
         if value is None:
