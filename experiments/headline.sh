@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The headline figures on one 16-core GPU host, written straight into the artifact layout of
+# docs/results/ (docs/results.md; each part's folder gets its runs' summary.json, metrics.csv and
+# rank 0's log, the report's tables and provenance.json: command, commit, machine, versions).
+# Each part fits one accelerator call (10 minutes at most):
+#
+#   bash experiments/headline.sh PART OUT_DIR [extra overrides...]
+#
+#   learner          learner updates/s: DQN, TD3 and PPO at batch 64 (MLP) and DQN and PPO on
+#                    Atari frames at batch 256, CPU against the device modes (bench.json,
+#                    bench_atari.json; ~3 min)
+#   fused_scaling    DQN LunarLander, env.sim_cost_ms=1: sequential, star and async at 8 and 16
+#                    ranks, fused and graph, with the raw-stepping ceiling (~6 min)
+#   breakout_share   the raw-stepping ceiling (8 games a rank) and the ppo_breakout_16 preset,
+#                    SECONDS each (default 120), in one call: central's share of the ceiling
+#   breakout         the ppo_breakout_16 preset for SEEDS (default "0 1 2") under TOPOLOGY
+#                    (default central): about 8.5 minutes a seed, so one or two seeds a call
+#   dqn_ttt          DQN LunarLander (env.sim_cost_ms=1) to the threshold: sequential and star on
+#                    16 ranks for SEEDS (default "0 1 2"), the same evaluation cadence (~10 min)
+#   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0; ~6 min)
+#
+# The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
+# MPIEXEC: the launcher (default "mpirun --oversubscribe --bind-to none").
+set -u
+cd "$(dirname "$0")/.."
+part=${1:?usage: bash experiments/headline.sh PART OUT_DIR [overrides...]}
+out=${2:?usage: bash experiments/headline.sh PART OUT_DIR [overrides...]}
+shift 2
+mpirun=(${MPIEXEC:-mpirun --oversubscribe --bind-to none})
+seeds=${SEEDS:-0 1 2}
+mkdir -p "$out"
+python experiments/provenance.py "$out" -- bash experiments/headline.sh "$part" "$out" "$@" \
+    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0})"
+
+keep() {  # keep() RUN_DIR: what the artifact layout keeps of a run
+    rm -rf "$1"/checkpoint "$1"/tb "$1"/*.pt "$1"/.hydra
+    find "$1" -name 'rank*.log' ! -name rank0.log -delete
+}
+run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME
+    local name=$1 ranks=$2
+    shift 2
+    "${mpirun[@]}" -n "$ranks" python -m mpi4py -m drlmpi hydra.run.dir="$out/$name" "$@" 2>&1 | tail -3
+    keep "$out/$name"
+}
+report() {  # report DIR...: the report's tables next to the runs
+    python -m drlmpi.report "$@" --out "$out/report" > /dev/null && rm -f "$out"/report/*.png
+}
+
+case "$part" in
+learner)
+    python -m drlmpi.bench.learner --algo dqn td3 ppo --batch 64 --device cpu cuda --seconds 2 \
+        --json "$out/bench.json" | tee "$out/bench.txt"
+    python -m drlmpi.bench.learner --algo dqn ppo --batch 256 --device cpu cuda --obs atari \
+        --seconds 2 --json "$out/bench_atari.json" | tee "$out/bench_atari.txt"
+    ;;
+fused_scaling)
+    bash experiments/fused_scaling.sh "$out/runs" "$@"
+    for d in $(find "$out/runs" -name summary.json -printf '%h\n'); do keep "$d"; done
+    ;;
+breakout_share)
+    s=${SECONDS_PER_RUN:-120}
+    run ceiling 16 algo=random topology=allgather env=breakout env.num_envs=8 run.max_env_steps=null \
+        run.max_train_seconds="$s" run.eval_every=1000000000 run.progress_every_s=0 "$@"
+    run central 16 +experiment=ppo_breakout_16 run.max_train_seconds="$s" "$@"
+    report "$out/ceiling" "$out/central"
+    ;;
+breakout)
+    topology=${TOPOLOGY:-central}
+    for seed in $seeds; do
+        run "${topology}_seed$seed" 16 +experiment=ppo_breakout_16 topology="$topology" seed="$seed" "$@"
+    done
+    report "$out"/*_seed*
+    ;;
+dqn_ttt)
+    common=(algo=dqn env=lunarlander env.sim_cost_ms=1 device=cuda run.progress_every_s=0)
+    for seed in $seeds; do
+        run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@"
+        run "star16_seed$seed" 16 "${common[@]}" topology=star seed="$seed" "$@"
+    done
+    report "$out"/*_seed*
+    ;;
+td3)
+    run "star8_seed${SEED:-0}" 8 algo=td3 env=halfcheetah topology=star device=cuda \
+        run.stop_on_solve=false run.progress_every_s=30 seed="${SEED:-0}" "$@"
+    report "$out"/star8_seed*
+    ;;
+*)
+    echo "unknown part: $part (learner, fused_scaling, breakout_share, breakout, dqn_ttt, td3)" >&2
+    exit 2
+    ;;
+esac
