@@ -20,7 +20,9 @@ for topology in star central allgather; do
     "${mpirun[@]}" python -m mpi4py -m drlmpi "${common[@]}" topology=$topology "${extra[@]}" \
         hydra.run.dir="$out/$topology" "$@" 2>&1 | grep -v "^\[.*progress\]" | tail -4
 done
-"${mpirun[@]}" python -m mpi4py -m drlmpi "${common[@]}" algo=random topology=allgather \
+# env.num_envs=8: the games a rank steps under algo=ppo (conf/tuned/atari/ppo.yaml), which
+# algo=random does not load - the same pipeline, not one game a rank
+"${mpirun[@]}" python -m mpi4py -m drlmpi "${common[@]}" algo=random topology=allgather env.num_envs=8 \
     hydra.run.dir="$out/ceiling" "$@" 2>&1 | tail -3
 python -m drlmpi.report "$out/star" "$out/central" "$out/allgather" "$out/ceiling" --out "$out/report" >/dev/null
 sed -n '/^## Throughput/,/^## Plots/p' "$out/report/report.md" | grep -v "^## Plots"
