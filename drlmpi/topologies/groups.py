@@ -269,6 +269,9 @@ class _GroupLearner:
             "learners": self.lcomm.size, "group_size": self.group_size, "group_wiring": wiring,
             "meetings": self.meetings, "per_learner": table, **self.peer.stats(checksums),
         }
+        if table is not None and wiring == "async":  # what the job's learners received and did not store
+            for key in ("discarded_chunks", "discarded_rows", "steps_after_stop"):
+                topology_stats[key] = sum(int(row.get(key, 0)) for row in table)
         report = learner_report(self.ctx.comm.rank, self.learner,
                                 stats=topology_stats if self.is_root else None)
         report.extra.update({k: v for k, v in per_learner.items() if k in ("device", "backend_calls")})
@@ -341,4 +344,4 @@ class _MeetingAsyncLearner(AsyncLearner):
                     since_publish = 0
             owner.after_round(control)
         self.shutdown()
-        return self.chunk_stats()
+        return {**self.chunk_stats(), "steps_after_stop": self.steps_after_stop}
