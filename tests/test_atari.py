@@ -342,4 +342,7 @@ def test_the_breakout_preset_runs_on_cpu_under_central_and_star(runs, topology):
     assert summary["env_steps"] >= 128 and summary["updates"] >= 1  # one rollout of 128 rows
     learner, *simulators = summary["per_rank"]
     carried = "observations" if topology == "central" else "experience"
-    assert all(sim["sent"][carried][1] > 50 * 4 * 84 * 84 for sim in simulators)  # 50 frame stacks each
+    # Each of the job's steps sent its frame stack (4 x 84 x 84 bytes) at least once; how the
+    # steps split between the two simulators depends on which answers first.
+    sent = [sim["sent"][carried][1] for sim in simulators]
+    assert min(sent) > 0 and sum(sent) >= summary["env_steps"] * 4 * 84 * 84
