@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 RESULTS = REPO / "docs" / "results"
 #: the marked figures today: fewer means markers were lost, not that figures became checkable
-AT_LEAST = {"README.md": 6, "docs/results.md": 98}
+AT_LEAST = {"README.md": 6, "docs/results.md": 133}
 
 
 def test_every_marked_figure_recomputes_from_its_artifact():
@@ -27,7 +27,8 @@ def test_a_wrong_rounded_or_unsourced_figure_fails(tmp_path):
     run = tmp_path / "results" / "study" / "run"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({"env_steps_per_s": 11381.97, "ceiling": 13862.44,
-                                                   "stats": {"serves": 20255}}))
+                                                   "stats": {"serves": 20255},
+                                                   "runs": [{"ratio": 1.107}, {"ratio": 0.849}]}))
     (run / "metrics.csv").write_text("kind,train_seconds,env_steps,return\n" + "".join(
         f"episode,{i + 1},{10 * (i + 1)},{i}\n" for i in range(150)))
     doc = tmp_path / "doc.md"
@@ -44,9 +45,11 @@ def test_a_wrong_rounded_or_unsourced_figure_fails(tmp_path):
         "7 <!-- figure field study/run updates_per_s -->",  # no such field
         "<!-- figure field study/run env_steps_per_s -->",  # no number
         "3 <!-- figure median study/run -->",  # unknown kind
+        "0.85 <!-- figure field study/run runs.1.ratio -->",  # an item of a list: ok
+        "1 <!-- figure field study/run runs.2.ratio -->",  # past the list's end
     ]))
     figures = check_file(doc, tmp_path / "results")
-    assert [f.problem is None for f in figures] == [True] * 6 + [False] * 6
+    assert [f.problem is None for f in figures] == [True] * 6 + [False] * 6 + [True, False]
     assert figures[0].value == 11381.97 and round(figures[1].value, 2) == 82.11
     assert "gives 11382, not 11383" in figures[6].problem
     assert "summary.json" in figures[8].problem and "no updates_per_s" in figures[9].problem

@@ -11,8 +11,9 @@ recomputes the value from the artifact under ``docs/results/`` and says where th
 more than the printed rounding (half a unit of the last digit written). Kinds:
 
 ``field RUN KEY[.KEY...]``
-    a field of ``RUN/summary.json`` (``env_steps_per_s``; ``topology_stats.inference_s``); a
-    ``RUN`` ending in ``.json`` is the summary file itself.
+    a field of ``RUN/summary.json`` (``env_steps_per_s``; ``topology_stats.inference_s``; a
+    number names an item of a list: ``runs.0.ratio``); a ``RUN`` ending in ``.json`` is that
+    JSON file itself (a summary, a benchmark's output).
 ``ratio RUN_A KEY_A RUN_B KEY_B``
     ``RUN_A``'s field over ``RUN_B``'s (a speedup, a share of the ceiling).
 ``bench FILE ALGO BATCH DEVICE MODE``
@@ -87,9 +88,12 @@ def _episodes(run: Path) -> np.ndarray:
 def _field(run: Path, key: str) -> float:
     value: Any = _summary(run)
     for part in key.split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise KeyError(f"{run / 'summary.json'} has no {key}")
-        value = value[part]
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]  # an item of a list: runs.0.ratio
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            raise KeyError(f"{run if run.suffix == '.json' else run / 'summary.json'} has no {key}")
     return float(value)
 
 
