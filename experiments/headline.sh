@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The headline figures on one 16-core GPU host, written straight into the artifact layout of
-# docs/results/ (docs/results.md; each part's folder gets its runs' summary.json, metrics.csv and
-# rank 0's log, the report's tables and provenance.json: command, commit, machine, versions).
+# docs/results/ (docs/results.md; each part's folder gets its runs' summary.json, metrics.csv,
+# rank 0's log and composed config (.hydra/), the report's tables and provenance.json: command, commit, machine, versions).
 # Each part fits one accelerator call (10 minutes at most):
 #
 #   bash experiments/headline.sh PART OUT_DIR [extra overrides...]
@@ -32,8 +32,8 @@ mkdir -p "$out"
 python experiments/provenance.py "$out" -- bash experiments/headline.sh "$part" "$out" "$@" \
     "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0})"
 
-keep() {  # keep() RUN_DIR: what the artifact layout keeps of a run
-    rm -rf "$1"/checkpoint "$1"/tb "$1"/*.pt "$1"/.hydra
+keep() {  # keep() RUN_DIR: what the artifact layout keeps of a run (.hydra/: its composed config)
+    rm -rf "$1"/checkpoint "$1"/tb "$1"/*.pt
     find "$1" -name 'rank*.log' ! -name rank0.log -delete
 }
 run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME

@@ -284,7 +284,7 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
                  if o.startswith("topology=")}
         assert ranks == {"sequential": 1, "p2p": 2, "star": 3, "parameter_server": 3, "async": 3,
                          "allgather": 3, "central": 3}
-    if preset == "ppo_breakout_16":  # 15 simulators x 8 games x 32 steps per rollout
+    if preset == "ppo_breakout_16":  # one run on the 16 ranks the preset names
         assert ran[0]["ranks"] == 16 and "+experiment=ppo_breakout_16" in ran[0]["overrides"]
     if preset == "td3_mujoco":  # the paper's 1M steps, evaluated every 5,000
         assert sorted(o for j in ran for o in j["overrides"] if o.startswith("env=")) == [

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
                              "no bare rows)")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the table to this file: the rows (algo, batch, device, mode, "
-                             "updates_per_s, note), the arguments and the library versions")
+                             "updates_per_s, note), the arguments, the GPU and torch's version")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure each device mode with run.deterministic's settings "
                              "(rows '<mode> det'; the cuBLAS workspace setting applies to all rows)")

@@ -26,7 +26,7 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
     (``RUN/metrics.csv``; :func:`drlmpi.report.train_returns.return_at`).
 ``first_reaching RUN LEVEL [steps]``
     the training second (or job-wide env step, with ``steps``) at which that mean first
-    reached ``LEVEL`` (:func:`drlmpi.report.train_returns.first_reaching`).
+    reached ``LEVEL`` (:func:`drlmpi.report.train_returns.first_reaching_row`).
 
 ``python -m drlmpi.report.claims README.md docs/results.md`` checks files by hand; the test
 suite checks the README and docs/results.md (tests/test_documented_figures.py).
@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from drlmpi.report.runs import read_returns
-from drlmpi.report.train_returns import first_reaching, return_at
+from drlmpi.report.train_returns import first_reaching_row, return_at
 
 MARKER = re.compile(r"<!--\s*figure\s+(?P<spec>[^>]*?)\s*-->")
 #: the number a marker stands after: digits with thousands commas and a decimal part, then a
@@ -126,13 +126,11 @@ def compute(spec: str, results: Path) -> float:
             raise ValueError(f"no training episode ended by {args[1]} s")
         return value
     if kind == "first_reaching" and len(args) in (2, 3):
-        episodes = _episodes(runs[0])
-        seconds = first_reaching(episodes, float(args[1]))
-        if seconds is None:
+        row = first_reaching_row(_episodes(runs[0]), float(args[1]))
+        if row is None:
             raise ValueError(f"the mean of the last 100 games never reached {args[1]}")
-        if len(args) == 3 and args[2] == "steps":
-            return float(episodes[np.flatnonzero(episodes[:, 0] == seconds)[0], 1])
-        return seconds
+        column = 1 if len(args) == 3 and args[2] == "steps" else 0  # env steps, else seconds
+        return float(_episodes(runs[0])[row, column])
     raise ValueError(f"unknown figure kind or arguments: {spec!r} (see drlmpi/report/claims.py)")
 
 

@@ -25,14 +25,20 @@ def return_at(episodes: np.ndarray, seconds: float, window: int = TRAIN_WINDOW) 
     return float(np.mean(ended[-window:, 2]))
 
 
-def first_reaching(episodes: np.ndarray, level: float, window: int = TRAIN_WINDOW) -> float | None:
-    """The training second of the first episode after which the mean of the last ``window``
-    episodes (a full window) is at least ``level``; None if it never is."""
+def first_reaching_row(episodes: np.ndarray, level: float, window: int = TRAIN_WINDOW) -> int | None:
+    """The index of the first episode after which the mean of the last ``window`` episodes (a
+    full window) is at least ``level``; None if it never is."""
     if len(episodes) < window:
         return None
     means = rolling_mean(episodes[:, 2], window)
     reached = np.flatnonzero(means[window - 1:] >= level)
-    return float(episodes[window - 1 + reached[0], 0]) if len(reached) else None
+    return window - 1 + int(reached[0]) if len(reached) else None
+
+
+def first_reaching(episodes: np.ndarray, level: float, window: int = TRAIN_WINDOW) -> float | None:
+    """The training second of that episode (:func:`first_reaching_row`); None if it never is."""
+    row = first_reaching_row(episodes, level, window)
+    return None if row is None else float(episodes[row, 0])
 
 
 def _cell(value: float | None, digits: int = 1) -> str:

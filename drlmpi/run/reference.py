@@ -108,6 +108,5 @@ def print_help() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-
 if __name__ == "__main__":  # pragma: no cover
     print(reference_table())
