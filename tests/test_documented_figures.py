@@ -44,7 +44,7 @@ def test_a_wrong_rounded_or_unsourced_figure_fails(tmp_path):
         "5 <!-- figure field study/gone env_steps_per_s -->",  # no artifact
         "7 <!-- figure field study/run updates_per_s -->",  # no such field
         "<!-- figure field study/run env_steps_per_s -->",  # no number
-        "3 <!-- figure median study/run -->",  # unknown kind
+        "3 <!-- figure mode study/run -->",  # unknown kind
         "0.85 <!-- figure field study/run runs.1.ratio -->",  # an item of a list: ok
         "1 <!-- figure field study/run runs.2.ratio -->",  # past the list's end
     ]))
@@ -84,3 +84,33 @@ def test_learner_benchmark_rows_and_their_ratios(tmp_path):
     figures = check_file(doc, tmp_path / "results")
     assert [f.problem is None for f in figures] == [True, True, True, False, False, False]
     assert "failed: RuntimeError" in figures[4].problem and "no row dqn 128" in figures[5].problem
+
+
+def test_median_mean_and_range_over_seeds(tmp_path):
+    results = tmp_path / "results"
+    for seed, (rate, top) in enumerate([(100.0, 150), (350.0, 120), (300.0, 130)]):
+        run = results / "study" / f"central_seed{seed}"
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({"env_steps_per_s": rate, "ceiling": 400.0}))
+        (run / "metrics.csv").write_text("kind,train_seconds,env_steps,return\n" + "".join(
+            f"episode,{i + 1},{10 * (i + 1)},{i if i < top else top}\n" for i in range(200)))
+    doc = tmp_path / "doc.md"
+    doc.write_text("\n".join([
+        "300 <!-- figure median field study/central_seed{0,1,2} env_steps_per_s -->",
+        "250 <!-- figure mean field study/central_seed{0,1,2} env_steps_per_s -->",
+        "100 <!-- figure min field study/central_seed{0,1,2} env_steps_per_s -->",
+        "350 <!-- figure max field study/central_seed{2,1} env_steps_per_s -->",
+        "75% <!-- figure median ratio study/central_seed{0,1,2} env_steps_per_s "
+        "study/central_seed{0,1,2} ceiling -->",  # each seed over its own ceiling
+        "125.35 <!-- figure median train_return study/central_seed{0,1,2} 200 -->",  # 137.25, 117.9, 125.35
+        "125.35 <!-- figure median train_return study/central_seed{0,1,2} 2000 steps -->",  # the same
+        "120 <!-- figure median train_return study/central_seed{0,1,2} 1500 steps -->",  # 97.6: wrong
+        "100 <!-- figure median field study/central_seed{0,1} env_steps_per_s -->",  # 225: wrong
+        "200 <!-- figure median field study/central_seed0 env_steps_per_s -->",  # no group
+        "200 <!-- figure median field study/central_seed{0,7} env_steps_per_s -->",  # no seed 7
+    ]))
+    figures = check_file(doc, results)
+    assert [f.problem is None for f in figures] == [True] * 7 + [False] * 4, [str(f) for f in figures]
+    assert figures[4].value == 75.0 and "gives 97.6, not 120" in figures[7].problem
+    assert "gives 225, not 100" in figures[8].problem
+    assert "one brace group" in figures[9].problem and "central_seed7" in figures[10].problem

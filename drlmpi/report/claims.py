@@ -21,12 +21,18 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
     FILE``).
 ``bench_ratio FILE ALGO BATCH DEVICE_A MODE_A DEVICE_B MODE_B``
     row A's updates/s over row B's (fused over graph; a device mode over a CPU core).
-``train_return RUN SECONDS``
-    the mean of the last 100 training episodes ended by ``SECONDS`` of training
-    (``RUN/metrics.csv``; :func:`drlmpi.report.train_returns.return_at`).
+``train_return RUN SECONDS [steps]``
+    the mean of the last 100 training episodes ended by ``SECONDS`` of training, or with
+    ``steps`` by that many job-wide env steps (``RUN/metrics.csv``;
+    :func:`drlmpi.report.train_returns.return_at`).
 ``first_reaching RUN LEVEL [steps]``
     the training second (or job-wide env step, with ``steps``) at which that mean first
     reached ``LEVEL`` (:func:`drlmpi.report.train_returns.first_reaching_row`).
+``median|mean|min|max KIND ARGS...``
+    that statistic of one of the kinds above over several runs, named by one brace group in
+    its arguments: ``median train_return study/central_seed{0,1,2} 480`` is the median of
+    the three seeds' scores at 480 s (``min`` and ``max``: the ends of a range; a ``ratio``'s
+    two runs take the same item of the group).
 
 ``python -m drlmpi.report.claims README.md docs/results.md`` checks files by hand; the test
 suite checks the README and docs/results.md (tests/test_documented_figures.py).
@@ -107,9 +113,27 @@ def _bench(path: Path, algo: str, batch: str, device: str, mode: str) -> float:
     raise KeyError(f"{path} has no row {algo} {batch} {device} {mode}")
 
 
+BRACES = re.compile(r"\{([^{}]*)\}")
+AGGREGATES = {"median": np.median, "mean": np.mean, "min": np.min, "max": np.max}
+
+
+def _expand(args: list[str]) -> list[list[str]]:
+    """One argument list per item of the brace group ``{a,b,c}`` the arguments hold (the
+    same item in every argument that holds the group)."""
+    groups = {match.group(1) for a in args for match in BRACES.finditer(a)}
+    if len(groups) != 1:
+        raise ValueError("an aggregate figure needs one brace group naming its runs: run{0,1,2}")
+    group = groups.pop()
+    items = group.split(",")
+    return [[a.replace("{" + group + "}", item) for a in args] for item in items]
+
+
 def compute(spec: str, results: Path) -> float:
     """The value a marker's ``spec`` names, from the artifacts under ``results``."""
     kind, *args = spec.split()
+    if kind in AGGREGATES and args:
+        values = [compute(" ".join(one), results) for one in _expand(args)]
+        return float(AGGREGATES[kind](values))
     runs = [results / a for a in args]
     if kind == "field" and len(args) == 2:
         return _field(runs[0], args[1])
@@ -120,10 +144,11 @@ def compute(spec: str, results: Path) -> float:
     if kind == "bench_ratio" and len(args) == 7:
         return (_bench(runs[0], *args[1:3], *args[3:5])
                 / _bench(runs[0], *args[1:3], *args[5:7]))
-    if kind == "train_return" and len(args) == 2:
-        value = return_at(_episodes(runs[0]), float(args[1]))
+    if kind == "train_return" and len(args) in (2, 3) and args[2:] in ([], ["steps"]):
+        steps = args[2:] == ["steps"]
+        value = return_at(_episodes(runs[0]), float(args[1]), column=1 if steps else 0)
         if value is None:
-            raise ValueError(f"no training episode ended by {args[1]} s")
+            raise ValueError(f"no training episode ended by {args[1]} {'env steps' if steps else 's'}")
         return value
     if kind == "first_reaching" and len(args) in (2, 3):
         row = first_reaching_row(_episodes(runs[0]), float(args[1]))

@@ -16,10 +16,12 @@ from drlmpi.report.tables import Group
 SHARES = (0.25, 0.5, 0.75, 1.0)
 
 
-def return_at(episodes: np.ndarray, seconds: float, window: int = TRAIN_WINDOW) -> float | None:
+def return_at(episodes: np.ndarray, seconds: float, window: int = TRAIN_WINDOW,
+              column: int = 0) -> float | None:
     """The mean return of the last ``window`` training episodes that ended by ``seconds`` of
-    training (``episodes``: rows of (train_seconds, env_steps, return)); None before any."""
-    ended = episodes[episodes[:, 0] <= seconds + 1e-9]
+    training (``episodes``: rows of (train_seconds, env_steps, return)); None before any.
+    ``column=1`` reads ``seconds`` as job-wide env steps instead."""
+    ended = episodes[episodes[:, column] <= seconds + 1e-9]
     if not len(ended):
         return None
     return float(np.mean(ended[-window:, 2]))
