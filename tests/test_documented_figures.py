@@ -91,7 +91,8 @@ def test_median_mean_and_range_over_seeds(tmp_path):
     for seed, (rate, top) in enumerate([(100.0, 150), (350.0, 120), (300.0, 130)]):
         run = results / "study" / f"central_seed{seed}"
         run.mkdir(parents=True)
-        (run / "summary.json").write_text(json.dumps({"env_steps_per_s": rate, "ceiling": 400.0}))
+        (run / "summary.json").write_text(json.dumps({"env_steps_per_s": rate, "ceiling": 400.0, "per_rank": [
+            {"learn_s": 0.5 * (rank + 1), "updates": 1000} for rank in range(4)]}))
         (run / "metrics.csv").write_text("kind,train_seconds,env_steps,return\n" + "".join(
             f"episode,{i + 1},{10 * (i + 1)},{i if i < top else top}\n" for i in range(200)))
     doc = tmp_path / "doc.md"
@@ -105,12 +106,15 @@ def test_median_mean_and_range_over_seeds(tmp_path):
         "125.35 <!-- figure median train_return study/central_seed{0,1,2} 200 -->",  # 137.25, 117.9, 125.35
         "125.35 <!-- figure median train_return study/central_seed{0,1,2} 2000 steps -->",  # the same
         "120 <!-- figure median train_return study/central_seed{0,1,2} 1500 steps -->",  # 97.6: wrong
+        "1.25 ms <!-- figure mean ratio study/central_seed0 per_rank.{0..3}.learn_s "
+        "study/central_seed0 per_rank.{0..3}.updates -->",  # 0.5, 1, 1.5 and 2 ms an update
         "100 <!-- figure median field study/central_seed{0,1} env_steps_per_s -->",  # 225: wrong
         "200 <!-- figure median field study/central_seed0 env_steps_per_s -->",  # no group
         "200 <!-- figure median field study/central_seed{0,7} env_steps_per_s -->",  # no seed 7
     ]))
     figures = check_file(doc, results)
-    assert [f.problem is None for f in figures] == [True] * 7 + [False] * 4, [str(f) for f in figures]
+    assert [f.problem is None for f in figures] == [True] * 7 + [False, True] + [False] * 3, [
+        str(f) for f in figures]
     assert figures[4].value == 75.0 and "gives 97.6, not 120" in figures[7].problem
-    assert "gives 225, not 100" in figures[8].problem
-    assert "one brace group" in figures[9].problem and "central_seed7" in figures[10].problem
+    assert figures[8].value == 1.25 and "gives 225, not 100" in figures[9].problem
+    assert "one brace group" in figures[10].problem and "central_seed7" in figures[11].problem

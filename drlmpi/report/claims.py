@@ -6,7 +6,8 @@ once rendered::
     **205.4** <!-- figure train_return h100host_ppo_breakout_16/central_seed0 480 -->
 
 :func:`check_file` finds every marker, takes the number written just before it on the same line
-(``**``, ``,``, ``x``, ``%`` and ``s`` are read through; a ``%`` means the value is a share),
+(``**``, ``,``, ``x``, ``%``, ``s``, ``ms``, ``M`` and ``k`` are read through; a ``%`` means the
+value is a share, ``ms`` that the artifact's seconds are written in milliseconds),
 recomputes the value from the artifact under ``docs/results/`` and says where the two differ by
 more than the printed rounding (half a unit of the last digit written). Kinds:
 
@@ -32,7 +33,9 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
     that statistic of one of the kinds above over several runs, named by one brace group in
     its arguments: ``median train_return study/central_seed{0,1,2} 480`` is the median of
     the three seeds' scores at 480 s (``min`` and ``max``: the ends of a range; a ``ratio``'s
-    two runs take the same item of the group).
+    two runs take the same item of the group; ``{0..15}`` is 0 to 15: ``mean ratio RUN
+    per_rank.{0..15}.learn_s RUN per_rank.{0..15}.updates`` is the mean over 16 ranks of the
+    seconds an update took, written in ``ms`` or ``s``).
 
 ``python -m drlmpi.report.claims README.md docs/results.md`` checks files by hand; the test
 suite checks the README and docs/results.md (tests/test_documented_figures.py).
@@ -55,9 +58,10 @@ from drlmpi.report.train_returns import first_reaching_row, return_at
 
 MARKER = re.compile(r"<!--\s*figure\s+(?P<spec>[^>]*?)\s*-->")
 #: the number a marker stands after: digits with thousands commas and a decimal part, then a
-#: unit the documents write (x: a ratio, %: a share, s: seconds, M/k: millions/thousands)
-NUMBER = re.compile(r"(?P<num>-?\d[\d,]*(?:\.\d+)?)\s*(?P<unit>%|x|s|M|k)?[*\s]*$")
-SCALE = {"%": 100.0, "M": 1e-6, "k": 1e-3}
+#: unit the documents write (x: a ratio, %: a share, s: seconds, ms: milliseconds of an artifact's
+#: seconds, M/k: millions/thousands)
+NUMBER = re.compile(r"(?P<num>-?\d[\d,]*(?:\.\d+)?)\s*(?P<unit>%|x|ms|s|M|k)?[*\s]*$")
+SCALE = {"%": 100.0, "ms": 1e3, "M": 1e-6, "k": 1e-3}
 
 
 @dataclass
@@ -124,7 +128,9 @@ def _expand(args: list[str]) -> list[list[str]]:
     if len(groups) != 1:
         raise ValueError("an aggregate figure needs one brace group naming its runs: run{0,1,2}")
     group = groups.pop()
-    items = group.split(",")
+    span = re.fullmatch(r"(\d+)\.\.(\d+)", group)
+    items = ([str(i) for i in range(int(span.group(1)), int(span.group(2)) + 1)] if span
+             else group.split(","))
     return [[a.replace("{" + group + "}", item) for a in args] for item in items]
 
 
