@@ -17,13 +17,8 @@ experiments/README.md describes the output (a table and ``--out``, a JSON of eve
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
-import shutil
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -65,55 +60,28 @@ def run_drlmpi(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--device", default="cpu",
-                   help="where both learners run: cpu (default) or cuda (drlmpi's device learner, "
-                        "SB3's GPU policy)")
-    p.add_argument("--budget", type=int, default=100_000, help="env steps per run (default 1e5)")
-    p.add_argument("--eval-every", type=int, default=2000, help="env steps between evaluations")
-    p.add_argument("--eval-episodes", type=int, default=10, help="greedy episodes per evaluation")
-    p.add_argument("--threshold", type=float, default=475.0, help="greedy mean return that solves")
-    p.add_argument("--out", type=Path, default=Path("outputs/bench_sb3_dqn.json"), help="JSON results file")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run before it is killed")
-    p.add_argument("--keep-runs", action="store_true", help="keep the drlmpi run directories")
-    p.add_argument("--drlmpi-extra", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="extra drlmpi overrides, e.g. algo.double_q=false for SB3's plain DQN target")
-    p.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    p = sb3_common.parser(__doc__.split("\n\n")[0], budget=100_000, eval_every=2000, eval_episodes=10,
+                          threshold=475.0, out="outputs/bench_sb3_dqn.json", timeout=1800.0,
+                          extra_help="extra drlmpi overrides, e.g. algo.double_q=false for SB3's plain "
+                                     "DQN target")
     args = p.parse_args(argv)
-    if importlib.util.find_spec("stable_baselines3") is None:
-        sys.exit('bench_sb3_dqn: stable-baselines3 is not installed: pip install -e ".[bench]"')
-    if args.sb3_worker:
-        sb3_worker(args)
+    if sb3_common.worker_ran("bench_sb3_dqn", args, sb3_worker):
         return 0
-    work = Path(tempfile.mkdtemp(prefix="bench_sb3_dqn_"))
     print(f"drlmpi sequential DQN vs SB3 DQN (zoo) on {ENV_ID}: seeds {args.seeds}, budget "
           f"{args.budget:,} steps, eval every {args.eval_every} ({args.eval_episodes} episodes), "
           f"threshold {args.threshold:g}", flush=True)
-    load_before, started = os.getloadavg(), time.time()
-    try:
-        rows = sb3_common.run_seeds(args.seeds, {
-            "drlmpi": lambda seed: run_drlmpi(seed, args, work),
-            "sb3": lambda seed: sb3_common.run_sb3(__file__, seed, args, work)})
-    finally:
-        if not args.keep_runs:
-            shutil.rmtree(work, ignore_errors=True)
+    rows, host = sb3_common.compare("bench_sb3_dqn", args, lambda seed, work: run_drlmpi(seed, args, work),
+                                    lambda seed, work: sb3_common.run_sb3(__file__, seed, args, work))
     print()
-    result = {
+    sb3_common.write_result(args.out, {
         "benchmark": f"drlmpi sequential DQN vs stable-baselines3 DQN (rl-baselines3-zoo), {ENV_ID}, "
                      "training seconds to threshold (evaluation excluded)",
         "ratio_definition": "sb3 train_seconds / drlmpi train_seconds (>1: drlmpi faster)",
         "settings": {**{k: getattr(args, k) for k in ("seeds", "device", "budget", "eval_every",
                                                       "eval_episodes", "threshold", "drlmpi_extra")},
                      "sb3_hyperparameters": ZOO_DQN_CARTPOLE},
-        "aggregate": sb3_common.report(rows), "runs": rows,
-        "machine": sb3_common.machine(load_before, started),
-        "run_dirs": str(work) if args.keep_runs else None,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(f"results: {args.out}")
+        "aggregate": sb3_common.report(rows), "runs": rows, **host,
+    })
     return 0
 
 

@@ -2,10 +2,11 @@
 
 Both time drlmpi and SB3 to a greedy-evaluation threshold, each run in a cold subprocess with one
 BLAS/torch thread, evaluation taken off both clocks, and compare ``ratio = SB3 seconds / drlmpi
-seconds``. Here: running a subprocess, reading a drlmpi run directory, one seed's pair of runs
-and its ratio, the table and its aggregates, and the SB3 side's clock (a callback that evaluates
-at the same cadence as drlmpi and stops learning at the threshold). Stable-Baselines3 is
-imported only inside the SB3 worker's functions, so the rest runs (and is tested) without it.
+seconds``. Here: the options they share, the loop over seeds and the JSON, running a
+subprocess, reading a drlmpi run directory, one seed's pair of runs and its ratio, the table and
+its aggregates, and the SB3 side's clock (a callback that evaluates at the same cadence as drlmpi
+and stops learning at the threshold). Stable-Baselines3 is imported only inside the functions the
+SB3 side and the final JSON call, so the rest runs (and is tested) without it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import importlib.util
 import json
 import os
 import platform
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +36,61 @@ EVAL_SEED_OFFSET = 1_000_000
 DRLMPI_SUMMARY_FIELDS = ("solved", "train_seconds_to_threshold", "env_steps_to_threshold",
                          "updates_to_threshold", "env_steps", "updates", "eval_seconds", "evaluations",
                          "best_eval_return", "stop_reason")
+
+
+# -- the command line and the whole comparison ---------------------------------------------------
+def parser(description: str, *, budget: int, eval_every: int, eval_episodes: int, threshold: float,
+           out: str, timeout: float, extra_help: str) -> argparse.ArgumentParser:
+    """The options every comparison takes, with its own defaults (a script adds its own after)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--device", default="cpu",
+                   help="where both learners run: cpu (default) or cuda (drlmpi's device learner, "
+                        "SB3's GPU policy)")
+    budget_text = f"{budget:.0e}".replace("e+0", "e")
+    p.add_argument("--budget", type=int, default=budget, help=f"env steps per run (default {budget_text})")
+    p.add_argument("--eval-every", type=int, default=eval_every, help="env steps between evaluations")
+    p.add_argument("--eval-episodes", type=int, default=eval_episodes, help="greedy episodes per evaluation")
+    p.add_argument("--threshold", type=float, default=threshold, help="greedy mean return that solves")
+    p.add_argument("--out", type=Path, default=Path(out), help="JSON results file")
+    p.add_argument("--timeout", type=float, default=timeout, help="seconds per run before it is killed")
+    p.add_argument("--keep-runs", action="store_true", help="keep the drlmpi run directories")
+    p.add_argument("--drlmpi-extra", nargs="*", default=[], metavar="KEY=VALUE", help=extra_help)
+    p.add_argument("--sb3-worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    return p
+
+
+def worker_ran(script: str, args: argparse.Namespace, worker: Callable[[argparse.Namespace], None]) -> bool:
+    """Exit with the install hint when Stable-Baselines3 is missing; when this process is the
+    SB3 side (``--sb3-worker``), run ``worker(args)`` and return True."""
+    if importlib.util.find_spec("stable_baselines3") is None:
+        sys.exit(f'{script}: stable-baselines3 is not installed: pip install -e ".[bench]"')
+    if args.sb3_worker:
+        worker(args)
+    return bool(args.sb3_worker)
+
+
+def compare(script: str, args: argparse.Namespace, run_drlmpi: Callable[[int, Path], dict[str, Any]],
+            run_sb3: Callable[[int, Path], dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every seed's pair of runs (:func:`run_seeds`) in a fresh work folder, removed afterwards
+    unless ``--keep-runs``; ``(rows, {"machine": ..., "run_dirs": the folder or None})``."""
+    work = Path(tempfile.mkdtemp(prefix=f"{script}_"))
+    load_before, started = os.getloadavg(), time.time()
+    try:
+        rows = run_seeds(args.seeds, {"drlmpi": lambda seed: run_drlmpi(seed, work),
+                                      "sb3": lambda seed: run_sb3(seed, work)})
+    finally:
+        if not args.keep_runs:
+            shutil.rmtree(work, ignore_errors=True)
+    return rows, {"machine": machine(load_before, started), "run_dirs": str(work) if args.keep_runs else None}
+
+
+def write_result(out: Path, result: dict[str, Any]) -> None:
+    """Write the comparison's JSON to ``out`` and say where."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"results: {out}")
 
 
 # -- running the two sides ------------------------------------------------------------------------
