@@ -1,0 +1,162 @@
+"""The SB3 comparisons' logic (experiments/sb3_common.py, bench_sb3_td3.py, bench_sb3_dqn.py)
+without Stable-Baselines3 or MuJoCo: the ratio and its censoring, the median, reading a drlmpi
+run, the table, and the drlmpi command lines each script builds."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+
+import bench_sb3_dqn  # noqa: E402
+import bench_sb3_td3  # noqa: E402
+import sb3_common  # noqa: E402
+
+
+def side(solved: bool, seconds: float, steps: int, budget: int = 300_000) -> dict:
+    """One framework's result as the scripts record it: ``train_seconds`` is the time to the
+    threshold when solved, else the whole budget's."""
+    return {"solved": solved, "train_seconds": seconds, "env_steps_to_threshold": steps if solved else None,
+            "env_steps": steps if solved else budget, "updates": 1000, "learn_seconds": 2.0}
+
+
+def write_run(run_dir: Path, solved: bool) -> None:
+    """A finished drlmpi run directory: summary.json and metrics.csv."""
+    run_dir.mkdir()
+    summary = {"solved": solved, "train_seconds_to_threshold": 42.0 if solved else None,
+               "env_steps_to_threshold": 120_000 if solved else None,
+               "updates_to_threshold": 119_000 if solved else None, "env_steps": 300_000,
+               "updates": 299_000, "eval_seconds": 9.0, "evaluations": 30, "best_eval_return": 4900.0,
+               "stop_reason": "solved" if solved else "max_env_steps", "train_seconds": 310.0,
+               "per_rank": [{"learn_s": 250.0}], "versions": {"torch": "2"}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "metrics.csv").write_text("kind,env_steps,train_seconds,return\ntrain,1000,1.0,-300\n"
+                                         "eval,10240,5.5,-120.5\neval,20480,11.0,4900\n")
+
+
+def test_ratio_of_two_solved_runs_is_exact():
+    row = sb3_common.pair(0, ["drlmpi", "sb3"], side(True, 40.0, 100_000), side(True, 100.0, 90_000))
+    assert row["ratio_sb3_over_drlmpi"] == pytest.approx(2.5)
+    assert not row["censored"] and sb3_common.ratio_kind(row) == "exact"
+
+
+def test_a_run_that_never_solves_counts_its_budget_and_makes_the_ratio_a_bound(tmp_path):
+    write_run(tmp_path / "unsolved", solved=False)
+    drlmpi = sb3_common.read_drlmpi_run(tmp_path / "unsolved")
+    assert drlmpi["train_seconds"] == 310.0  # the whole budget's training seconds, not None
+    row = sb3_common.pair(1, ["sb3", "drlmpi"], drlmpi, side(True, 62.0, 90_000))
+    assert row["ratio_sb3_over_drlmpi"] == pytest.approx(0.2)
+    assert row["censored"] and sb3_common.ratio_kind(row) == "upper bound"
+    row = sb3_common.pair(2, ["drlmpi", "sb3"], side(True, 40.0, 100_000), side(False, 600.0, 0))
+    assert row["censored"] and sb3_common.ratio_kind(row) == "lower bound"
+    assert row["ratio_sb3_over_drlmpi"] == pytest.approx(15.0)
+    row = sb3_common.pair(3, ["sb3", "drlmpi"], side(False, 310.0, 0), side(False, 600.0, 0))
+    assert row["censored"] and sb3_common.ratio_kind(row) == "unknown"
+    lines = sb3_common.table([row])
+    assert "310.0*" in lines[2] and "300,000*" in lines[2] and "1.94*" in lines[2]
+
+
+def test_a_failed_side_has_no_ratio_and_is_left_out_of_the_median():
+    rows = [sb3_common.pair(0, ["drlmpi", "sb3"], side(True, 10.0, 1), side(True, 20.0, 1)),
+            sb3_common.pair(1, ["sb3", "drlmpi"], side(True, 10.0, 1), side(True, 5.0, 1)),
+            sb3_common.pair(2, ["drlmpi", "sb3"], side(True, 10.0, 1), side(False, 90.0, 0)),
+            sb3_common.pair(3, ["sb3", "drlmpi"], {"error": "exit code 1"}, side(True, 5.0, 1))]
+    assert rows[3]["ratio_sb3_over_drlmpi"] is None and rows[3]["censored"]
+    assert sb3_common.ratio_kind(rows[3]) == "none"
+    agg = sb3_common.aggregate(rows)
+    assert agg["median_ratio"] == pytest.approx(2.0)  # of 2.0, 0.5 and 9.0
+    assert agg["mean_ratio"] == pytest.approx(11.5 / 3)
+    assert (agg["drlmpi_solved"], agg["sb3_solved"], agg["seeds"]) == (3, 3, 4)
+    assert sb3_common.aggregate([rows[3]])["median_ratio"] is None
+
+
+def test_a_solved_drlmpi_run_reads_its_time_to_threshold(tmp_path):
+    write_run(tmp_path / "solved", solved=True)
+    result = sb3_common.read_drlmpi_run(tmp_path / "solved")
+    assert (result["train_seconds"], result["env_steps_to_threshold"], result["learn_seconds"]) == (
+        42.0, 120_000, 250.0)
+    assert result["eval_history"] == [[10240, 5.5, -120.5], [20480, 11.0, 4900.0]]
+
+
+def test_the_table_keeps_the_dqn_benchmarks_format():
+    drlmpi = side(True, 10.0, 4096) | {"updates": 2000, "learn_seconds": 5.0}
+    sb3 = side(True, 25.0, 6144) | {"updates": 3000, "learn_seconds": 20.0}
+    rows = [sb3_common.pair(0, ["drlmpi", "sb3"], drlmpi, sb3),
+            sb3_common.pair(2, ["drlmpi", "sb3"], {"error": "exit code 1"}, side(True, 30.0, 8192))]
+    assert sb3_common.table(rows) == [
+        "seed |  drlmpi s    steps |     SB3 s    steps | SB3/drlmpi | upd/s dl    sb3",
+        "-" * 77,
+        "   0 |      10.0    4,096 |      25.0    6,144 |       2.50 |      400    150",
+        "   2 |     ERROR        - |      30.0    8,192 |          - |        -    500"]
+
+
+def test_star_on_8_ranks_runs_under_mpiexec_with_the_shared_threshold_and_evaluations():
+    args = bench_sb3_td3.parse_args([])
+    assert (args.topology, args.ranks, args.budget, args.eval_every, args.eval_episodes, args.threshold,
+            args.env_id) == ("star", 8, 300_000, 10_000, 5, 5000.0, "HalfCheetah-v5")
+    cmd = bench_sb3_td3.drlmpi_command(0, args, Path("/tmp/run"), ["mpiexec"])
+    assert cmd[:3] == ["mpiexec", "-n", "8"]
+    assert cmd[4:8] == ["-m", "mpi4py", "-m", "drlmpi"]
+    for override in ("algo=td3", "env=halfcheetah", "topology=star", "seed=0", "env.reward_threshold=5000.0",
+                     "run.eval_every=10000", "run.eval_episodes=5", "run.max_env_steps=300000"):
+        assert override in cmd
+
+
+def test_mpiexec_comes_from_the_environment(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setenv("MPIEXEC", "mpirun --oversubscribe --bind-to none")
+    monkeypatch.setattr(sb3_common, "run_drlmpi", lambda cmd, run_dir, timeout: seen.append(cmd) or {})
+    bench_sb3_td3.run_drlmpi(1, bench_sb3_td3.parse_args(["--ranks", "4"]), tmp_path)
+    assert seen[0][:6] == ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "4"]
+
+
+def test_sequential_runs_one_process_without_mpiexec():
+    args = bench_sb3_td3.parse_args(["--topology", "sequential", "--drlmpi-env", "pendulum",
+                                     "--threshold", "-1500", "--learning-starts", "500",
+                                     "--drlmpi-extra", "algo.tau=0.01"])
+    assert args.env_id == "Pendulum-v1"
+    cmd = bench_sb3_td3.drlmpi_command(0, args, Path("/tmp/run"), ["mpiexec"])
+    assert cmd[:3] == [sys.executable, "-m", "drlmpi"]
+    assert "mpiexec" not in cmd and "-n" not in cmd and "mpi4py" not in cmd
+    assert {"topology=sequential", "env=pendulum", "env.reward_threshold=-1500.0",
+            "algo.learning_starts=500"} <= set(cmd)
+    assert cmd[-1] == "algo.tau=0.01"
+    assert bench_sb3_td3.sb3_hyperparameters(500)["learning_starts"] == 500
+    assert bench_sb3_td3.sb3_hyperparameters(None)["learning_starts"] == 10_000
+
+
+def test_the_dqn_benchmarks_drlmpi_command_is_unchanged(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(sb3_common, "run_drlmpi", lambda cmd, run_dir, timeout: seen.append(cmd) or {})
+    args = type("Args", (), {"budget": 100_000, "eval_every": 2000, "eval_episodes": 10, "threshold": 475.0,
+                             "device": "cpu", "drlmpi_extra": ["algo.double_q=false"], "timeout": 5.0})()
+    bench_sb3_dqn.run_drlmpi(3, args, tmp_path)
+    assert seen[0] == [sys.executable, "-m", "drlmpi", "seed=3", f"hydra.run.dir={tmp_path / 'drlmpi_3'}",
+                       "run.progress_every_s=0", "run.max_env_steps=100000", "run.eval_every=2000",
+                       "run.eval_episodes=10", "env.reward_threshold=475.0", "threads_per_rank=1",
+                       "device=cpu", "algo.double_q=false"]
+
+
+def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    script = (f"import subprocess, pathlib; c = subprocess.Popen(['sleep', '60']); "
+              f"pathlib.Path({str(pid_file)!r}).write_text(str(c.pid)); c.wait()")
+    started = time.perf_counter()
+    error, seconds = sb3_common.run_command([sys.executable, "-c", script], timeout=1.0)
+    assert error is not None and error["error"] == "timed out after 1.0 s" and seconds == 1.0
+    assert time.perf_counter() - started < 20  # not held until the orphaned child's sleep ends
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat")
+    for _ in range(50):  # gone with its group, as an mpiexec job's ranks would be
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":  # or a zombie
+            break
+        time.sleep(0.02)
+    else:
+        pytest.fail("the timed-out command's child outlived it")
+    error, _ = sb3_common.run_command([sys.executable, "-c", "import sys; sys.exit('no')"], timeout=30)
+    assert error is not None and error["error"] == "exit code 1" and "no" in error["stderr_tail"]
