@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 RESULTS = REPO / "docs" / "results"
 #: the marked figures today: fewer means markers were lost, not that figures became checkable
-AT_LEAST = {"README.md": 6, "docs/results.md": 286}
+AT_LEAST = {"README.md": 6, "docs/results.md": 346}
 
 
 def test_every_marked_figure_recomputes_from_its_artifact():
@@ -156,15 +156,39 @@ def test_table_cells_of_reports_and_numbers_of_text_outputs(tmp_path):
         "1,575 <!-- figure cell report.md \"env steps/s\" ranks=8 -->",  # 1,575 and 1,574: disagree
         "3 <!-- figure cell report.md \"env steps/s\" topology=p2p -->",  # no such row
         "3 <!-- figure cell report.md \"steps to threshold: median [min-max]#4\" ranks=1 -->",
-        "3 <!-- figure cell report.md ranks topology -->",  # a row not named by KEY=VALUE
+        "1,574 <!-- figure cell report.md \"env steps/s\" ranks=8 speedup -->",  # the table with a speedup
+        "3 <!-- figure cell report.md ranks topology=sequential \"wait r0\" -->",  # no table has wait r0
         "3 <!-- figure cell table.csv note topology=star world_size=4 -->",  # no number
         "3 <!-- figure text bench.txt \"run star on 8 rank(s)\" -->",  # no such line
         "780 <!-- figure text bench.txt \"run star on 4 rank(s)\" -->",  # 779: wrong
     ]))
     figures = check_file(doc, results)
-    assert [f.problem is None for f in figures] == [True] * 12 + [False] * 8, [str(f) for f in figures]
+    assert [f.problem is None for f in figures] == [True] * 12 + [False] * 4 + [True] + [False] * 4, [
+        str(f) for f in figures]
     assert figures[2].value == 83.0 and figures[4].value == 20.0 and figures[5].value == 28.0
     assert "disagree" in figures[12].problem and "disagree" in figures[13].problem
     assert "has no row topology=p2p" in figures[14].problem and "no number 4" in figures[15].problem
-    assert "COLUMN=VALUE" in figures[16].problem and "no number 1" in figures[17].problem
-    assert "no line holding" in figures[18].problem and "gives 779, not 780" in figures[19].problem
+    assert figures[16].value == 1574 and "has no row topology=sequential wait r0" in figures[17].problem
+    assert "no number 1" in figures[18].problem and "no line holding" in figures[19].problem
+    assert "gives 779, not 780" in figures[20].problem
+
+
+def test_one_figure_over_another(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "a.md").write_text("| topology | ranks | env steps/s | ceiling |\n|---|---|---|---|\n"
+                                  "| star | 8 | 2,993 | 7,013 |\n| star | 16 | 3,020 | 0 |\n")
+    (results / "b.txt").write_text("run star on 8 rank(s) ... 1,174 env steps/s\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text("\n".join([
+        "43% <!-- figure over cell a.md \"env steps/s\" ranks=8 / cell a.md ceiling ranks=8 -->",
+        "2.55x <!-- figure over cell a.md \"env steps/s\" ranks=8 / text b.txt \"on 8 rank(s)\" -->",
+        "2.6x <!-- figure max over cell a.md \"env steps/s\" ranks={8,16} / text b.txt \"on 8 rank(s)\" -->",
+        "2.6x <!-- figure over cell a.md \"env steps/s\" ranks=8 / text b.txt \"on 8 rank(s)\" -->",  # 2.55
+        "1 <!-- figure over cell a.md \"env steps/s\" ranks=8 / cell a.md ceiling ranks=16 -->",  # over 0
+        "1 <!-- figure over cell a.md \"env steps/s\" ranks=8 / -->",  # nothing below
+    ]))
+    figures = check_file(doc, results)
+    assert [f.problem is None for f in figures] == [True] * 3 + [False] * 3, [str(f) for f in figures]
+    assert "gives 2.5494, not 2.6" in figures[3].problem and "is 0" in figures[4].problem
+    assert "unknown figure kind" in figures[5].problem

@@ -33,16 +33,21 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
 ``cell FILE COLUMN[#N] KEY=VALUE...``
     a numeric cell of a table in ``FILE``: a CSV file (its header names the columns) or a
     Markdown report (each pipe table, its first row the header): the cell in column ``COLUMN``
-    of the one row whose cells in the columns ``KEY`` read ``VALUE`` (``**`` and runs of
-    spaces do not count; a spec's argument holding spaces is quoted: ``"env steps/s"``,
-    ``"topology=allgather (captured segments)"``). The cell's first number, or its ``N``-th
-    with ``#N`` (of ``26k [22k-38k]``, ``#3`` is 38,000); ``k``/``M`` after a number scale it,
-    ``%`` makes it a share. Where several rows match (one row in two tables of a report),
-    their cells must agree.
+    of the one row whose cells in the columns ``KEY`` read ``VALUE``, in a table that has
+    every column named by a bare ``KEY`` (``**`` and runs of spaces do not count; an argument
+    holding spaces is quoted: ``"env steps/s"``, ``"topology=allgather (captured
+    segments)"``). The cell's first number, or its ``N``-th with ``#N`` (of ``26k
+    [22k-38k]``, ``#3`` is 38,000); ``k``/``M`` after a number scale it, ``%`` makes it a
+    share. Where several rows match (one row in two tables of a report), their cells must
+    agree.
 ``text FILE WORDS [N]``
     the number right after ``WORDS`` (quoted) on the first line of a text output that holds
     them, or the ``N``-th number after them (runs of spaces count as one; units as for
     ``cell``): ``text bench.txt "run star on 4 rank(s)" 2``.
+``over KIND_A ARGS_A... / KIND_B ARGS_B...``
+    figure A over figure B, each one of the kinds here (a speedup or a share between two
+    reports' cells: ``over cell a.md "env steps/s" topology=star / cell b.md "env steps/s"
+    topology=star``).
 ``median|mean|min|max KIND ARGS...``
     that statistic of one of the kinds above over several runs, named by one brace group in
     its arguments: ``median train_return study/central_seed{0,1,2} 480`` is the median of
@@ -175,15 +180,16 @@ def _tables(path: Path) -> list[list[dict[str, str]]]:
 
 def _cell(path: Path, column: str, keys: list[str]) -> float:
     column, _, item = column.rpartition("#") if re.search(r"#\d+$", column) else (column, "", "1")
-    wanted = {}
+    wanted, having = {}, {_plain(column)}
     for key in keys:
         name, sep, value = key.partition("=")
-        if not sep:
-            raise ValueError(f"a cell's row is named by COLUMN=VALUE, not {key!r}")
-        wanted[_plain(name)] = _plain(value)
+        if sep:
+            wanted[_plain(name)] = _plain(value)
+        else:
+            having.add(_plain(name))  # a column the row's table has
     column = _plain(column)
     found = [row[column] for table in _tables(path) for row in table
-             if column in row and all(row.get(k) == v for k, v in wanted.items())]
+             if having <= row.keys() and all(row.get(k) == v for k, v in wanted.items())]
     if not found:
         raise KeyError(f"{path} has no row {' '.join(keys)} with a column {column!r}")
     if len(set(found)) > 1:
@@ -234,6 +240,12 @@ def _compute(words: list[str], results: Path) -> float:
     if kind in AGGREGATES and args:
         values = [_compute(one, results) for one in _expand(args)]
         return float(AGGREGATES[kind](values))
+    if kind == "over" and args.count("/") == 1 and args[0] != "/" and args[-1] != "/":
+        cut = args.index("/")
+        below = _compute(args[cut + 1:], results)
+        if below == 0:
+            raise ValueError(f"{' '.join(args[cut + 1:])} is 0")
+        return _compute(args[:cut], results) / below
     runs = [results / a for a in args]
     if kind == "field" and len(args) == 2:
         return _field(runs[0], args[1])
