@@ -160,7 +160,8 @@ def _tables(path: Path) -> list[list[dict[str, str]]]:
     rows keyed by the header's cells."""
     if path.suffix == ".csv":
         with path.open(newline="") as f:
-            return [[{_plain(k): _plain(v or "") for k, v in row.items()} for row in csv.DictReader(f)]]
+            return [[{_plain(k): _plain(v or "") for k, v in row.items() if isinstance(k, str)}
+                     for row in csv.DictReader(f)]]
     tables, lines = [], path.read_text().splitlines()
     i = 0
     while i < len(lines):
