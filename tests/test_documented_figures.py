@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 RESULTS = REPO / "docs" / "results"
 #: the marked figures today: fewer means markers were lost, not that figures became checkable
-AT_LEAST = {"README.md": 6, "docs/results.md": 133}
+AT_LEAST = {"README.md": 6, "docs/results.md": 855}
 
 
 def test_every_marked_figure_recomputes_from_its_artifact():
@@ -118,3 +118,77 @@ def test_median_mean_and_range_over_seeds(tmp_path):
     assert figures[4].value == 75.0 and "gives 97.6, not 120" in figures[7].problem
     assert figures[8].value == 1.25 and "gives 225, not 100" in figures[9].problem
     assert "one brace group" in figures[10].problem and "central_seed7" in figures[11].problem
+
+
+def test_table_cells_of_reports_and_numbers_of_text_outputs(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "table.csv").write_text("topology,world_size,train_s_mean,note\n"
+                                       "sequential,1,43.64595,\nstar,3,43.9259,\nstar,4,44.127,slow\n")
+    (results / "report.md").write_text("\n".join([
+        "# report", "",
+        "| topology | ranks | env steps/s | MPI wait | steps to threshold: median [min-max] |",
+        "|---|---:|---:|---:|---|",
+        "| sequential | 1 | 1,198 | 0% | 26k [20k-28k] |",
+        "| **groups[2xstar,per_rank]** | 16 | 755 | 83% | - |",
+        "| allgather (captured segments) | 8 | 1,575 | 25% | 45k |", "",
+        "| topology | ranks | env steps/s | speedup |",
+        "|---|---|---|---|",
+        "| sequential | 1 | 1,198 | 1.00 |",
+        "| allgather (captured segments) | 8 | 1,574 | 1.31 |", ""]))
+    (results / "bench.txt").write_text(
+        "  run  star on 4 rank(s) ... 779 env steps/s, 389 updates/s (25.5 s)\n"
+        "weights     dqn: 67,586 params     1,906,380  bcast state_dict    1,840.8   1,744.0   10.43x\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text("\n".join([
+        "| a | 43.9 s <!-- figure cell table.csv train_s_mean topology=star world_size=3 --> |",
+        "1,198 <!-- figure cell report.md \"env steps/s\" topology=sequential -->, "
+        "83% <!-- figure cell report.md \"MPI wait\" topology=groups[2xstar,per_rank] -->, "
+        "26k <!-- figure cell report.md \"steps to threshold: median [min-max]\" ranks=1 --> "
+        "[20k <!-- figure cell report.md \"steps to threshold: median [min-max]#2\" ranks=1 -->-28k "
+        "<!-- figure cell report.md \"steps to threshold: median [min-max]#3\" ranks=1 -->]",
+        "1.31x <!-- figure cell report.md speedup \"topology=allgather (captured segments)\" -->",
+        "389 <!-- figure text bench.txt \"run star  on 4 rank(s)\" 2 --> and 10.4x "
+        "<!-- figure text bench.txt \"1,906,380 bcast state_dict\" 3 --> (1,841 "
+        "<!-- figure text bench.txt \"bcast state_dict\" -->, 67,586 <!-- figure text bench.txt dqn: -->)",
+        "1.1-10.4x <!-- figure text bench.txt \"1,906,380 bcast state_dict\" 3 -->",  # a range's end
+        "44 <!-- figure cell table.csv train_s_mean topology=star -->",  # two rows match
+        "1,575 <!-- figure cell report.md \"env steps/s\" ranks=8 -->",  # 1,575 and 1,574: disagree
+        "3 <!-- figure cell report.md \"env steps/s\" topology=p2p -->",  # no such row
+        "3 <!-- figure cell report.md \"steps to threshold: median [min-max]#4\" ranks=1 -->",
+        "1,574 <!-- figure cell report.md \"env steps/s\" ranks=8 speedup -->",  # the table with a speedup
+        "3 <!-- figure cell report.md ranks topology=sequential \"wait r0\" -->",  # no table has wait r0
+        "3 <!-- figure cell table.csv note topology=star world_size=4 -->",  # no number
+        "3 <!-- figure text bench.txt \"run star on 8 rank(s)\" -->",  # no such line
+        "780 <!-- figure text bench.txt \"run star on 4 rank(s)\" -->",  # 779: wrong
+    ]))
+    figures = check_file(doc, results)
+    assert [f.problem is None for f in figures] == [True] * 12 + [False] * 4 + [True] + [False] * 4, [
+        str(f) for f in figures]
+    assert figures[2].value == 83.0 and figures[4].value == 20.0 and figures[5].value == 28.0
+    assert "disagree" in figures[12].problem and "disagree" in figures[13].problem
+    assert "has no row topology=p2p" in figures[14].problem and "no number 4" in figures[15].problem
+    assert figures[16].value == 1574 and "has no row topology=sequential wait r0" in figures[17].problem
+    assert "no number 1" in figures[18].problem and "no line holding" in figures[19].problem
+    assert "gives 779, not 780" in figures[20].problem
+
+
+def test_one_figure_over_another(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "a.md").write_text("| topology | ranks | env steps/s | ceiling |\n|---|---|---|---|\n"
+                                  "| star | 8 | 2,993 | 7,013 |\n| star | 16 | 3,020 | 0 |\n")
+    (results / "b.txt").write_text("run star on 8 rank(s) ... 1,174 env steps/s\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text("\n".join([
+        "43% <!-- figure over cell a.md \"env steps/s\" ranks=8 / cell a.md ceiling ranks=8 -->",
+        "2.55x <!-- figure over cell a.md \"env steps/s\" ranks=8 / text b.txt \"on 8 rank(s)\" -->",
+        "2.6x <!-- figure max over cell a.md \"env steps/s\" ranks={8,16} / text b.txt \"on 8 rank(s)\" -->",
+        "2.6x <!-- figure over cell a.md \"env steps/s\" ranks=8 / text b.txt \"on 8 rank(s)\" -->",  # 2.55
+        "1 <!-- figure over cell a.md \"env steps/s\" ranks=8 / cell a.md ceiling ranks=16 -->",  # over 0
+        "1 <!-- figure over cell a.md \"env steps/s\" ranks=8 / -->",  # nothing below
+    ]))
+    figures = check_file(doc, results)
+    assert [f.problem is None for f in figures] == [True] * 3 + [False] * 3, [str(f) for f in figures]
+    assert "gives 2.5494, not 2.6" in figures[3].problem and "is 0" in figures[4].problem
+    assert "unknown figure kind" in figures[5].problem

@@ -7,7 +7,8 @@ once rendered::
 
 :func:`check_file` finds every marker, takes the number written just before it on the same line
 (``**``, ``,``, ``x``, ``%``, ``s``, ``ms``, ``M`` and ``k`` are read through; a ``%`` means the
-value is a share, ``ms`` that the artifact's seconds are written in milliseconds),
+value is a share, ``ms`` that the artifact's seconds are written in milliseconds; a minus right
+after a digit, a letter or a marker is a range's dash: ``3.5 <!-- ... -->-31x <!-- ... -->``),
 recomputes the value from the artifact under ``docs/results/`` and says where the two differ by
 more than the printed rounding (half a unit of the last digit written). Kinds:
 
@@ -29,6 +30,24 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
 ``first_reaching RUN LEVEL [steps]``
     the training second (or job-wide env step, with ``steps``) at which that mean first
     reached ``LEVEL`` (:func:`drlmpi.report.train_returns.first_reaching_row`).
+``cell FILE COLUMN[#N] KEY=VALUE...``
+    a numeric cell of a table in ``FILE``: a CSV file (its header names the columns) or a
+    Markdown report (each pipe table, its first row the header): the cell in column ``COLUMN``
+    of the one row whose cells in the columns ``KEY`` read ``VALUE``, in a table that has
+    every column named by a bare ``KEY`` (``**`` and runs of spaces do not count; an argument
+    holding spaces is quoted: ``"env steps/s"``, ``"topology=allgather (captured
+    segments)"``). The cell's first number, or its ``N``-th with ``#N`` (of ``26k
+    [22k-38k]``, ``#3`` is 38,000); ``k``/``M`` after a number scale it, ``%`` makes it a
+    share. Where several rows match (one row in two tables of a report), their cells must
+    agree.
+``text FILE WORDS [N]``
+    the number right after ``WORDS`` (quoted) on the first line of a text output that holds
+    them, or the ``N``-th number after them (runs of spaces count as one; units as for
+    ``cell``): ``text bench.txt "run star on 4 rank(s)" 2``.
+``over KIND_A ARGS_A... / KIND_B ARGS_B...``
+    figure A over figure B, each one of the kinds here (a speedup or a share between two
+    reports' cells: ``over cell a.md "env steps/s" topology=star / cell b.md "env steps/s"
+    topology=star``).
 ``median|mean|min|max KIND ARGS...``
     that statistic of one of the kinds above over several runs, named by one brace group in
     its arguments: ``median train_return study/central_seed{0,1,2} 480`` is the median of
@@ -43,8 +62,10 @@ suite checks the README and docs/results.md (tests/test_documented_figures.py).
 
 from __future__ import annotations
 
+import csv
 import json
 import re
+import shlex
 import sys
 from dataclasses import dataclass
 from functools import cache
@@ -57,10 +78,11 @@ from drlmpi.report.runs import read_returns
 from drlmpi.report.train_returns import first_reaching_row, return_at
 
 MARKER = re.compile(r"<!--\s*figure\s+(?P<spec>[^>]*?)\s*-->")
-#: the number a marker stands after: digits with thousands commas and a decimal part, then a
+#: the number a marker stands after: digits with thousands commas and a decimal part (a minus
+#: right after a word, a bracket or a marker is a range's dash: 20k-28k), then a
 #: unit the documents write (x: a ratio, %: a share, s: seconds, ms: milliseconds of an artifact's
 #: seconds, M/k: millions/thousands)
-NUMBER = re.compile(r"(?P<num>-?\d[\d,]*(?:\.\d+)?)\s*(?P<unit>%|x|ms|s|M|k)?[*\s]*$")
+NUMBER = re.compile(r"(?P<num>(?:(?<![\w>)\]])-)?\d[\d,]*(?:\.\d+)?)\s*(?P<unit>%|x|ms|s|M|k)?[*\s]*$")
 SCALE = {"%": 100.0, "ms": 1e3, "M": 1e-6, "k": 1e-3}
 
 
@@ -117,6 +139,80 @@ def _bench(path: Path, algo: str, batch: str, device: str, mode: str) -> float:
     raise KeyError(f"{path} has no row {algo} {batch} {device} {mode}")
 
 
+#: a number in a table cell or a line of text, with the unit that scales it
+CELL_NUMBER = re.compile(r"(?<![\w.])(-?\d[\d,]*(?:\.\d+)?)(?:(k|M)(?![A-Za-z])|\s*(%))?")
+CELL_SCALE = {"k": 1e3, "M": 1e6, "%": 1e-2}
+
+
+def _numbers(text: str) -> list[float]:
+    """The numbers of ``text`` in reading order, ``k``/``M`` and ``%`` applied."""
+    return [float(m.group(1).replace(",", "")) * CELL_SCALE.get(m.group(2) or m.group(3) or "", 1.0)
+            for m in CELL_NUMBER.finditer(text)]
+
+
+def _plain(text: str) -> str:
+    return " ".join(text.replace("**", " ").split())
+
+
+@cache
+def _tables(path: Path) -> list[list[dict[str, str]]]:
+    """The tables of a CSV file (one) or of a Markdown file (every pipe table), each a list of
+    rows keyed by the header's cells."""
+    if path.suffix == ".csv":
+        with path.open(newline="") as f:
+            return [[{_plain(k): _plain(v or "") for k, v in row.items() if isinstance(k, str)}
+                     for row in csv.DictReader(f)]]
+    tables, lines = [], path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].lstrip().startswith("|") and i + 1 < len(lines) and re.fullmatch(
+                r"\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*", lines[i + 1]):
+            def cells(line: str) -> list[str]:
+                return [_plain(c) for c in line.strip().strip("|").split("|")]
+            header, rows, i = cells(lines[i]), [], i + 2
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                rows.append(dict(zip(header, cells(lines[i]))))
+                i += 1
+            tables.append(rows)
+        else:
+            i += 1
+    return tables
+
+
+def _cell(path: Path, column: str, keys: list[str]) -> float:
+    column, _, item = column.rpartition("#") if re.search(r"#\d+$", column) else (column, "", "1")
+    wanted, having = {}, {_plain(column)}
+    for key in keys:
+        name, sep, value = key.partition("=")
+        if sep:
+            wanted[_plain(name)] = _plain(value)
+        else:
+            having.add(_plain(name))  # a column the row's table has
+    column = _plain(column)
+    found = [row[column] for table in _tables(path) for row in table
+             if having <= row.keys() and all(row.get(k) == v for k, v in wanted.items())]
+    if not found:
+        raise KeyError(f"{path} has no row {' '.join(keys)} with a column {column!r}")
+    if len(set(found)) > 1:
+        raise ValueError(f"{path}: the rows {' '.join(keys)} disagree in {column!r}: {found}")
+    numbers = _numbers(found[0])
+    if len(numbers) < int(item):
+        raise ValueError(f"{path}: the cell {found[0]!r} has no number {item}")
+    return numbers[int(item) - 1]
+
+
+def _text(path: Path, words: str, item: str = "1") -> float:
+    words = " ".join(words.split())
+    for line in path.read_text().splitlines():
+        line = " ".join(line.split())
+        if words in line:
+            numbers = _numbers(line[line.index(words) + len(words):])
+            if len(numbers) < int(item):
+                raise ValueError(f"{path}: no number {item} after {words!r}")
+            return numbers[int(item) - 1]
+    raise KeyError(f"{path} has no line holding {words!r}")
+
+
 BRACES = re.compile(r"\{([^{}]*)\}")
 AGGREGATES = {"median": np.median, "mean": np.mean, "min": np.min, "max": np.max}
 
@@ -136,10 +232,21 @@ def _expand(args: list[str]) -> list[list[str]]:
 
 def compute(spec: str, results: Path) -> float:
     """The value a marker's ``spec`` names, from the artifacts under ``results``."""
-    kind, *args = spec.split()
+    return _compute(shlex.split(spec), results)
+
+
+def _compute(words: list[str], results: Path) -> float:
+    spec = " ".join(words)
+    kind, *args = words
     if kind in AGGREGATES and args:
-        values = [compute(" ".join(one), results) for one in _expand(args)]
+        values = [_compute(one, results) for one in _expand(args)]
         return float(AGGREGATES[kind](values))
+    if kind == "over" and args.count("/") == 1 and args[0] != "/" and args[-1] != "/":
+        cut = args.index("/")
+        below = _compute(args[cut + 1:], results)
+        if below == 0:
+            raise ValueError(f"{' '.join(args[cut + 1:])} is 0")
+        return _compute(args[:cut], results) / below
     runs = [results / a for a in args]
     if kind == "field" and len(args) == 2:
         return _field(runs[0], args[1])
@@ -150,6 +257,10 @@ def compute(spec: str, results: Path) -> float:
     if kind == "bench_ratio" and len(args) == 7:
         return (_bench(runs[0], *args[1:3], *args[3:5])
                 / _bench(runs[0], *args[1:3], *args[5:7]))
+    if kind == "cell" and len(args) >= 2:
+        return _cell(runs[0], args[1], args[2:])
+    if kind == "text" and len(args) in (2, 3):
+        return _text(runs[0], *args[1:])
     if kind == "train_return" and len(args) in (2, 3) and args[2:] in ([], ["steps"]):
         steps = args[2:] == ["steps"]
         value = return_at(_episodes(runs[0]), float(args[1]), column=1 if steps else 0)
@@ -188,7 +299,7 @@ def check_file(path: Path, results: Path) -> list[Figure]:
             figure = Figure(Path(path), number, written, marker.group("spec"))
             figures.append(figure)
             try:
-                shown, tolerance, scale = _written_value(before)
+                shown, tolerance, scale = _written_value(line[:marker.start()])
                 figure.value = compute(figure.spec, results) * scale
             except (OSError, KeyError, ValueError) as exc:
                 figure.problem = str(exc)
