@@ -32,18 +32,12 @@ mkdir -p "$out"
 python experiments/provenance.py "$out" -- bash experiments/headline.sh "$part" "$out" "$@" \
     "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0})"
 
-keep() {  # keep() RUN_DIR: what the artifact layout keeps of a run (.hydra/: its composed config)
-    rm -rf "$1"/checkpoint "$1"/tb "$1"/*.pt
-    find "$1" -name 'rank*.log' ! -name rank0.log -delete
-}
+. experiments/artifacts.sh  # keep RUN_DIR, report OUT_DIR RUN_DIR...
 run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME
     local name=$1 ranks=$2
     shift 2
     "${mpirun[@]}" -n "$ranks" python -m mpi4py -m drlmpi hydra.run.dir="$out/$name" "$@" 2>&1 | tail -3
     keep "$out/$name"
-}
-report() {  # report DIR...: the report's tables next to the runs
-    python -m drlmpi.report "$@" --out "$out/report" > /dev/null && rm -f "$out"/report/*.png
 }
 
 case "$part" in
@@ -62,14 +56,14 @@ breakout_share)
     run ceiling 16 algo=random topology=allgather env=breakout env.num_envs=8 run.max_env_steps=null \
         run.max_train_seconds="$s" run.eval_every=1000000000 run.progress_every_s=0 "$@"
     run central 16 +experiment=ppo_breakout_16 run.max_train_seconds="$s" "$@"
-    report "$out/ceiling" "$out/central"
+    report "$out" "$out/ceiling" "$out/central"
     ;;
 breakout)
     topology=${TOPOLOGY:-central}
     for seed in $seeds; do
         run "${topology}_seed$seed" 16 +experiment=ppo_breakout_16 topology="$topology" seed="$seed" "$@"
     done
-    report "$out"/*_seed*
+    report "$out" "$out"/*_seed*
     ;;
 dqn_ttt)
     common=(algo=dqn env=lunarlander env.sim_cost_ms=1 device=cuda run.progress_every_s=0)
@@ -77,12 +71,12 @@ dqn_ttt)
         run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@"
         run "star16_seed$seed" 16 "${common[@]}" topology=star seed="$seed" "$@"
     done
-    report "$out"/*_seed*
+    report "$out" "$out"/*_seed*
     ;;
 td3)
     run "star8_seed${SEED:-0}" 8 algo=td3 env=halfcheetah topology=star device=cuda \
         run.stop_on_solve=false run.progress_every_s=30 seed="${SEED:-0}" "$@"
-    report "$out"/star8_seed*
+    report "$out" "$out"/star8_seed*
     ;;
 *)
     echo "unknown part: $part (learner, fused_scaling, breakout_share, breakout, dqn_ttt, td3)" >&2

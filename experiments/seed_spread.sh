@@ -12,7 +12,7 @@
 # same rows, the same one-round policy lag, epsilon on job-wide steps) as RANKS-1 simulators of
 # one environment each, on a machine with 2 cores. Env steps to the threshold do not depend on
 # the machine's speed (star's rounds are collective); seconds do, so this study reads steps.
-# MPIEXEC: the launcher (default "mpiexec"). Then: python -m drlmpi.report OUT_DIR/* --out OUT_DIR/report
+# MPIEXEC: the launcher (default "mpiexec"). The report's tables: OUT_DIR/report.
 set -u
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash experiments/seed_spread.sh OUT_DIR [overrides...]}
@@ -26,6 +26,7 @@ python experiments/provenance.py "$out" -- bash experiments/seed_spread.sh "$out
     "(SEEDS=$seeds SYNC=${SYNC:-256} RANKS=$ranks BUDGET=$budget STANDIN=${STANDIN:-1})"
 
 common=(algo=dqn env=lunarlander run.max_env_steps="$budget" run.progress_every_s=0 "$@")
+. experiments/artifacts.sh  # keep RUN_DIR, report OUT_DIR RUN_DIR...
 jobs=()
 for seed in $seeds; do
     jobs+=("sequential_seed$seed|python -m drlmpi topology=sequential seed=$seed")
@@ -41,7 +42,7 @@ done
 run() {  # run "NAME|COMMAND": one run into OUT_DIR/NAME, keeping what the artifact layout keeps
     local name=${1%%|*} cmd=${1#*|}
     $cmd "${common[@]}" hydra.run.dir="$out/$name" > /dev/null 2>&1 || echo "$name failed" >&2
-    rm -rf "$out/$name"/checkpoint "$out/$name"/tb "$out/$name"/*.pt
+    keep "$out/$name"
     python -c "import json, sys; s = json.load(open(sys.argv[1])); print(sys.argv[2] + ':', (
         f'solved at {s[\"env_steps_to_threshold\"]:,} env steps' if s['solved'] else 'not solved'))" \
         "$out/$name/summary.json" "$name"
@@ -53,4 +54,4 @@ for job in "${jobs[@]}"; do
     if [ "$running" -ge "${JOBS:-2}" ]; then wait -n; running=$((running - 1)); fi
 done
 wait
-python -m drlmpi.report "$out"/*_seed* --out "$out/report" > /dev/null && rm -f "$out"/report/*.png
+report "$out" "$out"/*_seed*
