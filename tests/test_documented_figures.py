@@ -47,9 +47,11 @@ def test_a_wrong_rounded_or_unsourced_figure_fails(tmp_path):
         "3 <!-- figure mode study/run -->",  # unknown kind
         "0.85 <!-- figure field study/run runs.1.ratio -->",  # an item of a list: ok
         "1 <!-- figure field study/run runs.2.ratio -->",  # past the list's end
+        "111 s <!-- figure first_reaching study/run 60 stpes -->",  # neither seconds nor steps
     ]))
     figures = check_file(doc, tmp_path / "results")
-    assert [f.problem is None for f in figures] == [True] * 6 + [False] * 6 + [True, False]
+    assert [f.problem is None for f in figures] == [True] * 6 + [False] * 6 + [True, False, False]
+    assert "unknown figure kind or arguments" in figures[14].problem
     assert figures[0].value == 11381.97 and round(figures[1].value, 2) == 82.11
     assert "gives 11382, not 11383" in figures[6].problem
     assert "summary.json" in figures[8].problem and "no updates_per_s" in figures[9].problem

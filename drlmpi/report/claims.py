@@ -154,6 +154,11 @@ def _plain(text: str) -> str:
     return " ".join(text.replace("**", " ").split())
 
 
+def _row_cells(line: str) -> list[str]:
+    """The cells of a Markdown table row, each :func:`_plain`."""
+    return [_plain(c) for c in line.strip().strip("|").split("|")]
+
+
 @cache
 def _tables(path: Path) -> list[list[dict[str, str]]]:
     """The tables of a CSV file (one) or of a Markdown file (every pipe table), each a list of
@@ -167,11 +172,9 @@ def _tables(path: Path) -> list[list[dict[str, str]]]:
     while i < len(lines):
         if lines[i].lstrip().startswith("|") and i + 1 < len(lines) and re.fullmatch(
                 r"\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*", lines[i + 1]):
-            def cells(line: str) -> list[str]:
-                return [_plain(c) for c in line.strip().strip("|").split("|")]
-            header, rows, i = cells(lines[i]), [], i + 2
+            header, rows, i = _row_cells(lines[i]), [], i + 2
             while i < len(lines) and lines[i].lstrip().startswith("|"):
-                rows.append(dict(zip(header, cells(lines[i]))))
+                rows.append(dict(zip(header, _row_cells(lines[i]))))
                 i += 1
             tables.append(rows)
         else:
@@ -261,17 +264,17 @@ def _compute(words: list[str], results: Path) -> float:
         return _cell(runs[0], args[1], args[2:])
     if kind == "text" and len(args) in (2, 3):
         return _text(runs[0], *args[1:])
+    # train_return and first_reaching read training seconds, or env steps with "steps"
+    column = 1 if args[2:] == ["steps"] else 0
     if kind == "train_return" and len(args) in (2, 3) and args[2:] in ([], ["steps"]):
-        steps = args[2:] == ["steps"]
-        value = return_at(_episodes(runs[0]), float(args[1]), column=1 if steps else 0)
+        value = return_at(_episodes(runs[0]), float(args[1]), column=column)
         if value is None:
-            raise ValueError(f"no training episode ended by {args[1]} {'env steps' if steps else 's'}")
+            raise ValueError(f"no training episode ended by {args[1]} {'env steps' if column else 's'}")
         return value
-    if kind == "first_reaching" and len(args) in (2, 3):
+    if kind == "first_reaching" and len(args) in (2, 3) and args[2:] in ([], ["steps"]):
         row = first_reaching_row(_episodes(runs[0]), float(args[1]))
         if row is None:
             raise ValueError(f"the mean of the last 100 games never reached {args[1]}")
-        column = 1 if len(args) == 3 and args[2] == "steps" else 0  # env steps, else seconds
         return float(_episodes(runs[0])[row, column])
     raise ValueError(f"unknown figure kind or arguments: {spec!r} (see drlmpi/report/claims.py)")
 
