@@ -8,15 +8,19 @@
 #
 #   learner          learner updates/s: DQN, TD3 and PPO at batch 64 (MLP) and DQN and PPO on
 #                    Atari frames at batch 256, CPU against the device modes (bench.json,
-#                    bench_atari.json; ~3 min)
+#                    bench_atari.json; 3.0 min on an H100 host)
 #   fused_scaling    DQN LunarLander, env.sim_cost_ms=1: sequential, star and async at 8 and 16
-#                    ranks, fused and graph, with the raw-stepping ceiling (~6 min)
+#                    ranks, fused and graph, with the raw-stepping ceiling (6.6 min on an H100
+#                    host: give the call its full 10 minutes)
 #   breakout_share   the raw-stepping ceiling (8 games a rank) and the ppo_breakout_16 preset,
 #                    SECONDS each (default 120), in one call: central's share of the ceiling
 #   breakout         the ppo_breakout_16 preset for SEEDS (default "0 1 2") under TOPOLOGY
-#                    (default central): about 8.5 minutes a seed, so one or two seeds a call
+#                    (default central): 8.5-8.8 minutes a seed, so one seed a call
 #   dqn_ttt          DQN LunarLander (env.sim_cost_ms=1) to the threshold: sequential and star on
-#                    16 ranks for SEEDS (default "0 1 2"), the same evaluation cadence (~10 min)
+#                    16 ranks for SEEDS (default "0 1 2"), the same evaluation cadence. A seed
+#                    takes 1.5-3.5 min when sequential solves in 30k-90k steps, longer when it
+#                    needs more (seed 2: not solved at 140k steps after 3.6 min on an H100
+#                    host), so give a call one or two seeds
 #   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0; ~6 min)
 #
 # The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
