@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 RESULTS = REPO / "docs" / "results"
 #: the marked figures today: fewer means markers were lost, not that figures became checkable
-AT_LEAST = {"README.md": 11, "docs/results.md": 910}
+AT_LEAST = {"README.md": 11, "docs/results.md": 1006}
 
 
 def test_every_marked_figure_recomputes_from_its_artifact():
@@ -113,9 +113,10 @@ def test_median_mean_and_range_over_seeds(tmp_path):
         "100 <!-- figure median field study/central_seed{0,1} env_steps_per_s -->",  # 225: wrong
         "200 <!-- figure median field study/central_seed0 env_steps_per_s -->",  # no group
         "200 <!-- figure median field study/central_seed{0,7} env_steps_per_s -->",  # no seed 7
+        "750 <!-- figure sum field study/central_seed{0,1,2} env_steps_per_s -->",  # a total
     ]))
     figures = check_file(doc, results)
-    assert [f.problem is None for f in figures] == [True] * 7 + [False, True] + [False] * 3, [
+    assert [f.problem is None for f in figures] == [True] * 7 + [False, True] + [False] * 3 + [True], [
         str(f) for f in figures]
     assert figures[4].value == 75.0 and "gives 97.6, not 120" in figures[7].problem
     assert figures[8].value == 1.25 and "gives 225, not 100" in figures[9].problem
@@ -194,3 +195,41 @@ def test_one_figure_over_another(tmp_path):
     assert [f.problem is None for f in figures] == [True] * 3 + [False] * 3, [str(f) for f in figures]
     assert "gives 2.5494, not 2.6" in figures[3].problem and "is 0" in figures[4].problem
     assert "unknown figure kind" in figures[5].problem
+
+
+def test_every_table_figure_has_a_marker_or_says_its_output_was_not_kept():
+    from drlmpi.report.unbacked import unbacked_rows
+
+    for name in ("README.md", "docs/results.md"):
+        rows = unbacked_rows((REPO / name).read_text())
+        assert not rows, f"{name}: table rows with a number and no figure marker:\n" + "\n".join(
+            f"{n}: {row[:120]}" for n, row in rows)
+
+
+def test_unbacked_rows_finds_unmarked_numbers_outside_declared_parts(tmp_path):
+    from drlmpi.report.unbacked import main, unbacked_rows
+
+    doc = "\n".join([
+        "## A study",
+        "| run | env steps/s | note |",  # 1: a header (above a separator)
+        "|---|---|---|",
+        "| seed 0 | 11,382 <!-- figure field s/run env_steps_per_s --> | ok |",  # marked
+        "| seed 1 | 11,188 | - |",  # 5: a number and no marker
+        "| seed 2 (label only) | - | `batch=64` |",  # numbers only in the label and in code
+        "```", "| in code | 5 |", "```",
+        "<!-- unrecorded: the run's output was not kept -->",
+        "| old | 8,517 |",  # 11: declared unrecorded
+        "### Next part",
+        "| later | 3.9x |",  # 13: the declaration ended at the heading
+        "<!-- not figures: versions -->",
+        "| torch | 2.11.0 |",  # 15: settings, declared
+        "### Last part",
+        "<!-- unrecorded: -->",  # no reason given: declares nothing
+        "| bare | 7 |",  # 18
+    ])
+    assert [n for n, _ in unbacked_rows(doc)] == [5, 13, 18]
+    path = tmp_path / "doc.md"
+    path.write_text(doc)
+    assert main([str(path)]) == 1 and main([]) == 2
+    path.write_text("| a | b |\n|---|---|\n| x | 1 <!-- figure field s/r k --> |\n")
+    assert main([str(path)]) == 0

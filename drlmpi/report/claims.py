@@ -48,10 +48,11 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
     figure A over figure B, each one of the kinds here (a speedup or a share between two
     reports' cells: ``over cell a.md "env steps/s" topology=star / cell b.md "env steps/s"
     topology=star``).
-``median|mean|min|max KIND ARGS...``
+``median|mean|min|max|sum KIND ARGS...``
     that statistic of one of the kinds above over several runs, named by one brace group in
     its arguments: ``median train_return study/central_seed{0,1,2} 480`` is the median of
-    the three seeds' scores at 480 s (``min`` and ``max``: the ends of a range; a ``ratio``'s
+    the three seeds' scores at 480 s (``min`` and ``max``: the ends of a range; ``sum``: a
+    total over ranks; a ``ratio``'s
     two runs take the same item of the group; ``{0..15}`` is 0 to 15: ``mean ratio RUN
     per_rank.{0..15}.learn_s RUN per_rank.{0..15}.updates`` is the mean over 16 ranks of the
     seconds an update took, written in ``ms`` or ``s``).
@@ -217,7 +218,7 @@ def _text(path: Path, words: str, item: str = "1") -> float:
 
 
 BRACES = re.compile(r"\{([^{}]*)\}")
-AGGREGATES = {"median": np.median, "mean": np.mean, "min": np.min, "max": np.max}
+AGGREGATES = {"median": np.median, "mean": np.mean, "min": np.min, "max": np.max, "sum": np.sum}
 
 
 def _expand(args: list[str]) -> list[list[str]]:
