@@ -20,7 +20,8 @@
 #                    16 ranks for SEEDS (default "0 1 2"), the same evaluation cadence. A seed
 #                    takes 1.5-3.5 min when sequential solves in 30k-90k steps, longer when it
 #                    needs more (seed 2: not solved at 140k steps after 3.6 min on an H100
-#                    host), so give a call one or two seeds
+#                    host), so give a call one or two seeds; STAR: overrides for the star runs
+#                    only (STAR="topology.sync_every=64")
 #   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0; ~6 min)
 #
 # The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
@@ -34,7 +35,7 @@ mpirun=(${MPIEXEC:-mpirun --oversubscribe --bind-to none})
 seeds=${SEEDS:-0 1 2}
 mkdir -p "$out"
 python experiments/provenance.py "$out" -- bash experiments/headline.sh "$part" "$out" "$@" \
-    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0})"
+    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0} STAR=${STAR:-})"
 
 . experiments/artifacts.sh  # keep RUN_DIR, report OUT_DIR RUN_DIR...
 run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME
@@ -73,7 +74,7 @@ dqn_ttt)
     common=(algo=dqn env=lunarlander env.sim_cost_ms=1 device=cuda run.progress_every_s=0)
     for seed in $seeds; do
         run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@"
-        run "star16_seed$seed" 16 "${common[@]}" topology=star seed="$seed" "$@"
+        run "star16_seed$seed" 16 "${common[@]}" topology=star seed="$seed" ${STAR:-} "$@"
     done
     report "$out" "$out"/*_seed*
     ;;
