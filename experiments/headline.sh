@@ -21,7 +21,8 @@
 #                    takes 1.5-3.5 min when sequential solves in 30k-90k steps, longer when it
 #                    needs more (seed 2: not solved at 140k steps after 3.6 min on an H100
 #                    host), so give a call one or two seeds; STAR: overrides for the star runs
-#                    only (STAR="topology.sync_every=64")
+#                    only (STAR="topology.sync_every=64"); TTT_RUNS: which runs (default
+#                    "sequential star16"; TTT_RUNS=star16 adds star runs to a study's sequential ones)
 #   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0; ~6 min)
 #
 # The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
@@ -35,7 +36,7 @@ mpirun=(${MPIEXEC:-mpirun --oversubscribe --bind-to none})
 seeds=${SEEDS:-0 1 2}
 mkdir -p "$out"
 python experiments/provenance.py "$out" -- bash experiments/headline.sh "$part" "$out" "$@" \
-    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0} STAR=${STAR:-})"
+    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0} STAR=${STAR:-} TTT_RUNS=${TTT_RUNS:-sequential star16})"
 
 . experiments/artifacts.sh  # keep RUN_DIR, report OUT_DIR RUN_DIR...
 run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME
@@ -73,8 +74,12 @@ breakout)
 dqn_ttt)
     common=(algo=dqn env=lunarlander env.sim_cost_ms=1 device=cuda run.progress_every_s=0)
     for seed in $seeds; do
-        run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@"
-        run "star16_seed$seed" 16 "${common[@]}" topology=star seed="$seed" ${STAR:-} "$@"
+        case " ${TTT_RUNS:-sequential star16} " in *" sequential "*)
+            run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@" ;;
+        esac
+        case " ${TTT_RUNS:-sequential star16} " in *" star16 "*)
+            run "star16_seed$seed" 16 "${common[@]}" topology=star seed="$seed" ${STAR:-} "$@" ;;
+        esac
     done
     report "$out" "$out"/*_seed*
     ;;
