@@ -6,7 +6,8 @@
 #   bash experiments/seed_spread.sh OUT_DIR [extra overrides...]
 #
 # SEEDS (default "0 1 2 3 4"), SYNC (star's topology.sync_every values, default "256"), RANKS
-# (default 16), BUDGET (default 300000), JOBS (runs at once, default 2). The star runs are
+# (default 16), BUDGET (default 300000), JOBS (runs at once, default 2), SEQUENTIAL (0: star runs
+# only, to add a SYNC value to a study that has its sequential runs; default 1). The star runs are
 # STAND-INS unless STANDIN=0: `mpiexec -n 2` with env.num_envs=RANKS-1, one simulator stepping
 # RANKS-1 environments - the same rounds (sync_every steps of each of RANKS-1 environments, the
 # same rows, the same one-round policy lag, epsilon on job-wide steps) as RANKS-1 simulators of
@@ -23,13 +24,15 @@ ranks=${RANKS:-16}
 budget=${BUDGET:-300000}
 mkdir -p "$out"
 python experiments/provenance.py "$out" -- bash experiments/seed_spread.sh "$out" "$@" \
-    "(SEEDS=$seeds SYNC=${SYNC:-256} RANKS=$ranks BUDGET=$budget STANDIN=${STANDIN:-1})"
+    "(SEEDS=$seeds SYNC=${SYNC:-256} RANKS=$ranks BUDGET=$budget STANDIN=${STANDIN:-1} SEQUENTIAL=${SEQUENTIAL:-1})"
 
 common=(algo=dqn env=lunarlander run.max_env_steps="$budget" run.progress_every_s=0 "$@")
 . experiments/artifacts.sh  # keep RUN_DIR, report OUT_DIR RUN_DIR...
 jobs=()
 for seed in $seeds; do
-    jobs+=("sequential_seed$seed|python -m drlmpi topology=sequential seed=$seed")
+    if [ "${SEQUENTIAL:-1}" = 1 ]; then
+        jobs+=("sequential_seed$seed|python -m drlmpi topology=sequential seed=$seed")
+    fi
     for sync in ${SYNC:-256}; do
         if [ "${STANDIN:-1}" = 1 ]; then
             launch="${mpiexec[*]} -n 2 python -m mpi4py -m drlmpi env.num_envs=$((ranks - 1))"
