@@ -155,7 +155,7 @@ def _plain(text: str) -> str:
     return " ".join(text.replace("**", " ").split())
 
 
-def _row_cells(line: str) -> list[str]:
+def row_cells(line: str) -> list[str]:
     """The cells of a Markdown table row, each :func:`_plain`."""
     return [_plain(c) for c in line.strip().strip("|").split("|")]
 
@@ -173,9 +173,9 @@ def _tables(path: Path) -> list[list[dict[str, str]]]:
     while i < len(lines):
         if lines[i].lstrip().startswith("|") and i + 1 < len(lines) and re.fullmatch(
                 r"\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*", lines[i + 1]):
-            header, rows, i = _row_cells(lines[i]), [], i + 2
+            header, rows, i = row_cells(lines[i]), [], i + 2
             while i < len(lines) and lines[i].lstrip().startswith("|"):
-                rows.append(dict(zip(header, _row_cells(lines[i]))))
+                rows.append(dict(zip(header, row_cells(lines[i]))))
                 i += 1
             tables.append(rows)
         else:

@@ -19,14 +19,15 @@ import re
 import sys
 from pathlib import Path
 
+from drlmpi.report.claims import row_cells
+
 UNRECORDED = re.compile(r"<!--\s*(unrecorded|not figures|by hand):\s*[^\s-][^>]*-->")
 SEPARATOR = re.compile(r"\|(\s*:?-{3,}:?\s*\|)+")
 CODE = re.compile(r"`[^`]*`")
 
 
 def _states_a_number(row: str) -> bool:
-    cells = row.strip().strip("|").split("|")[1:]
-    return any(ch.isdigit() for ch in CODE.sub("", "|".join(cells)))
+    return any(ch.isdigit() for ch in CODE.sub("", "|".join(row_cells(row)[1:])))
 
 
 def unbacked_rows(text: str) -> list[tuple[int, str]]:
