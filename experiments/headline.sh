@@ -34,9 +34,10 @@ out=${2:?usage: bash experiments/headline.sh PART OUT_DIR [overrides...]}
 shift 2
 mpirun=(${MPIEXEC:-mpirun --oversubscribe --bind-to none})
 seeds=${SEEDS:-0 1 2}
+ttt_runs=${TTT_RUNS:-sequential star16}
 mkdir -p "$out"
 python experiments/provenance.py "$out" -- bash experiments/headline.sh "$part" "$out" "$@" \
-    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0} STAR=${STAR:-} TTT_RUNS=${TTT_RUNS:-sequential star16})"
+    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0} STAR=${STAR:-} TTT_RUNS=$ttt_runs)"
 
 . experiments/artifacts.sh  # keep RUN_DIR, report OUT_DIR RUN_DIR...
 run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME
@@ -74,10 +75,10 @@ breakout)
 dqn_ttt)
     common=(algo=dqn env=lunarlander env.sim_cost_ms=1 device=cuda run.progress_every_s=0)
     for seed in $seeds; do
-        case " ${TTT_RUNS:-sequential star16} " in *" sequential "*)
+        case " $ttt_runs " in *" sequential "*)
             run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@" ;;
         esac
-        case " ${TTT_RUNS:-sequential star16} " in *" star16 "*)
+        case " $ttt_runs " in *" star16 "*)
             run "star16_seed$seed" 16 "${common[@]}" topology=star seed="$seed" ${STAR:-} "$@" ;;
         esac
     done

@@ -28,17 +28,17 @@ python experiments/provenance.py "$out" -- bash experiments/seed_spread.sh "$out
 
 common=(algo=dqn env=lunarlander run.max_env_steps="$budget" run.progress_every_s=0 "$@")
 . experiments/artifacts.sh  # keep RUN_DIR, report OUT_DIR RUN_DIR...
+if [ "${STANDIN:-1}" = 1 ]; then
+    launch="${mpiexec[*]} -n 2 python -m mpi4py -m drlmpi env.num_envs=$((ranks - 1))"
+else
+    launch="${mpiexec[*]} -n $ranks python -m mpi4py -m drlmpi"
+fi
 jobs=()
 for seed in $seeds; do
     if [ "${SEQUENTIAL:-1}" = 1 ]; then
         jobs+=("sequential_seed$seed|python -m drlmpi topology=sequential seed=$seed")
     fi
     for sync in ${SYNC:-256}; do
-        if [ "${STANDIN:-1}" = 1 ]; then
-            launch="${mpiexec[*]} -n 2 python -m mpi4py -m drlmpi env.num_envs=$((ranks - 1))"
-        else
-            launch="${mpiexec[*]} -n $ranks python -m mpi4py -m drlmpi"
-        fi
         jobs+=("star${ranks}_sync${sync}_seed$seed|$launch topology=star topology.sync_every=$sync seed=$seed")
     done
 done
