@@ -20,10 +20,18 @@
 #                    16 ranks for SEEDS (default "0 1 2"), the same evaluation cadence. A seed
 #                    takes 1.5-3.5 min when sequential solves in 30k-90k steps, longer when it
 #                    needs more (seed 2: not solved at 140k steps after 3.6 min on an H100
-#                    host), so give a call one or two seeds; STAR: overrides for the star runs
-#                    only (STAR="topology.sync_every=64"); TTT_RUNS: which runs (default
-#                    "sequential star16"; TTT_RUNS=star16 adds star runs to a study's sequential ones)
-#   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0; ~6 min)
+#                    host, nor at 138k after 3.8 min on an H200 host: give its sequential run,
+#                    TTT_RUNS=sequential, a call of its own), so give a call one or two seeds;
+#                    STAR: overrides for the star runs only (STAR="topology.sync_every=64");
+#                    TTT_RUNS: which runs (default "sequential star16"; TTT_RUNS=star16 adds
+#                    star runs to a study's sequential ones); six star runs took 5.7 min
+#   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0), greedy
+#                    evaluation every 20,000 steps: at the default 5,000 (the TD3 paper's), 930k
+#                    steps took 505 s of wall on an H200 host, 277 s of it training (each of the
+#                    ~180 evaluations, 10 episodes on the learner's rank, cost ~1.3 s); at 20,000
+#                    about 6.5 min (estimated from those parts). Give it a call of its own: two
+#                    seeds side by side on one GPU (8 cores each) reached 547k-591k steps in the
+#                    time one alone reached 930k
 #
 # The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
 # MPIEXEC: the launcher (default "mpirun --oversubscribe --bind-to none").
@@ -86,7 +94,7 @@ dqn_ttt)
     ;;
 td3)
     run "star8_seed${SEED:-0}" 8 algo=td3 env=halfcheetah topology=star device=cuda \
-        run.stop_on_solve=false run.progress_every_s=30 seed="${SEED:-0}" "$@"
+        run.stop_on_solve=false run.eval_every=20000 run.progress_every_s=30 seed="${SEED:-0}" "$@"
     report "$out" "$out"/star8_seed*
     ;;
 *)
