@@ -249,6 +249,24 @@ def test_no_baseline_says_na_and_labels_come_from_the_topologies(tmp_path):
     assert [g.paper for g in report.groups] == ["MP(3)", "F(2)", None, None, None]
 
 
+def test_star_rounds_of_another_size_are_a_regime_of_their_own(tmp_path):
+    """Runs that differ only in ``topology.sync_every`` are never averaged together: the label
+    names a size other than the class's own default (a plugin subclass has its own)."""
+    from drlmpi.topologies.star import Star
+    from tests.plugin_topology.ring import Ring
+
+    root = tmp_path / "runs"
+    make_run(root, "a", "star", 3, 0, 50.0, declared=False, extra_topology="  sync_every: 256\n")
+    make_run(root, "b", "star", 3, 1, 40.0, declared=False, extra_topology="  sync_every: 64\n")
+    make_run(root, "c", "star", 3, 2, 30.0, declared=False,
+             extra_topology="  sync_every: 1\n  sync_unit: episodes\n")
+    groups = {g.topology: len(g.runs) for g in build_report([root], tmp_path / "out").groups}
+    assert groups == {"star": 1, "star[sync_every=64]": 1, "star[sync_every=1,episodes]": 1}
+    assert Ring.report_label({"sync_every": 128}) == "ring"  # the plugin's own default
+    assert Ring.report_label({"sync_every": 256}) == "ring[sync_every=256]"
+    assert Star.report_label({}) == "star"
+
+
 def test_missing_run_asks_the_topology_class(tmp_path):
     partial = tmp_path / "runs" / "p"
     (partial / ".hydra").mkdir(parents=True)

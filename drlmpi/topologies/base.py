@@ -54,7 +54,11 @@ class Topology(ABC):
     min_ranks: ClassVar[int] = 1
     max_ranks: ClassVar[int | None] = None
     report_order: ClassVar[int] = 100
-    #: config key -> default value; a run with another value is labelled ``name[value]``.
+    #: config key -> default value; a run with another value is labelled ``name[value]``
+    #: (``name[key=value]`` for a number: ``star[sync_every=64]``). ``None``: the default of the
+    #: class's own option of that name, so a subclass with another default (a plugin's) is
+    #: labelled against its own; a value names the default to compare with (allgather's backend
+    #: is labelled against ``mpi``, what ``auto`` resolves to without NCCL).
     report_variants: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, cfg: Any) -> None:
@@ -64,8 +68,12 @@ class Topology(ABC):
     def report_label(cls, topo_cfg: Any) -> str:
         """The label of a run with this topology config in reports (``async[free]``)."""
         topo_cfg = topo_cfg or {}
-        parts = [str(topo_cfg.get(key)) for key, default in cls.report_variants.items()
-                 if topo_cfg.get(key, default) != default]
+        parts = []
+        for key, default in cls.report_variants.items():
+            default = cls.options[key].default if default is None else default
+            value = topo_cfg.get(key, default)
+            if value != default:
+                parts.append(str(value) if isinstance(value, str) else f"{key}={value}")
         return f"{cls.name}[{','.join(parts)}]" if parts else cls.name
 
     @classmethod
