@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -229,6 +230,63 @@ class _TakingLearner:
 
     def discard(self, rows, source_rank) -> None:
         self.taken.append(("discarded", None))
+
+
+class _RoundLearner:
+    """The part of a Learner that ``learn_in_rounds`` drives: each ``train`` runs 5 updates, the
+    fourth round stops."""
+
+    layout = None
+
+    def __init__(self, updates: int) -> None:
+        self.updates, self.rounds, self.lags, self.sent_with = updates, 0, [], []
+
+    def policy_weights(self):
+        self.sent_with.append(self.updates)
+        return np.zeros(1, dtype=np.float32)
+
+    def ingest(self, rows, source_rank, policy_lag=None) -> int:
+        self.lags.append((source_rank, policy_lag))
+        return rows.shape[0]
+
+    def maybe_evaluate(self) -> bool:
+        self.rounds += 1
+        return False
+
+    def stop_reason(self):
+        return "max_env_steps" if self.rounds == 4 else None
+
+    def train(self) -> None:
+        self.updates += 5
+
+    def finish(self) -> None:
+        pass
+
+
+class _TwoSimulatorLink:
+    """Two simulators' rows every round; weights and control go nowhere."""
+
+    def gather(self, layout):
+        return [(1, np.zeros((3, 2), np.float32)), (2, np.zeros((4, 2), np.float32))]
+
+    def send_weights(self, weights) -> None:
+        pass
+
+    def send_control(self, control) -> None:
+        pass
+
+
+def test_a_round_records_the_updates_run_since_its_weights_were_sent():
+    """Star's and p2p's rows are acted with the weights sent a round earlier: the first round's
+    with the starting weights (lag 0), each later round's with weights 5 updates old - counted
+    from the send, not from the start of the run (a resumed learner starts at 100 updates)."""
+    from drlmpi.topologies.rounds import learn_in_rounds
+
+    learner = _RoundLearner(updates=100)
+    with patch("drlmpi.topologies.rounds.control_message", lambda stop, learner: np.zeros(2)):
+        learn_in_rounds(learner, _TwoSimulatorLink(), after_round=lambda: None)
+    assert learner.lags == [(1, 0), (2, 0)] + [(1, 5), (2, 5)] * 3
+    assert learner.sent_with == [100, 100, 105, 110] and learner.updates == 115
 
 
 def test_async_keeps_a_chunk_exactly_at_the_lag_bound_and_discards_the_next():

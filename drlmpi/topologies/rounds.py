@@ -121,17 +121,22 @@ class CollectiveLink:
 def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None]) -> None:
     """The learner's side: rounds until the learner stops (then the updates the last data
     entitled, :meth:`~drlmpi.roles.learner.Learner.finish`); ``after_round`` runs after each
-    round's training (checkpoints, progress)."""
+    round's training (checkpoints, progress). Each round's rows record their policy lag: the
+    updates the learner ran since it sent the weights that acted (the previous round's training;
+    0 in the first round), so the summary's ``policy_lag_mean`` says how stale a round is."""
+    sent_at = learner.updates
     link.send_weights(learner.policy_weights())
     while True:
+        lag = learner.updates - sent_at
         for source, rows in link.gather(learner.layout):
-            learner.ingest(rows, source_rank=source)
+            learner.ingest(rows, source_rank=source, policy_lag=lag)
         learner.maybe_evaluate()
         stop = learner.stop_reason() is not None
         link.send_control(control_message(stop, learner))
         if stop:
             learner.finish()
             return
+        sent_at = learner.updates
         link.send_weights(learner.policy_weights())
         learner.train()
         after_round()
