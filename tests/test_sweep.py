@@ -308,6 +308,20 @@ def test_sweeping_process_never_initialises_mpi():
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
 
+def test_hydra_plugins_import_no_torch():
+    """Hydra's plugin scan imports every module of hydra_plugins/ in every Hydra app it starts
+    (where drlmpi is installed, other projects' apps too): the launcher imports make_plan - torch,
+    Gymnasium - only in the functions that check a job. (A sweeping process does import torch: its
+    first job's make_plan builds the algorithm and asks torch about CUDA devices.)"""
+    code = ("import importlib, pkgutil, sys\n"
+            "import hydra_plugins.drlmpi_launcher as plugins\n"
+            "for module in pkgutil.walk_packages(plugins.__path__, plugins.__name__ + '.'):\n"
+            "    importlib.import_module(module.name)\n"
+            "heavy = [m for m in ('torch', 'gymnasium', 'matplotlib', 'scipy') if m in sys.modules]\n"
+            "assert not heavy, f'hydra_plugins/drlmpi_launcher imports {heavy}'\n")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
 def test_a_one_value_sweep_is_not_relaunched():
     """``world_size=16`` in a sweep preset (hydra.mode: MULTIRUN) is one sweep value: re-launching
     the sweeping process itself under ``mpiexec -n 16`` ran 16 sweepers (each calling mpiexec)."""
