@@ -14,6 +14,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from drlmpi.run.command_line import DEFAULT_SWEEPER, _with_default_sweeper
+from tests import forked_sweeps
 from tests.mpirun import REPO
 from tests.shared_runs import TINY_DQN
 
@@ -199,9 +200,9 @@ def _check_report(tmp_path, jobs: dict) -> None:
 
 
 # Every preset: (overrides narrowing its sweep, jobs, jobs that run, {reason of a skipped job:
-# how many}, jobs of the whole sweep). Composing a job costs ~0.2 s, twice (Hydra's sweeper, then
-# the launcher), so each dry run is narrowed to the kinds of job its preset holds; the whole
-# sweep's size and parameters are checked on the preset's own composed config.
+# how many}, jobs of the whole sweep). The launcher composes and checks each job (~0.1 s on one
+# core), so each dry run is narrowed to the kinds of job its preset holds; the whole sweep's size
+# and parameters are checked on the preset's own composed config.
 PRESETS = {
     "dqn_paper_cartpole": ([], 15, 6, {"topology=sequential needs exactly 1 rank": 4,
                                        "topology=p2p needs exactly 2 ranks": 4,
@@ -249,14 +250,15 @@ def _sweep_params(preset: str) -> dict[str, list[str]]:
 
 @pytest.fixture(scope="module")
 def preset_dry_runs(tmp_path_factory):
-    """Every preset's (narrowed) dry run, all started at once: each is one sweeping process
-    composing configs on one core."""
-    runs = {}
-    for preset, (narrow, *_) in PRESETS.items():
-        folder = tmp_path_factory.mktemp(preset)
-        runs[preset] = (_start_sweep(folder, f"+experiment={preset}", *narrow, "hydra.launcher.dry_run=true"),
-                        folder)
-    return runs
+    """Every preset's (narrowed) dry run, all at once: each is one sweeping process composing
+    configs on one core, forked from one process that imported drlmpi (tests/forked_sweeps.py),
+    so the ten pay drlmpi's imports - torch's 1.9 s - once; each still runs the whole command
+    to its exit status. The first test to ask waits for all of them."""
+    folders = {preset: tmp_path_factory.mktemp(preset) for preset in PRESETS}
+    runs = [(folders[preset], ["-m", f"+experiment={preset}", *narrow, "hydra.launcher.dry_run=true",
+                               f"hydra.sweep.dir={folders[preset] / 'sweep'}"])
+            for preset, (narrow, *_) in PRESETS.items()]
+    return forked_sweeps.start(runs, tmp_path_factory.mktemp("forked") / "runs.json"), folders
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -264,8 +266,9 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
     narrow, total, runs, skipped, whole = PRESETS[preset]
     params = _sweep_params(preset)
     assert math.prod(len(values) for values in params.values()) == whole
-    started, folder = preset_dry_runs[preset]
-    proc = _finish(started)
+    forked, folders = preset_dry_runs
+    folder = folders[preset]
+    proc = forked.result(folder)
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = _jobs(folder)
     assert len(jobs) == total and sum(j["status"] == "dry_run" for j in jobs) == runs
@@ -302,6 +305,20 @@ def test_sweeping_process_never_initialises_mpi():
             "import drlmpi.topologies.star, drlmpi.topologies.asynchronous, drlmpi.topologies.allgather\n"
             "import drlmpi.algos.random_policy, drlmpi.report\n"
             "assert 'mpi4py.MPI' not in sys.modules, 'MPI imported'\n")
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
+
+
+def test_hydra_plugins_import_no_torch():
+    """Hydra's plugin scan imports every module of hydra_plugins/ in every Hydra app it starts
+    (where drlmpi is installed, other projects' apps too): the launcher imports make_plan - torch,
+    Gymnasium - only in the functions that check a job. (A sweeping process does import torch: its
+    first job's make_plan builds the algorithm and asks torch about CUDA devices.)"""
+    code = ("import importlib, pkgutil, sys\n"
+            "import hydra_plugins.drlmpi_launcher as plugins\n"
+            "for module in pkgutil.walk_packages(plugins.__path__, plugins.__name__ + '.'):\n"
+            "    importlib.import_module(module.name)\n"
+            "heavy = [m for m in ('torch', 'gymnasium', 'matplotlib', 'scipy') if m in sys.modules]\n"
+            "assert not heavy, f'hydra_plugins/drlmpi_launcher imports {heavy}'\n")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=120)
 
 
