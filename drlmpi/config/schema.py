@@ -72,6 +72,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "progress_every_s": real(5, "seconds between progress lines on rank 0 (0: quiet)", low=0),
         "eval_envs": integer(10, "evaluation environments stepped together (at most eval_episodes)"),
         "eval_seed_offset": integer(1_000_000, "evaluation episodes are seeded from seed + this", low=0),
+        "eval_on": choice("learner", "who plays the evaluations: learner (training pauses) | simulators "
+                                     "(p2p, star: split across them, in the time they wait for the learner)",
+                          "learner", "simulators"),
         "recent_window": integer(20, "training episodes averaged in the progress line's recent return"),
         "idle_busy_share": unit(0.2, "a rank busy less than this share of its wall time is reported idle"),
         "checkpoint_every_s": real(300, "seconds between checkpoints (0 or null: none)", low=0,

@@ -18,6 +18,7 @@ class Tag(IntEnum):
     EXPERIENCE = 12
     WEIGHTS = 21
     CONTROL = 22
+    EVALUATION = 23  # a simulator's share of an evaluation's returns (run.eval_on=simulators)
     DONE = 41
     #: central inference: a simulator's environment group g sends ``OBSERVATIONS + g`` and
     #: receives ``ACTIONS + g`` (drlmpi.topologies.central; at most 8 groups)
@@ -32,6 +33,9 @@ class Control(IntEnum):
     ``N_UPDATES`` is the number of updates every worker runs this round (parameter server);
     0 elsewhere. ``CHECKPOINT``: every rank holding learning state saves its part of a
     checkpoint at the end of this round (collective topologies; see drlmpi.outputs.checkpoint).
+    ``EVALUATE``: 0, or 1 + the index of the evaluation the simulators play with the weights
+    that follow (``run.eval_on=simulators``, drlmpi.topologies.rounds); 0 is "none" so that every
+    zeroed message asks for nothing.
     """
 
     STOP = 0
@@ -39,6 +43,7 @@ class Control(IntEnum):
     UPDATES = 2  # learner updates so far
     N_UPDATES = 3
     CHECKPOINT = 4
+    EVALUATE = 5
 
 
 class RoundCounts(IntEnum):

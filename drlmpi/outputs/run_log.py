@@ -98,14 +98,18 @@ class RunLog:
             self.tensorboard.attach(learner)
 
     def __call__(self, kind: str, return_: float, length: int, rank: int,
-                 return_std: float | None = None) -> None:
+                 return_std: float | None = None, at: Any = None) -> None:
+        """One row, stamped with the learner's counters and clocks now, or with ``at`` (a
+        :class:`~drlmpi.roles.stopping.Moment`: an evaluation the simulators played, stamped
+        with the moment its weights were sent)."""
         learner = self.learner
+        at = at or learner.moment()
         self.rows += 1
         with naming(self.path):
-            self._write_row(kind, return_, length, rank, return_std)
+            self._write_row(kind, return_, length, rank, return_std, at)
         if self.tensorboard is not None:
             if kind == "eval":
-                self.tensorboard.evaluation(return_, return_std)
+                self.tensorboard.evaluation(return_, return_std, at.env_steps)
             else:
                 self.tensorboard.episode(return_, length, rank)
         if kind == "eval":
@@ -115,14 +119,13 @@ class RunLog:
                            if learner.reward_threshold is not None else ""))
 
     def _write_row(self, kind: str, return_: float, length: int, rank: int,
-                   return_std: float | None) -> None:
-        learner = self.learner
+                   return_std: float | None, at: Any) -> None:
         self._writer.writerow([
             kind,
-            f"{learner.clock.elapsed():.4f}",
-            f"{learner.clock.wall():.4f}",
-            learner.env_steps,
-            learner.updates,
+            f"{at.train_seconds:.4f}",
+            f"{at.wall_seconds:.4f}",
+            at.env_steps,
+            at.updates,
             f"{return_:.4f}",
             "" if return_std is None else f"{return_std:.4f}",
             length,

@@ -68,12 +68,12 @@ class TensorBoardLog:
         acc[1] += length
         acc[2] += 1
 
-    def evaluation(self, mean: float, std: float | None) -> None:
-        """Write one greedy evaluation at the current step."""
+    def evaluation(self, mean: float, std: float | None, step: int | None = None) -> None:
+        """Write one greedy evaluation at ``step`` (the step its weights were sent; default: now)."""
         values = {"eval/return": mean}
         if std is not None:
             values["eval/return_std"] = std
-        self.writer.add_scalars(values, self.learner.env_steps)
+        self.writer.add_scalars(values, self.learner.env_steps if step is None else step)
 
     def poll(self) -> None:
         """Between batches of updates: keep the latest update metrics as a sample (a

@@ -9,8 +9,10 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
+from typing import NamedTuple
 
 import gymnasium as gym
+import numpy as np
 
 from drlmpi.algos.base import Algorithm
 from drlmpi.roles.evaluate import evaluate
@@ -34,6 +36,15 @@ class TrainingClock:
     def wall(self) -> float:
         """Seconds since start, including evaluation."""
         return time.perf_counter() - self.start
+
+
+class Moment(NamedTuple):
+    """A learner's counters and clocks at one moment (what a ``metrics.csv`` row is stamped with)."""
+
+    train_seconds: float
+    wall_seconds: float
+    env_steps: int
+    updates: int
 
 
 class Stopping:
@@ -93,37 +104,64 @@ class Stopping:
                           f"run.max_train_seconds the learning rate stays constant", stacklevel=2)
 
     # -- evaluation and stopping --------------------------------------------------------------
+    def evaluation_due(self) -> bool:
+        """Whether ``eval_every`` job-wide steps have passed since the last evaluation was due."""
+        return self.env_steps >= self.next_eval
+
+    def take_evaluation(self) -> int:
+        """Move the schedule past this evaluation (the next is due ``eval_every`` steps on)
+        and return its index, the count of evaluations recorded before it (its seeds follow
+        it: :meth:`evaluation_seed`)."""
+        while self.next_eval <= self.env_steps:
+            self.next_eval += self.eval_every
+        return self.evaluations
+
+    def evaluation_seed(self, index: int) -> int:
+        """The seed of the first episode of evaluation ``index``; episode ``j`` adds ``j``."""
+        return self.seed + self.eval_seed_offset + index * self.eval_episodes
+
+    def moment(self) -> Moment:
+        """The counters and clocks now, to stamp what is recorded later (an evaluation the
+        simulators play: :meth:`record_evaluation`)."""
+        return Moment(self.clock.elapsed(), self.clock.wall(), self.env_steps, self.updates)
+
     def maybe_evaluate(self, force: bool = False) -> bool:
         """Evaluate greedily if ``eval_every`` steps have passed; returns True if it ran.
 
         The time spent is taken off the training clock.
         """
-        if not force and self.env_steps < self.next_eval:
+        if not force and not self.evaluation_due():
             return False
-        while self.next_eval <= self.env_steps:
-            self.next_eval += self.eval_every
+        index = self.take_evaluation()
         t0 = time.perf_counter()
         if self._eval_envs is None:
             self._eval_envs = self._make_eval_envs()
-        returns = evaluate(self.algo, self._eval_envs, self.eval_episodes,
-                           seed=self.seed + self.eval_seed_offset + self.evaluations * self.eval_episodes)
-        self.evaluations += 1
+        returns = evaluate(self.algo, self._eval_envs, self.eval_episodes, seed=self.evaluation_seed(index))
         # Take the evaluation off the clock *before* recording anything, so neither the
         # metrics row nor the time to threshold includes it.
         self.clock.exclude(time.perf_counter() - t0)
+        self.record_evaluation(returns)
+        return True
+
+    def record_evaluation(self, returns: np.ndarray, at: Moment | None = None) -> None:
+        """Count an evaluation's greedy ``returns``: the last and best means, the ``eval`` row of
+        the log and the solve, stamped with ``at`` (the moment its weights were sent, for one
+        the simulators played) or now."""
+        self.evaluations += 1
         mean = float(returns.mean())
         self.last_eval = mean
         self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
         if self.log is not None:
-            self.log("eval", return_=mean, length=0, rank=-1, return_std=float(returns.std()))
+            stamp = {} if at is None else {"at": at}
+            self.log("eval", return_=mean, length=0, rank=-1, return_std=float(returns.std()), **stamp)
         if (self.solved_at is None and self.reward_threshold is not None
                 and mean >= self.reward_threshold):
+            at = at or self.moment()
             self.solved_at = {
-                "train_seconds": self.clock.elapsed(),
-                "env_steps": self.env_steps,
-                "updates": self.updates,
+                "train_seconds": at.train_seconds,
+                "env_steps": at.env_steps,
+                "updates": at.updates,
             }
-        return True
 
     def stop_reason(self) -> str | None:
         """Why the run should stop now (``None``: keep going). The first reason found is kept:

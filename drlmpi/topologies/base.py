@@ -60,6 +60,9 @@ class Topology(ABC):
     #: labelled against its own; a value names the default to compare with (allgather's backend
     #: is labelled against ``mpi``, what ``auto`` resolves to without NCCL).
     report_variants: ClassVar[dict[str, Any]] = {}
+    #: whether it can play evaluations on its simulators (``run.eval_on=simulators``): the
+    #: synchronous rounds of p2p and star, where simulators wait for the learner each round
+    evaluates_on_simulators: ClassVar[bool] = False
 
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
@@ -118,6 +121,9 @@ class Topology(ABC):
                 f"topology={cls.name} needs {cls.sizes_text()}, but the job has {world_size}: "
                 f"launch it with 'mpiexec -n {example} python -m mpi4py -m drlmpi topology={cls.name}'"
             )
+        if str(plan.cfg.run["eval_on"]) == "simulators" and not cls.evaluates_on_simulators:
+            raise ConfigError(f"run.eval_on=simulators needs the rounds of topology=p2p or topology=star; "
+                              f"topology={cls.name} evaluates on its learner: use run.eval_on=learner")
 
     @abstractmethod
     def run(self, ctx: RunContext) -> RankReport:

@@ -27,6 +27,7 @@ from drlmpi.mpi.timed import TimedComm
 from drlmpi.outputs.checkpoint import Checkpointer, DamagedFileError, load_rank_state
 from drlmpi.outputs.run_log import RunLog
 from drlmpi.roles.actor import Actor
+from drlmpi.roles.evaluate import EvaluationShare
 from drlmpi.roles.learner import Learner
 
 if TYPE_CHECKING:
@@ -127,8 +128,29 @@ class RunContext:
         """This rank's base seed (``cfg.seed + SEED_STRIDE * rank``; a resumed run adds
         ``RESUME_STRIDE`` per checkpoint generation, so its simulators do not replay the
         episodes of the first part)."""
+        return self.seed_of(self.rank)
+
+    def seed_of(self, rank: int) -> int:
+        """The base seed of ``rank`` (see :attr:`seed`)."""
         generation = int(self.resume_meta["generation"]) if self.resume_meta else 0
-        return int(self.cfg.seed) + SEED_STRIDE * self.rank + RESUME_STRIDE * generation
+        return int(self.cfg.seed) + SEED_STRIDE * rank + RESUME_STRIDE * generation
+
+    def make_eval_envs(self, count: int) -> list:
+        """``count`` evaluation environments (``train=False``: no training-only wrappers)."""
+        env = self.cfg.env
+        with PROGRESS.paused("creating %d evaluation environment(s)", count):
+            kwargs = {**env_make_kwargs(env), "train": False}
+            return [make_env(env.id, **kwargs) for _ in range(count)]
+
+    def make_evaluation_share(self, actor: Actor, index: int, shares: int,
+                              learner_rank: int = 0) -> EvaluationShare:
+        """Simulator ``index`` of ``shares``' part of the evaluations of the learner on
+        ``learner_rank`` (``run.eval_on=simulators``), played with ``actor``'s policy and seeded
+        as that learner seeds its own."""
+        run = self.cfg.run
+        return EvaluationShare(actor.algo, self.make_eval_envs,
+                               self.seed_of(learner_rank) + int(run.eval_seed_offset),
+                               int(run.eval_episodes), int(run.eval_envs), index, shares)
 
     def make_algo(self, learner: bool, device: str | None = None,
                   shared_init: bool = False, algo_cfg: Any = None) -> Algorithm:
@@ -204,12 +226,7 @@ class RunContext:
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
         run = self.cfg.run
-        eval_kwargs = {**env_make_kwargs(env), "train": False}
-
-        def make_eval_envs() -> list:
-            count = min(int(run.eval_episodes), int(run["eval_envs"]))
-            with PROGRESS.paused("creating %d evaluation environment(s)", count):
-                return [make_env(env.id, **eval_kwargs) for _ in range(count)]
+        make_eval_envs = partial(self.make_eval_envs, min(int(run.eval_episodes), int(run["eval_envs"])))
 
         meta = self.resume_meta
         keep = None if meta is None else int(meta.get("metrics_rows") or 0)

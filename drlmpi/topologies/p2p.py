@@ -17,7 +17,14 @@ from drlmpi.topologies.base import Topology, sync_amount, sync_options
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
 from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
-from drlmpi.topologies.rounds import LEARNER_RANK, PointToPointLink, learn_in_rounds, simulate_in_rounds
+from drlmpi.topologies.rounds import (
+    LEARNER_RANK,
+    PointToPointLink,
+    evaluation_shares,
+    learn_in_rounds,
+    simulate_in_rounds,
+    simulator_share,
+)
 
 
 class PointToPoint(Topology):
@@ -28,6 +35,7 @@ class PointToPoint(Topology):
     min_ranks = 2
     max_ranks = 2
     report_order = 10
+    evaluates_on_simulators = True
 
     @classmethod
     def paper_label(cls, world_size: int) -> str | None:
@@ -42,10 +50,13 @@ class PointToPoint(Topology):
         link = PointToPointLink(ctx.comm)
         if ctx.comm.rank == LEARNER_RANK:
             learner = ctx.make_learner()
-            learn_in_rounds(learner, link, ctx.after_round(learner))
-            return learner_report(ctx.comm.rank, learner)
+            stats = learn_in_rounds(learner, link, ctx.after_round(learner), evaluation_shares(ctx, 1))
+            return learner_report(ctx.comm.rank, learner, stats=stats)
         every, unit = sync_amount(self.cfg)
         actor = ctx.make_actor()
-        simulate_in_rounds(actor, link, every, unit, simulators=1)
+        evaluation = simulator_share(ctx, actor, 1)
+        simulate_in_rounds(actor, link, every, unit, simulators=1, evaluation=evaluation)
         actor.close()
-        return simulator_report(ctx.comm.rank, actor)
+        if evaluation is not None:
+            evaluation.close()
+        return simulator_report(ctx.comm.rank, actor, evaluation=evaluation)

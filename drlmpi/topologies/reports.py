@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from drlmpi.roles.actor import Actor
+from drlmpi.roles.evaluate import EvaluationShare
 from drlmpi.roles.learner import Learner
 
 
@@ -32,10 +33,13 @@ class RankReport:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "learner"}
 
 
-def simulator_report(rank: int, actor: Actor, role: str = "simulator") -> RankReport:
-    """A :class:`RankReport` for a rank that only simulated."""
+def simulator_report(rank: int, actor: Actor, role: str = "simulator",
+                     evaluation: EvaluationShare | None = None) -> RankReport:
+    """A :class:`RankReport` for a rank that only simulated (and maybe played a share of the
+    evaluations, ``run.eval_on=simulators``: its seconds are the per-rank ``eval_s``)."""
+    extra = {} if evaluation is None else {"eval_s": evaluation.seconds}
     return RankReport(rank=rank, role=role, env_steps=actor.steps, episodes=actor.episodes,
-                      simulate_s=actor.sim_s)
+                      simulate_s=actor.sim_s, extra=extra)
 
 
 def learner_report(rank: int, learner: Learner, role: str = "learner",

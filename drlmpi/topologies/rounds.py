@@ -7,6 +7,11 @@ message (stop or go on, job-wide steps) and the current weights, *then* trains o
 received - so simulation of round k+1 overlaps training on round k (a policy lag of one round).
 How the messages move is a :class:`Link`: point to point (:class:`PointToPointLink`, one
 simulator) or collective (:class:`CollectiveLink`, ``Gatherv``/``Bcast``, any number).
+
+With ``run.eval_on=simulators`` the learner does not pause to evaluate: the round's control
+message asks the simulators to play the evaluation that is due with the weights that follow,
+each its share of the episodes (:class:`~drlmpi.roles.evaluate.EvaluationShare`), and they send
+the returns with the next round's rows; the learner records it stamped with the moment it asked.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ import numpy as np
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.wire import Control, Tag
 from drlmpi.roles.actor import Actor
+from drlmpi.roles.evaluate import EvaluationShare, merge_shares, share_width
 from drlmpi.roles.learner import Learner
+from drlmpi.roles.stopping import Moment
 from drlmpi.topologies.base import control_message, empty_control
+from drlmpi.topologies.context import RunContext
 
 LEARNER_RANK = 0
 
@@ -45,6 +53,13 @@ class Link(Protocol):
 
     def receive_control(self, control: np.ndarray) -> None:
         """Simulator: the learner's control message, into ``control``."""
+
+    def gather_returns(self, width: int) -> np.ndarray:
+        """Learner: every simulator's share of an evaluation (float64, one row of ``width`` per
+        simulator, in rank order)."""
+
+    def send_returns(self, returns: np.ndarray) -> None:
+        """Simulator: its share of an evaluation (float64, ``width`` long)."""
 
 
 class PointToPointLink:
@@ -76,6 +91,14 @@ class PointToPointLink:
 
     def receive_control(self, control: np.ndarray) -> None:
         self.comm.Recv(control, source=LEARNER_RANK, tag=Tag.CONTROL, kind="control")
+
+    def gather_returns(self, width: int) -> np.ndarray:
+        table = np.empty((1, width))
+        self.comm.Recv(table, source=self.SIMULATOR_RANK, tag=Tag.EVALUATION, kind="evaluation")
+        return table
+
+    def send_returns(self, returns: np.ndarray) -> None:
+        self.comm.Send(returns, dest=LEARNER_RANK, tag=Tag.EVALUATION, kind="evaluation")
 
 
 class CollectiveLink:
@@ -117,41 +140,104 @@ class CollectiveLink:
 
     receive_control = send_control
 
+    def gather_returns(self, width: int) -> np.ndarray:
+        table = np.empty((self.comm.size, width))
+        self.comm.Gather(np.full(width, np.nan), table, root=LEARNER_RANK, kind="evaluation")
+        return np.delete(table, LEARNER_RANK, axis=0)
 
-def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None]) -> None:
+    def send_returns(self, returns: np.ndarray) -> None:
+        self.comm.Gather(returns, None, root=LEARNER_RANK, kind="evaluation")
+
+
+def evaluation_shares(ctx: RunContext, simulators: int) -> int:
+    """How many simulators share the evaluations: ``simulators`` with
+    ``run.eval_on=simulators``, else 0 (the learner evaluates)."""
+    return simulators if str(ctx.cfg.run["eval_on"]) == "simulators" else 0
+
+
+def simulator_share(ctx: RunContext, actor: Actor, simulators: int) -> EvaluationShare | None:
+    """This simulator's share of the evaluations (simulator ranks follow the learner, rank 0),
+    or ``None`` when the learner evaluates."""
+    if not evaluation_shares(ctx, simulators):
+        return None
+    return ctx.make_evaluation_share(actor, ctx.comm.rank - 1, simulators, learner_rank=LEARNER_RANK)
+
+
+def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None],
+                    simulators: int = 0) -> dict[str, float]:
     """The learner's side: rounds until the learner stops (then the updates the last data
     entitled, :meth:`~drlmpi.roles.learner.Learner.finish`); ``after_round`` runs after each
     round's training (checkpoints, progress). Each round's rows record their policy lag: the
     updates the learner ran since it sent the weights that acted (the previous round's training;
-    0 in the first round), so the summary's ``policy_lag_mean`` says how stale a round is."""
+    0 in the first round), so the summary's ``policy_lag_mean`` says how stale a round is.
+
+    ``simulators``: with ``run.eval_on=simulators``, how many share the evaluations (0: the
+    learner evaluates). The round that stops evaluates on the learner, if one is due then.
+    Returns the summary's ``topology_stats``: with ``simulators``, ``simulator_eval_s``, the
+    most seconds one simulator spent playing evaluations."""
+    eval_s = np.zeros(simulators)
     sent_at = learner.updates
     link.send_weights(learner.policy_weights())
+    asked: tuple[int, Moment] | None = None  # the evaluation the simulators are playing
     while True:
         lag = learner.updates - sent_at
         for source, rows in link.gather(learner.layout):
             learner.ingest(rows, source_rank=source, policy_lag=lag)
-        learner.maybe_evaluate()
+        if asked is not None:
+            eval_s += receive_evaluation(learner, link, simulators, asked[1])
+            asked = None
+        if not simulators:
+            learner.maybe_evaluate()
         stop = learner.stop_reason() is not None
-        link.send_control(control_message(stop, learner))
+        if simulators and learner.evaluation_due():
+            if stop:
+                learner.maybe_evaluate()
+            else:
+                asked = (learner.take_evaluation(), learner.moment())
+        control = control_message(stop, learner)
+        if asked is not None:
+            control[Control.EVALUATE] = asked[0] + 1
+        link.send_control(control)
         if stop:
             learner.finish()
-            return
+            return {"simulator_eval_s": float(eval_s.max())} if simulators else {}
         sent_at = learner.updates
         link.send_weights(learner.policy_weights())
         learner.train()
         after_round()
 
 
-def simulate_in_rounds(actor: Actor, link: Link, every: int, unit: str, simulators: int) -> None:
+def receive_evaluation(learner: Learner, link: Link, simulators: int, at: Moment) -> np.ndarray:
+    """Receive the shares of the evaluation the simulators played and record it, stamped with
+    the moment it was asked for (``at``); returns the seconds each simulator spent on it."""
+    episodes = learner.eval_episodes
+    table = link.gather_returns(share_width(episodes, simulators) + 1)
+    returns, seconds = merge_shares(table, episodes)
+    learner.record_evaluation(returns, at=at)
+    return seconds
+
+
+def simulate_in_rounds(actor: Actor, link: Link, every: int, unit: str, simulators: int,
+                       evaluation: EvaluationShare | None = None) -> None:
     """A simulator's side: collect, send, receive the control message and the weights, until
     the learner says stop. ``simulators``: how many collect in parallel (job-wide steps are
-    extrapolated with it between rounds)."""
+    extrapolated with it between rounds). ``evaluation``: this simulator's share of the
+    evaluations the learner asks for (``run.eval_on=simulators``), played with the weights just
+    received and sent with the next round's rows."""
     control = empty_control()
     link.receive_weights(actor.weights)
+    played = None
     while True:
         link.send_rows(actor.collect(every, unit))
+        if played is not None:
+            link.send_returns(played)
+            played = None
         link.receive_control(control)
         if control[Control.STOP]:
             return
         link.receive_weights(actor.weights)
         actor.set_global_steps(int(control[Control.ENV_STEPS]), simulators)
+        if control[Control.EVALUATE]:
+            if evaluation is None:
+                raise RuntimeError("the learner asked for an evaluation this simulator was not given")
+            played = evaluation.play(int(control[Control.EVALUATE]) - 1)

@@ -17,7 +17,14 @@ from drlmpi.topologies.base import Topology, sync_amount, sync_options
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
 from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
-from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink, learn_in_rounds, simulate_in_rounds
+from drlmpi.topologies.rounds import (
+    LEARNER_RANK,
+    CollectiveLink,
+    evaluation_shares,
+    learn_in_rounds,
+    simulate_in_rounds,
+    simulator_share,
+)
 
 
 class Star(Topology):
@@ -28,6 +35,7 @@ class Star(Topology):
     min_ranks = 2
     max_ranks = None
     report_order = 20
+    evaluates_on_simulators = True
     #: a round's size is a regime of its own: the report never averages two sizes together (on
     #: 16 ranks, rounds of 64 steps reach DQN LunarLander's threshold in fewer env steps than the
     #: default's: docs/results.md)
@@ -46,14 +54,20 @@ class Star(Topology):
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:
             learner = ctx.make_learner()
-            learn_in_rounds(learner, CollectiveLink(ctx.comm), ctx.after_round(learner))
-            return learner_report(ctx.comm.rank, learner)
+            stats = learn_in_rounds(learner, CollectiveLink(ctx.comm), ctx.after_round(learner),
+                                    evaluation_shares(ctx, ctx.comm.size - 1))
+            return learner_report(ctx.comm.rank, learner, stats=stats)
         return self.simulate(ctx)
 
     def simulate(self, ctx: RunContext) -> RankReport:
-        """A simulator rank of ``ctx.comm`` (also a simulator of a group of topology=groups)."""
+        """A simulator rank of ``ctx.comm`` (also a simulator of a group of topology=groups,
+        which evaluates on its learners)."""
         every, unit = sync_amount(self.cfg)
         actor = ctx.make_actor()
-        simulate_in_rounds(actor, CollectiveLink(ctx.comm), every, unit, simulators=ctx.comm.size - 1)
+        simulators = ctx.comm.size - 1
+        evaluation = simulator_share(ctx, actor, simulators)
+        simulate_in_rounds(actor, CollectiveLink(ctx.comm), every, unit, simulators, evaluation)
         actor.close()
-        return simulator_report(ctx.comm.rank, actor)
+        if evaluation is not None:
+            evaluation.close()
+        return simulator_report(ctx.comm.rank, actor, evaluation=evaluation)
