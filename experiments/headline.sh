@@ -31,7 +31,9 @@
 #                    ~180 evaluations, 10 episodes on the learner's rank, cost ~1.3 s); at 20,000
 #                    about 6.5 min (estimated from those parts). Give it a call of its own: two
 #                    seeds side by side on one GPU (8 cores each) reached 547k-591k steps in the
-#                    time one alone reached 930k
+#                    time one alone reached 930k. `... td3 OUT run.eval_every=5000
+#                    run.eval_on=simulators` plays the paper's cadence on the simulators, which wait
+#                    for the learner most of the time (not yet timed on a GPU host)
 #
 # The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
 # MPIEXEC: the launcher (default "mpirun --oversubscribe --bind-to none").
