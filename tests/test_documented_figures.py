@@ -225,15 +225,16 @@ def test_unbacked_prose_finds_measurements_not_targets_settings_or_code(tmp_path
         "<!-- figure over field s/a k / field s/b k --> (93% <!-- figure ratio s/a k s/b k -->).",
         "The goal >= 6x, at least 1.5x, about 380 updates/s, ~2,500 env steps/s: not measurements.",
         "A figure quoted from elsewhere: 4.7x <!-- unmarked: those outputs were not kept -->.",
-        "An empty reason is none: 3.9x <!-- unmarked: -->, and `1.5x` in code is a setting.",  # 6
+        'A marker\'s own words are not prose: 3,352 <!-- figure text r.log "89% ETA 33s |" --> alone.',
+        "An empty reason is none: 3.9x <!-- unmarked: -->, and `1.5x` in code is a setting.",  # 7
         "| a table row is the other check's | 7x <!-- figure field s/r k --> |",
         "```", "12x in a fence", "```",
         "<!-- unrecorded: the section's outputs were not kept -->",
         "Declared: 8,517 updates/s.",
         "### Next",
-        "Again 25% after the heading.",  # 14
+        "Again 25% after the heading.",  # 15
     ])
-    assert unbacked_prose(doc) == [(2, "6,441 env steps/s"), (2, "1.7x"), (6, "3.9x"), (14, "25%")]
+    assert unbacked_prose(doc) == [(2, "6,441 env steps/s"), (2, "1.7x"), (7, "3.9x"), (15, "25%")]
     path = tmp_path / "doc.md"
     path.write_text(doc)
     assert main([str(path)]) == 0  # without --prose: tables only

@@ -33,6 +33,7 @@ from drlmpi.report.claims import row_cells
 UNRECORDED = re.compile(r"<!--\s*(unrecorded|not figures|by hand):\s*[^\s-][^>]*-->")
 SEPARATOR = re.compile(r"\|(\s*:?-{3,}:?\s*\|)+")
 CODE = re.compile(r"`[^`]*`")
+COMMENT = re.compile(r"<!--.*?-->")
 #: a measurement in a sentence: a speedup, a share or a rate, then whatever follows it
 #: (a rate's marker sits between the number and its unit: ``688 <!-- figure ... --> env steps/s``)
 MEASURED = re.compile(r"(?<![\w.,-])\d[\d,]*(?:\.\d+)?"
@@ -91,8 +92,10 @@ def unbacked_prose(text: str) -> list[tuple[int, str]]:
         if line.strip().startswith("|"):
             continue
         prose = CODE.sub(lambda m: " " * len(m.group()), line)
+        comments = [c.span() for c in COMMENT.finditer(prose)]  # a marker's own arguments
         found += [(number, m.group()) for m in MEASURED.finditer(prose)
-                  if not (m.group("mark") and MARKER_NEXT.match(m.group("mark")))
+                  if not any(start <= m.start() < end for start, end in comments)
+                  and not (m.group("mark") and MARKER_NEXT.match(m.group("mark")))
                   and not MARKER_NEXT.match(prose, m.end())
                   and not GOAL_BEFORE.search(prose[max(0, m.start() - 16):m.start()])]
     return found
