@@ -34,6 +34,11 @@
 #                    time one alone reached 930k. `... td3 OUT run.eval_every=5000
 #                    run.eval_on=simulators` plays the paper's cadence on the simulators, which wait
 #                    for the learner most of the time (not yet timed on a GPU host)
+#   td3_ttt          TD3 HalfCheetah-v5 to a greedy mean of 5,000: sequential and star on 8
+#                    ranks for SEEDS (default "0 1 2"), both evaluated every 5,000 steps on the
+#                    learner (10 episodes, off the training clock). Estimated from the H200
+#                    runs: about 2 min a sequential run (69 s of training to 125k steps), about
+#                    1 min a star run, so two seeds a call
 #
 # The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
 # MPIEXEC: the launcher (default "mpirun --oversubscribe --bind-to none").
@@ -99,8 +104,16 @@ td3)
         run.stop_on_solve=false run.eval_every=20000 run.progress_every_s=30 seed="${SEED:-0}" "$@"
     report "$out" "$out"/star8_seed*
     ;;
+td3_ttt)
+    common=(algo=td3 env=halfcheetah device=cuda run.eval_every=5000 run.eval_on=learner run.progress_every_s=0)
+    for seed in $seeds; do
+        run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@"
+        run "star8_seed$seed" 8 "${common[@]}" topology=star seed="$seed" "$@"
+    done
+    report "$out" "$out"/*_seed*
+    ;;
 *)
-    echo "unknown part: $part (learner, fused_scaling, breakout_share, breakout, dqn_ttt, td3)" >&2
+    echo "unknown part: $part (learner, fused_scaling, breakout_share, breakout, dqn_ttt, td3, td3_ttt)" >&2
     exit 2
     ;;
 esac
