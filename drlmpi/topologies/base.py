@@ -73,6 +73,8 @@ class Topology(ABC):
         topo_cfg = topo_cfg or {}
         parts = []
         for key, default in cls.report_variants.items():
+            if default is None and key not in cls.options:
+                continue  # a subclass without the option (a plugin's): not its variant
             default = cls.options[key].default if default is None else default
             value = topo_cfg.get(key, default)
             if value != default:

@@ -7,12 +7,18 @@ in proportion to the data gathered (the paper's n*p: ``algo.updates_per_step`` u
 environment step) while the simulators collect the next round. The simulators' policy
 therefore lags by one round. (Workers that send gradients instead of experience are the
 ``parameter_server`` topology.)
+
+``round_rows`` sizes the round job-wide instead: each simulator collects ``round_rows /
+(simulators x env.num_envs)`` steps (rounded, at least one), so a round - and the policy lag
+it makes - holds the same rows on 4 ranks as on 16 (:meth:`Star.round_steps`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.options import integer
 from drlmpi.topologies.base import Topology, sync_amount, sync_options
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
@@ -31,7 +37,11 @@ class Star(Topology):
     """Rank 0 learns; ranks 1..N simulate; Gatherv experience, Bcast weights."""
 
     name = "star"
-    options = sync_options(256, "experience each simulator collects per round")
+    options = {**sync_options(256, "experience each simulator collects per round"),
+               "round_rows": integer(None, "job-wide rows per round: each simulator collects round_rows / "
+                                           "(simulators x env.num_envs) steps (rounded, at least 1) instead "
+                                           "of sync_every, the same round at every world size (null: "
+                                           "sync_every)", nullable=True)}
     min_ranks = 2
     max_ranks = None
     report_order = 20
@@ -39,7 +49,29 @@ class Star(Topology):
     #: a round's size is a regime of its own: the report never averages two sizes together (on
     #: 16 ranks, rounds of 64 steps reach DQN LunarLander's threshold in fewer env steps than the
     #: default's: docs/results.md)
-    report_variants = {"sync_every": None, "sync_unit": None}
+    report_variants = {"sync_every": None, "sync_unit": None, "round_rows": None}
+
+    @classmethod
+    def round_steps(cls, topo_cfg: Any, simulators: int, num_envs: int) -> int:
+        """Steps each simulator collects per round: ``round_rows`` shared among the simulators'
+        environments, else ``sync_every``."""
+        rows = topo_cfg.get("round_rows")
+        if rows is None:
+            return int(topo_cfg["sync_every"])
+        return max(1, round(int(rows) / (max(1, simulators) * max(1, num_envs))))
+
+    @classmethod
+    def check(cls, plan) -> None:
+        super().check(plan)
+        topo = plan.cfg.topology
+        if topo.get("round_rows") is None:
+            return
+        if str(topo["sync_unit"]) != "steps":
+            raise ConfigError("topology.round_rows counts rows (environment steps): use "
+                              "topology.sync_unit=steps with it")
+        if int(topo["sync_every"]) != cls.options["sync_every"].default:
+            raise ConfigError(f"topology.round_rows={topo.round_rows} and topology.sync_every="
+                              f"{topo.sync_every} both size star's round: set one of them")
 
     @classmethod
     def paper_label(cls, world_size: int) -> str | None:
@@ -49,7 +81,8 @@ class Star(Topology):
     def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
         """N-1 simulators step while the learner trains: max(s/(N-1), c + rho u) + a round's
         messages per row."""
-        return star_pace(ranks - 1, p, topo_cfg, p.slowdown_at(ranks))
+        steps = cls.round_steps(topo_cfg, ranks - 1, p.num_envs)
+        return star_pace(ranks - 1, p, {**topo_cfg, "sync_every": steps}, p.slowdown_at(ranks))
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:
@@ -62,9 +95,10 @@ class Star(Topology):
     def simulate(self, ctx: RunContext) -> RankReport:
         """A simulator rank of ``ctx.comm`` (also a simulator of a group of topology=groups,
         which evaluates on its learners)."""
-        every, unit = sync_amount(self.cfg)
+        _every, unit = sync_amount(self.cfg)
         actor = ctx.make_actor()
         simulators = ctx.comm.size - 1
+        every = self.round_steps(self.cfg, simulators, int(ctx.cfg.env.num_envs))
         evaluation = simulator_share(ctx, actor, simulators)
         simulate_in_rounds(actor, CollectiveLink(ctx.comm), every, unit, simulators, evaluation)
         actor.close()
