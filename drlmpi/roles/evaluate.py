@@ -58,6 +58,12 @@ def share_width(episodes: int, shares: int) -> int:
     return -(-episodes // shares)
 
 
+def message_width(episodes: int, shares: int) -> int:
+    """Floats in a share's message (:meth:`EvaluationShare.play`): the largest share's returns,
+    then the seconds spent."""
+    return share_width(episodes, shares) + 1
+
+
 class EvaluationShare:
     """Simulator ``index`` of ``shares``' part of the learner's evaluations: episode ``j`` of
     evaluation ``e`` is played by the simulator ``j % shares``, seeded ``first_seed + e *
@@ -82,7 +88,7 @@ class EvaluationShare:
         self.mine = list(range(index, episodes, shares))  # the episodes j with j % shares == index
         self.n_envs = min(len(self.mine), envs)
         #: a share's message: the returns (NaN-padded to the largest share) and the seconds spent
-        self.width = share_width(episodes, shares) + 1
+        self.width = message_width(episodes, shares)
         self.seconds = 0.0  # spent playing, in total
 
     def seeds(self, evaluation: int) -> list[int]:

@@ -16,15 +16,8 @@ from typing import Any
 from drlmpi.topologies.base import Topology, sync_amount, sync_options
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
-from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
-from drlmpi.topologies.rounds import (
-    LEARNER_RANK,
-    PointToPointLink,
-    evaluation_shares,
-    learn_in_rounds,
-    simulate_in_rounds,
-    simulator_share,
-)
+from drlmpi.topologies.reports import RankReport
+from drlmpi.topologies.rounds import LEARNER_RANK, PointToPointLink, learner_rounds, simulator_rounds
 
 
 class PointToPoint(Topology):
@@ -49,14 +42,6 @@ class PointToPoint(Topology):
     def run(self, ctx: RunContext) -> RankReport:
         link = PointToPointLink(ctx.comm)
         if ctx.comm.rank == LEARNER_RANK:
-            learner = ctx.make_learner()
-            stats = learn_in_rounds(learner, link, ctx.after_round(learner), evaluation_shares(ctx, 1))
-            return learner_report(ctx.comm.rank, learner, stats=stats)
+            return learner_rounds(ctx, link, simulators=1)
         every, unit = sync_amount(self.cfg)
-        actor = ctx.make_actor()
-        evaluation = simulator_share(ctx, actor, 1)
-        simulate_in_rounds(actor, link, every, unit, simulators=1, evaluation=evaluation)
-        actor.close()
-        if evaluation is not None:
-            evaluation.close()
-        return simulator_report(ctx.comm.rank, actor, evaluation=evaluation)
+        return simulator_rounds(ctx, link, every, unit, simulators=1)

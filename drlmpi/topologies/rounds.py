@@ -24,11 +24,12 @@ import numpy as np
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.wire import Control, Tag
 from drlmpi.roles.actor import Actor
-from drlmpi.roles.evaluate import EvaluationShare, merge_shares, share_width
+from drlmpi.roles.evaluate import EvaluationShare, merge_shares, message_width
 from drlmpi.roles.learner import Learner
 from drlmpi.roles.stopping import Moment
 from drlmpi.topologies.base import control_message, empty_control
 from drlmpi.topologies.context import RunContext
+from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
 
 LEARNER_RANK = 0
 
@@ -149,6 +150,26 @@ class CollectiveLink:
         self.comm.Gather(returns, None, root=LEARNER_RANK, kind="evaluation")
 
 
+def learner_rounds(ctx: RunContext, link: Link, simulators: int) -> RankReport:
+    """The learner rank of p2p and star: :func:`learn_in_rounds` fed by ``simulators``."""
+    learner = ctx.make_learner()
+    stats = learn_in_rounds(learner, link, ctx.after_round(learner), evaluation_shares(ctx, simulators))
+    return learner_report(ctx.comm.rank, learner, stats=stats)
+
+
+def simulator_rounds(ctx: RunContext, link: Link, every: int, unit: str, simulators: int) -> RankReport:
+    """A simulator rank of p2p and star (and of topology=groups' star wiring): its actor, and
+    its share of the evaluations with ``run.eval_on=simulators``, through
+    :func:`simulate_in_rounds`."""
+    actor = ctx.make_actor()
+    evaluation = simulator_share(ctx, actor, simulators)
+    simulate_in_rounds(actor, link, every, unit, simulators, evaluation)
+    actor.close()
+    if evaluation is not None:
+        evaluation.close()
+    return simulator_report(ctx.comm.rank, actor, evaluation=evaluation)
+
+
 def evaluation_shares(ctx: RunContext, simulators: int) -> int:
     """How many simulators share the evaluations: ``simulators`` with
     ``run.eval_on=simulators``, else 0 (the learner evaluates)."""
@@ -211,7 +232,7 @@ def receive_evaluation(learner: Learner, link: Link, simulators: int, at: Moment
     """Receive the shares of the evaluation the simulators played and record it, stamped with
     the moment it was asked for (``at``); returns the seconds each simulator spent on it."""
     episodes = learner.eval_episodes
-    table = link.gather_returns(share_width(episodes, simulators) + 1)
+    table = link.gather_returns(message_width(episodes, simulators))
     returns, seconds = merge_shares(table, episodes)
     learner.record_evaluation(returns, at=at)
     return seconds

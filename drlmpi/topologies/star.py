@@ -22,15 +22,8 @@ from drlmpi.config.options import integer
 from drlmpi.topologies.base import Topology, sync_amount, sync_options
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
-from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
-from drlmpi.topologies.rounds import (
-    LEARNER_RANK,
-    CollectiveLink,
-    evaluation_shares,
-    learn_in_rounds,
-    simulate_in_rounds,
-    simulator_share,
-)
+from drlmpi.topologies.reports import RankReport
+from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink, learner_rounds, simulator_rounds
 
 
 class Star(Topology):
@@ -85,23 +78,14 @@ class Star(Topology):
         return star_pace(ranks - 1, p, {**topo_cfg, "sync_every": steps}, p.slowdown_at(ranks))
 
     def run(self, ctx: RunContext) -> RankReport:
+        link = CollectiveLink(ctx.comm)
         if ctx.comm.rank == LEARNER_RANK:
-            learner = ctx.make_learner()
-            stats = learn_in_rounds(learner, CollectiveLink(ctx.comm), ctx.after_round(learner),
-                                    evaluation_shares(ctx, ctx.comm.size - 1))
-            return learner_report(ctx.comm.rank, learner, stats=stats)
+            return learner_rounds(ctx, link, simulators=ctx.comm.size - 1)
         return self.simulate(ctx)
 
     def simulate(self, ctx: RunContext) -> RankReport:
         """A simulator rank of ``ctx.comm`` (also a simulator of a group of topology=groups,
         which evaluates on its learners)."""
-        _every, unit = sync_amount(self.cfg)
-        actor = ctx.make_actor()
         simulators = ctx.comm.size - 1
         every = self.round_steps(self.cfg, simulators, int(ctx.cfg.env.num_envs))
-        evaluation = simulator_share(ctx, actor, simulators)
-        simulate_in_rounds(actor, CollectiveLink(ctx.comm), every, unit, simulators, evaluation)
-        actor.close()
-        if evaluation is not None:
-            evaluation.close()
-        return simulator_report(ctx.comm.rank, actor, evaluation=evaluation)
+        return simulator_rounds(ctx, CollectiveLink(ctx.comm), every, sync_amount(self.cfg)[1], simulators)
