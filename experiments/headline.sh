@@ -23,8 +23,8 @@
 #                    host, nor at 138k after 3.8 min on an H200 host: give its sequential run,
 #                    TTT_RUNS=sequential, a call of its own), so give a call one or two seeds;
 #                    STAR: overrides for the star runs only (STAR="topology.sync_every=64");
-#                    TTT_RUNS: which runs (default "sequential star16"; TTT_RUNS=star16 adds
-#                    star runs to a study's sequential ones); six star runs took 5.7 min
+#                    TTT_RUNS: which runs (default "sequential star"; TTT_RUNS=star16, or star,
+#                    adds star runs to a study's sequential ones); six star runs took 5.7 min
 #   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0), greedy
 #                    evaluation every 20,000 steps: at the default 5,000 (the TD3 paper's), 930k
 #                    steps took 505 s of wall on an H200 host, 277 s of it training (each of the
@@ -35,7 +35,8 @@
 #                    run.eval_on=simulators` plays the paper's cadence on the simulators, which wait
 #                    for the learner most of the time (not yet timed on a GPU host)
 #   td3_ttt          TD3 HalfCheetah-v5 to a greedy mean of 5,000: sequential and star on 8
-#                    ranks for SEEDS (default "0 1 2"), both evaluated every 5,000 steps on the
+#                    ranks for SEEDS (default "0 1 2"; TTT_RUNS and STAR as for dqn_ttt, star8
+#                    naming the star runs), both evaluated every 5,000 steps on the
 #                    learner (10 episodes, off the training clock). Estimated from the H200
 #                    runs: about 2 min a sequential run (69 s of training to 125k steps), about
 #                    1 min a star run, so two seeds a call
@@ -49,7 +50,7 @@ out=${2:?usage: bash experiments/headline.sh PART OUT_DIR [overrides...]}
 shift 2
 mpirun=(${MPIEXEC:-mpirun --oversubscribe --bind-to none})
 seeds=${SEEDS:-0 1 2}
-ttt_runs=${TTT_RUNS:-sequential star16}
+ttt_runs=${TTT_RUNS:-sequential star}
 mkdir -p "$out"
 python experiments/provenance.py "$out" -- bash experiments/headline.sh "$part" "$out" "$@" \
     "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0} STAR=${STAR:-} TTT_RUNS=$ttt_runs)"
@@ -60,6 +61,20 @@ run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME
     shift 2
     "${mpirun[@]}" -n "$ranks" python -m mpi4py -m drlmpi hydra.run.dir="$out/$name" "$@" 2>&1 | tail -3
     keep "$out/$name"
+}
+ttt() {  # ttt STAR_RANKS overrides...: per seed, sequential then star on STAR_RANKS ranks, to the
+         # threshold (${common[@]} first; TTT_RUNS picks the runs, STAR adds to the star ones)
+    local ranks=$1
+    shift
+    for seed in $seeds; do
+        case " $ttt_runs " in *" sequential "*)
+            run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@" ;;
+        esac
+        case " $ttt_runs " in *" star "* | *" star$ranks "*)
+            run "star${ranks}_seed$seed" "$ranks" "${common[@]}" topology=star seed="$seed" ${STAR:-} "$@" ;;
+        esac
+    done
+    report "$out" "$out"/*_seed*
 }
 
 case "$part" in
@@ -89,15 +104,7 @@ breakout)
     ;;
 dqn_ttt)
     common=(algo=dqn env=lunarlander env.sim_cost_ms=1 device=cuda run.progress_every_s=0)
-    for seed in $seeds; do
-        case " $ttt_runs " in *" sequential "*)
-            run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@" ;;
-        esac
-        case " $ttt_runs " in *" star16 "*)
-            run "star16_seed$seed" 16 "${common[@]}" topology=star seed="$seed" ${STAR:-} "$@" ;;
-        esac
-    done
-    report "$out" "$out"/*_seed*
+    ttt 16 "$@"
     ;;
 td3)
     run "star8_seed${SEED:-0}" 8 algo=td3 env=halfcheetah topology=star device=cuda \
@@ -106,11 +113,7 @@ td3)
     ;;
 td3_ttt)
     common=(algo=td3 env=halfcheetah device=cuda run.eval_every=5000 run.eval_on=learner run.progress_every_s=0)
-    for seed in $seeds; do
-        run "sequential_seed$seed" 1 "${common[@]}" topology=sequential seed="$seed" "$@"
-        run "star8_seed$seed" 8 "${common[@]}" topology=star seed="$seed" "$@"
-    done
-    report "$out" "$out"/*_seed*
+    ttt 8 "$@"
     ;;
 *)
     echo "unknown part: $part (learner, fused_scaling, breakout_share, breakout, dqn_ttt, td3, td3_ttt)" >&2
