@@ -25,21 +25,19 @@
 #                    STAR: overrides for the star runs only (STAR="topology.sync_every=64");
 #                    TTT_RUNS: which runs (default "sequential star"; TTT_RUNS=star16, or star,
 #                    adds star runs to a study's sequential ones); six star runs took 5.7 min
-#   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0), greedy
-#                    evaluation every 20,000 steps: at the default 5,000 (the TD3 paper's), 930k
-#                    steps took 505 s of wall on an H200 host, 277 s of it training (each of the
-#                    ~180 evaluations, 10 episodes on the learner's rank, cost ~1.3 s); at 20,000
-#                    about 6.5 min (estimated from those parts). Give it a call of its own: two
-#                    seeds side by side on one GPU (8 cores each) reached 547k-591k steps in the
-#                    time one alone reached 930k. `... td3 OUT run.eval_every=5000
-#                    run.eval_on=simulators` plays the paper's cadence on the simulators, which wait
-#                    for the learner most of the time (not yet timed on a GPU host)
+#   td3              TD3 HalfCheetah-v5, star on 8 ranks, 1M steps, seed SEED (default 0), the TD3
+#                    paper's evaluation cadence (10 greedy episodes every 5,000 steps) played by
+#                    the simulators (run.eval_on=simulators): 311-326 s of wall for 300 s of
+#                    training on an H200 host, one seed a call. On the learner's rank
+#                    (run.eval_on=learner) the same cadence doubles the wall clock (930k steps took
+#                    505 s, 277 s of it training); two seeds side by side on one GPU (8 cores
+#                    each) train at ~2,500 env steps/s each against 3,350 alone
 #   td3_ttt          TD3 HalfCheetah-v5 to a greedy mean of 5,000: sequential and star on 8
 #                    ranks for SEEDS (default "0 1 2"; TTT_RUNS and STAR as for dqn_ttt, star8
 #                    naming the star runs), both evaluated every 5,000 steps on the
-#                    learner (10 episodes, off the training clock). Estimated from the H200
-#                    runs: about 2 min a sequential run (69 s of training to 125k steps), about
-#                    1 min a star run, so two seeds a call
+#                    learner (10 episodes, off the training clock). On an H200 host a
+#                    sequential run took 80-98 s of wall and a star run 40-69 s, so one seed a
+#                    call beside a td3 seed, or three seeds in a call of their own
 #
 # The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
 # MPIEXEC: the launcher (default "mpirun --oversubscribe --bind-to none").
@@ -108,7 +106,8 @@ dqn_ttt)
     ;;
 td3)
     run "star8_seed${SEED:-0}" 8 algo=td3 env=halfcheetah topology=star device=cuda \
-        run.stop_on_solve=false run.eval_every=20000 run.progress_every_s=30 seed="${SEED:-0}" "$@"
+        run.stop_on_solve=false run.eval_every=5000 run.eval_on=simulators run.progress_every_s=30 \
+        seed="${SEED:-0}" "$@"
     report "$out" "$out"/star8_seed*
     ;;
 td3_ttt)

@@ -35,15 +35,18 @@ SEPARATOR = re.compile(r"\|(\s*:?-{3,}:?\s*\|)+")
 CODE = re.compile(r"`[^`]*`")
 COMMENT = re.compile(r"<!--.*?-->")
 #: a measurement in a sentence: a speedup, a share or a rate, then whatever follows it
-#: (a rate's marker sits between the number and its unit: ``688 <!-- figure ... --> env steps/s``)
-MEASURED = re.compile(r"(?<![\w.,-])\d[\d,]*(?:\.\d+)?"
+#: (a rate's marker sits between the number and its unit: ``688 <!-- figure ... --> env steps/s``);
+#: a range's end is one too (``81-84%``, ``11,188-11,667 env steps/s``: the unit belongs to both)
+MEASURED = re.compile(r"(?<![\w.,])\d[\d,]*(?:\.\d+)?"
                       r"(?:x|%|(?P<mark>\s*<!--[^>]*-->)?\s(?:env steps/s|updates/s|steps/s))(?!\w)")
 #: a figure marker, or a sentence figure's own reason for having none: ``6.96x <!-- unmarked:
 #: the figure this replaced; its output was not kept -->``
 MARKER_NEXT = re.compile(r"\**\)?\s*<!-- (figure|unmarked:\s*[^\s-])")
 #: not a measurement of its own: a target (``goal >= 6x``, ``(the goal: 70%)``, ``at least
-#: 1.5x``) or a rounded restatement (``about 380 updates/s``, ``~2,500 env steps/s``)
-GOAL_BEFORE = re.compile(r"(>=|goal:?|goal of|at least|above|below|under|over|about|around|~)\s*\**$")
+#: 1.5x``, a tolerance ``within +-10%``) or a rounded restatement (``about 380 updates/s``,
+#: ``~2,500 env steps/s``)
+GOAL_BEFORE = re.compile(r"(>=|\+-|goal:?|goal of|at least|above|below|under|over|about|around|within|~)"
+                         r"\s*\**$")
 
 
 def _states_a_number(row: str) -> bool:
