@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
 HANG_EXIT = 3
 
 
@@ -104,17 +103,11 @@ def serve(control: Path, owner: int) -> None:
 # -- what tests run in the pool ----------------------------------------------------------------
 def compose(overrides: list[str]):
     """The config ``python -m drlmpi OVERRIDES`` composes (the command line checked first)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
-
     from drlmpi.run.arguments import check_command_line
-    from drlmpi.run.command_line import _launch_time_resolver
+    from drlmpi.run.prelaunch import job_config
 
     check_command_line(overrides)
-    OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides))
+    return job_config(list(overrides))
 
 
 def _write_hydra_files(cfg: Any, overrides: list[str], run_dir: Path) -> None:

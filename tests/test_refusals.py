@@ -5,7 +5,8 @@ The refusals are checked in-process, through the same functions ``python -m drlm
 the same order (the command line's checks, composition, then :func:`drlmpi.run.preflight.make_plan` at the
 job's world size). A few subprocess tests show the form a user sees: exit code 2, the line printed
 once (not once per rank), no traceback, and no rank left waiting - for each place a refusal can
-come from (the command line on every rank, rank 0's directory check, validation after Hydra).
+come from (the command line on every rank, rank 0's directory check, validation after Hydra,
+and the plan made before ``world_size=N`` starts any rank).
 """
 
 from __future__ import annotations
@@ -121,12 +122,29 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(("args", "line"), [
     (("algo.gamma=1.5",), "drlmpi: error: algo.gamma must be in [0, 1], got 1.5"),  # the command line
     (("topology=p2p",), "drlmpi: error: topology=p2p needs exactly 2 ranks, but the job has 1"),  # validate
+    # world_size=N started alone: refused before mpiexec starts any rank (drlmpi.run.prelaunch)
+    (("topology=p2p", "world_size=3"),
+     "drlmpi: error: topology=p2p needs exactly 2 ranks, but the job has 3"),
 ])
 def test_a_refusal_is_one_line_exit_2_no_traceback(tmp_path, args, line):
     proc = _cli(*args, f"hydra.run.dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(line)
     assert proc.stderr.count("drlmpi: error") == 1 and "Traceback" not in proc.stderr
+    assert "starting mpiexec" not in proc.stderr and "Abort" not in proc.stderr
+    assert not (tmp_path / "run" / "run.lock").exists()  # the claimed directory is let go
+
+
+def test_world_size_is_checked_before_any_rank_starts():
+    """The plan every rank would make, made by the process that would exec mpiexec."""
+    from drlmpi.run.prelaunch import check_before_launch
+
+    with pytest.raises(ConfigError, match="topology=p2p needs exactly 2 ranks, but the job has 3"):
+        check_before_launch(["topology=p2p", "world_size=3", "hydra.run.dir=/nonexistent"], 3)
+    with pytest.raises(ConfigError, match="run.eval_on=simulators needs the rounds"):
+        check_before_launch(["topology=async", "run.eval_on=simulators", "world_size=3"], 3)
+    check_before_launch(["topology=p2p", "world_size=2"], 2)  # a job that can run: no error
+    check_before_launch(["--config-dir", "/elsewhere", "topology=p2p"], 3)  # Hydra's flags: the ranks check
 
 
 @pytest.mark.parametrize(("override", "ranks", "message"), [

@@ -52,6 +52,7 @@ from drlmpi.run.arguments import (
     resume_arguments,
 )
 from drlmpi.run.ownership import INHERITED_LOCK, lock_owner, release
+from drlmpi.run.prelaunch import check_before_launch
 from drlmpi.run.reference import print_help
 
 if TYPE_CHECKING:
@@ -291,6 +292,12 @@ def main(argv: list[str] | None = None) -> None:
     if _is_single_run(argv):
         ranks = _requested_world_size(argv) if resume_ranks is None else resume_ranks
         if ranks is not None and ranks > 1 and not under_mpi_launcher():
+            try:  # the plan every rank would make, once, before any rank starts
+                check_before_launch(argv, ranks)
+            except ConfigError as exc:
+                if claimed:
+                    release(value_text(find(argv, "hydra.run.dir")))
+                end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
             if claimed:  # rank 0 takes the lock over from this process (mpiexec after the exec)
                 os.environ[INHERITED_LOCK] = lock_owner()
             _relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
