@@ -10,7 +10,10 @@ seed=S ...``, sequential DQN with conf/tuned/dqn_cartpole.yaml, read from summar
 Both use the same threshold, budget and evaluation points: after the 256-step chunk and its 128
 updates that pass each multiple of ``--eval-every``; evaluation is taken off both clocks.
 ``ratio = SB3 seconds / drlmpi seconds`` to the threshold (> 1: drlmpi faster); a run that does
-not solve counts with its whole budget's seconds (marked ``*``: the ratio is then a bound).
+not solve counts with its whole budget's seconds (marked ``*``: the ratio is then a bound, which
+``ratio_is`` names). An SB3 worker cut by ``--timeout`` (or failed) is recorded from the progress
+file it appends each evaluation to (``<out>.progress.jsonl``, experiments/sb3_clock.py): not
+solved, with the training seconds and steps of its last evaluation (marked ``+``: a lower bound).
 experiments/README.md describes the output (a table and ``--out``, a JSON of every field).
 """
 
@@ -22,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import sb3_clock  # experiments/sb3_clock.py, beside this script
 import sb3_common  # experiments/sb3_common.py, beside this script
 
 ENV_ID = "CartPole-v1"
@@ -44,9 +48,9 @@ def sb3_worker(args: argparse.Namespace) -> None:
     model = DQN(env=gym.make(ENV_ID), seed=args.seed, device=args.device, verbose=0,
                 exploration_fraction=ZOO_EXPLORATION_FRACTION * ZOO_N_TIMESTEPS / args.budget,
                 **ZOO_DQN_CARTPOLE)
-    timer = sb3_common.threshold_timer(args, ENV_ID, env_action=int)
-    sb3_common.learn_timed(model, timer, args.budget)
-    result = sb3_common.sb3_result(model, timer, args.seed, {
+    timer = sb3_clock.threshold_timer(args, ENV_ID, env_action=int)
+    sb3_clock.learn_timed(model, timer, args.budget)
+    result = sb3_clock.sb3_result(model, timer, args.seed, {
         "exploration_fraction": model.exploration_fraction, "hyperparameters": ZOO_DQN_CARTPOLE})
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 

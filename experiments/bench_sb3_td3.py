@@ -25,7 +25,11 @@ drlmpi after the chunk (sequential: 256 steps) or round (star: 256 steps from ea
 that passes it; both record the step count of each evaluation. Evaluation is taken off both
 clocks. ``ratio = SB3 seconds / drlmpi seconds`` to the threshold (> 1: drlmpi faster); a run
 that does not solve counts with its whole budget's seconds (marked ``*``): the ratio is then a
-bound (``ratio_is`` in the JSON says which). experiments/README.md describes the output.
+bound (``ratio_is`` in the JSON says which). The SB3 worker appends each evaluation to a progress
+file beside its JSON (``<out>.progress.jsonl``, experiments/sb3_clock.py); one cut by
+``--timeout`` (or failed) is recorded from it as not solved, with the training seconds and steps
+of its last evaluation (marked ``+``; the ratio a lower bound) instead of an error.
+experiments/README.md describes the output.
 
 Without MuJoCo, a smoke run: ``--drlmpi-env pendulum`` (SB3 then runs Pendulum-v1, the id in
 conf/env/pendulum.yaml) with ``--topology sequential --budget 3000 --threshold -1500``.
@@ -42,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import provenance  # experiments/provenance.py, beside this script
+import sb3_clock  # experiments/sb3_clock.py, beside this script
 import sb3_common  # experiments/sb3_common.py, beside this script
 import yaml
 
@@ -81,9 +86,9 @@ def sb3_worker(args: argparse.Namespace) -> None:
     hyperparameters = sb3_hyperparameters(args.learning_starts)
     noise = NormalActionNoise(mean=np.zeros(n_actions), sigma=ZOO_NOISE_STD * np.ones(n_actions))
     model = TD3(env=env, seed=args.seed, device=args.device, verbose=0, action_noise=noise, **hyperparameters)
-    timer = sb3_common.threshold_timer(args, args.env_id, env_action=np.asarray)
-    sb3_common.learn_timed(model, timer, args.budget)
-    result = sb3_common.sb3_result(model, timer, args.seed, {
+    timer = sb3_clock.threshold_timer(args, args.env_id, env_action=np.asarray)
+    sb3_clock.learn_timed(model, timer, args.budget)
+    result = sb3_clock.sb3_result(model, timer, args.seed, {
         "env_id": args.env_id, "hyperparameters": hyperparameters, "action_noise_std": ZOO_NOISE_STD})
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 
@@ -157,13 +162,8 @@ def main(argv: list[str] | None = None) -> int:
           f"threshold {args.threshold:g}, device {args.device}", flush=True)
     rows, host = sb3_common.compare("bench_sb3_td3", args, lambda seed, work: run_drlmpi(seed, args, work),
                                     lambda seed, work: run_sb3(seed, args, work))
-    for row in rows:
-        row["ratio_is"] = sb3_common.ratio_kind(row)
     print()
     aggregate = sb3_common.report(rows)
-    for row in rows:
-        if row["ratio_is"] in ("lower bound", "upper bound", "unknown"):
-            print(f"  seed {row['seed']}: the ratio is {row['ratio_is']}")
     sb3_common.write_result(args.out, {
         "benchmark": f"drlmpi TD3 ({drlmpi_label(args)}) vs stable-baselines3 TD3 (rl-baselines3-zoo), "
                      f"{args.env_id}, training seconds to threshold (evaluation excluded)",

@@ -3,10 +3,12 @@
 Both time drlmpi and SB3 to a greedy-evaluation threshold, each run in a cold subprocess with one
 BLAS/torch thread, evaluation taken off both clocks, and compare ``ratio = SB3 seconds / drlmpi
 seconds``. Here: the options they share, the loop over seeds and the JSON, running a
-subprocess, reading a drlmpi run directory, one seed's pair of runs and its ratio, the table and
-its aggregates, and the SB3 side's clock (a callback that evaluates at the same cadence as drlmpi
-and stops learning at the threshold). Stable-Baselines3 is imported only inside the functions the
-SB3 side and the final JSON call, so the rest runs (and is tested) without it.
+subprocess, reading a drlmpi run directory, running the SB3 worker (and, when it is cut by
+``--timeout`` or fails, reading back the evaluations it had reached from its progress file:
+sb3_clock.py), one seed's pair of runs and its ratio, the table and its aggregates. The SB3
+side's clock (a callback that evaluates at the same cadence as drlmpi and stops learning at the
+threshold) is in sb3_clock.py. Stable-Baselines3 is imported only inside the functions the SB3
+side and the final JSON call, so the rest runs (and is tested) without it.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import sb3_clock  # experiments/sb3_clock.py, beside this module
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-#: drlmpi evaluates episodes seeded from seed + run.eval_seed_offset (its default); SB3 the same
-EVAL_SEED_OFFSET = 1_000_000
 DRLMPI_SUMMARY_FIELDS = ("solved", "train_seconds_to_threshold", "env_steps_to_threshold",
                          "updates_to_threshold", "env_steps", "updates", "eval_seconds", "evaluations",
                          "best_eval_return", "stop_reason")
@@ -97,7 +99,8 @@ def write_result(out: Path, result: dict[str, Any]) -> None:
 def run_command(cmd: list[str], timeout: float) -> tuple[dict[str, Any] | None, float]:
     """Run ``cmd`` from the repository root with one BLAS/torch thread; ``(error record or None,
     seconds)``. It runs in a process group of its own, killed whole on a timeout (or on an
-    interrupt of this script), so an ``mpiexec`` job leaves no rank behind."""
+    interrupt of this script), so an ``mpiexec`` job leaves no rank behind; the record of a
+    timeout has ``timed_out: true``."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **ONE_THREAD_ENV}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -106,8 +109,8 @@ def run_command(cmd: list[str], timeout: float) -> tuple[dict[str, Any] | None, 
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         _, stderr = proc.communicate()
-        return {"error": f"timed out after {timeout} s", "stderr_tail": (stderr or "")[-2000:],
-                "command": cmd}, timeout
+        return {"error": f"timed out after {timeout} s", "timed_out": True,
+                "stderr_tail": (stderr or "")[-2000:], "command": cmd}, timeout
     finally:
         if proc.poll() is None:  # interrupted: take the job's whole group down with this script
             _kill_group(proc)
@@ -160,33 +163,40 @@ def run_drlmpi(cmd: list[str], run_dir: Path, timeout: float) -> dict[str, Any]:
 def run_sb3(script: str, seed: int, args: argparse.Namespace, work: Path,
             extra: list[str] | None = None) -> dict[str, Any]:
     """One SB3 run: ``script`` re-invoked with ``--sb3-worker`` (and ``extra`` flags) in a fresh
-    process; what the worker wrote, its process's seconds and the command, or an error record."""
+    process; what the worker wrote, its process's seconds and the command. A worker cut by the
+    timeout, or failed, before writing it leaves a partial record read from its progress file
+    (:func:`sb3_clock.cut_result`: not solved, the seconds and steps of its last evaluation,
+    ``timed_out``, ``cut_by``); one cut before its first evaluation, the error record."""
     out = work / f"sb3_{seed}.json"
     cmd = [sys.executable, str(Path(script).resolve()), "--sb3-worker", "--seed", str(seed),
            "--budget", str(args.budget), "--eval-every", str(args.eval_every),
            "--eval-episodes", str(args.eval_episodes), "--threshold", str(args.threshold), "--out", str(out),
            "--device", args.device, *(extra or [])]
     error, seconds = run_command(cmd, args.timeout)
-    if error is not None or not out.exists():
-        return error or {"error": "no output", "command": cmd}
-    return {**json.loads(out.read_text()), "process_seconds": seconds, "command": cmd}
+    if error is None and out.exists():
+        return {**json.loads(out.read_text()), "process_seconds": seconds, "command": cmd}
+    error = error or {"error": "no output", "command": cmd}
+    return sb3_clock.cut_result(sb3_clock.progress_path(out), error, seconds) or error
 
 
 # -- one seed's pair and the table ----------------------------------------------------------------
 def pair(seed: int, order: list[str], drlmpi: dict[str, Any], sb3: dict[str, Any]) -> dict[str, Any]:
-    """One seed's row: both results, ``ratio_sb3_over_drlmpi`` (``None`` if a side failed) and
-    ``censored`` (a side failed or did not solve: its seconds are the budget's, the ratio a
-    bound)."""
+    """One seed's row: both results, ``ratio_sb3_over_drlmpi`` (``None`` if a side failed),
+    ``censored`` (a side failed or did not solve: its seconds are the budget's, or, for a run
+    cut by the timeout, those it had reached at its last evaluation; the ratio a bound) and
+    ``ratio_is`` (:func:`ratio_kind`)."""
     ok = "error" not in drlmpi and "error" not in sb3
-    return {"seed": seed, "order": order, "drlmpi": drlmpi, "sb3": sb3,
-            "ratio_sb3_over_drlmpi": sb3["train_seconds"] / drlmpi["train_seconds"] if ok else None,
-            "censored": not (ok and drlmpi["solved"] and sb3["solved"])}
+    row = {"seed": seed, "order": order, "drlmpi": drlmpi, "sb3": sb3,
+           "ratio_sb3_over_drlmpi": sb3["train_seconds"] / drlmpi["train_seconds"] if ok else None,
+           "censored": not (ok and drlmpi["solved"] and sb3["solved"])}
+    return {**row, "ratio_is": ratio_kind(row)}
 
 
 def ratio_kind(row: dict[str, Any]) -> str:
     """What a row's ratio is: ``exact`` (both solved), ``lower bound`` (only drlmpi solved: SB3
-    would have needed more than its budget's seconds), ``upper bound`` (only SB3 solved),
-    ``unknown`` (neither solved) or ``none`` (a side failed)."""
+    would have needed more than its budget's seconds, or, cut by the timeout before solving, more
+    than the training seconds of its last evaluation), ``upper bound`` (only SB3 solved),
+    ``unknown`` (neither solved) or ``none`` (a side failed and left no evaluation)."""
     if row["ratio_sb3_over_drlmpi"] is None:
         return "none"
     solved = (bool(row["drlmpi"]["solved"]), bool(row["sb3"]["solved"]))
@@ -204,15 +214,24 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "sb3_solved": sum(bool(r["sb3"].get("solved")) for r in rows), "seeds": len(rows)}
 
 
+def mark(r: dict[str, Any]) -> str:
+    """A side's mark in the table: none when solved, ``+`` when cut by the timeout (or failed)
+    before solving (the seconds and steps of its last evaluation), else ``*`` (not solved: the
+    budget's)."""
+    return "" if r["solved"] else "+" if r.get("partial") else "*"
+
+
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    """The table's lines: per seed, each side's seconds and env steps to the threshold (``*``:
-    not solved, the budget's), the ratio, and gradient updates per second of update time."""
+    """The table's lines: per seed, each side's seconds and env steps to the threshold (marked as
+    :func:`mark` says when not solved), the ratio (``*``: a bound, ``>=`` before a lower bound,
+    ``<=`` before an upper one), and gradient updates per second of update time."""
     def secs(r: dict) -> str:
-        return "ERROR" if "error" in r else f"{r['train_seconds']:.1f}" + ("" if r["solved"] else "*")
+        return "ERROR" if "error" in r else f"{r['train_seconds']:.1f}" + mark(r)
 
     def steps(r: dict) -> str:
-        return "-" if "error" in r else f"{r['env_steps_to_threshold' if r['solved'] else 'env_steps']:,}" + (
-            "" if r["solved"] else "*")
+        if "error" in r:
+            return "-"
+        return f"{r['env_steps_to_threshold' if r['solved'] else 'env_steps']:,}{mark(r)}"
 
     def ups(r: dict) -> str:
         ok = "error" not in r and r.get("learn_seconds") and r.get("updates")
@@ -223,22 +242,36 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
     lines = [header, "-" * len(header)]
     for row in rows:
         d, s, ratio = row["drlmpi"], row["sb3"], row["ratio_sb3_over_drlmpi"]
-        text = "-" if ratio is None else f"{ratio:.2f}" + ("*" if row["censored"] else "")
+        sign = {"lower bound": ">=", "upper bound": "<="}.get(ratio_kind(row), "")
+        text = "-" if ratio is None else sign + f"{ratio:.2f}" + ("*" if row["censored"] else "")
         lines.append(f"{row['seed']:>4} | {secs(d):>9} {steps(d):>8} | {secs(s):>9} {steps(s):>8} | "
                      f"{text:>10} | {ups(d):>8} {ups(s):>6}")
     return lines
 
 
 def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Print the table and the median ratio; return :func:`aggregate`'s aggregates."""
+    """Print the table, the median ratio, what the marks mean and which seeds' ratios are
+    bounds (and why: a side not solved, or cut); return :func:`aggregate`'s aggregates."""
     print("\n".join(table(rows)))
     agg = aggregate(rows)
     counted = sum(r["ratio_sb3_over_drlmpi"] is not None for r in rows)
     fmt = "-" if agg["median_ratio"] is None else f"{agg['median_ratio']:.2f} (mean {agg['mean_ratio']:.2f})"
-    censored = any(r["censored"] for r in rows)
+    sides = [r[name] for r in rows for name in ("drlmpi", "sb3") if "error" not in r[name]]
+    notes = [note for m, note in (("*", "* = not solved: the budget's seconds/steps"),
+                                  ("+", "+ = cut by --timeout (or failed) before solving: the seconds/steps "
+                                        "at its last evaluation"))
+             if any(mark(r) == m for r in sides)]
+    if any(r["censored"] and r["ratio_sb3_over_drlmpi"] is not None for r in rows):
+        notes.append("the ratio a bound (>= lower, <= upper)")
     print(f"ratio SB3/drlmpi seconds to threshold: median {fmt} over {counted} seed(s) (>1: drlmpi "
           f"faster); solved: drlmpi {agg['drlmpi_solved']}/{len(rows)}, SB3 {agg['sb3_solved']}/{len(rows)}"
-          + ("; * = not solved: the budget's seconds/steps, the ratio a bound" if censored else ""))
+          + "".join(f"; {note}" for note in notes))
+    for row in rows:
+        kind = ratio_kind(row)
+        if kind in ("lower bound", "upper bound", "unknown"):
+            cut = [f"{name} {r['cut_by']} at {r['train_seconds']:.1f} training s, {r['env_steps']:,} steps"
+                   for name, r in (("drlmpi", row["drlmpi"]), ("SB3", row["sb3"])) if mark(r) == "+"]
+            print(f"  seed {row['seed']}: the ratio is {kind}" + "".join(f" ({c})" for c in cut))
     return agg
 
 
@@ -253,6 +286,9 @@ def run_seeds(seeds: list[int], runners: dict[str, Callable[[int], dict[str, Any
             results[name] = r = runners[name](seed)
             outcome = r.get("error") or (f"{'solved' if r['solved'] else 'NOT solved'} in "
                                          f"{r['train_seconds']:.1f} s")
+            if r.get("partial"):
+                outcome += (f" ({r['cut_by']}: at its last of {r['evaluations']} evaluation(s), "
+                            "from its progress file)")
             print(f"  seed {seed}: {name}: {outcome}", flush=True)
         rows.append(pair(seed, order, results["drlmpi"], results["sb3"]))
     return rows
@@ -268,106 +304,3 @@ def machine(load_before: tuple[float, ...], started: float) -> dict[str, Any]:
             "python": platform.python_version(), "torch": torch.__version__,
             "stable_baselines3": stable_baselines3.__version__, "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(), "elapsed_s": time.time() - started}
-
-
-# -- the SB3 worker's clock ------------------------------------------------------------------------
-def threshold_timer(args: argparse.Namespace, env_id: str, env_action: Callable[[Any], Any]) -> Any:
-    """An SB3 callback: the training clock with evaluation taken out, a greedy evaluation of
-    ``args.eval_episodes`` episodes once per ``args.eval_every`` env steps (seeded as drlmpi
-    seeds its own), and learning stopped once the mean reaches ``args.threshold``.
-    ``env_action`` turns ``model.predict``'s action into the environment's."""
-    import gymnasium as gym
-    import numpy as np
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class ThresholdTimer(BaseCallback):
-        """Training clock with evaluation taken out; stops learning at the threshold."""
-
-        def __init__(self) -> None:
-            super().__init__(verbose=0)
-            self.eval_env = gym.make(env_id)
-            self.start = self.paused_s = self.learn_s = 0.0
-            self.next_eval, self.evaluations = args.eval_every, 0
-            self.best_eval: float | None = None
-            self.last_eval: float | None = None
-            self.solved_at: dict[str, float] | None = None
-            self.history: list[list[float]] = []  # [env_steps, train_seconds, mean return]
-
-        def _on_training_start(self) -> None:
-            self.start = time.perf_counter()
-
-        def maybe_evaluate(self) -> None:
-            if self.num_timesteps < self.next_eval or self.solved_at is not None:
-                return
-            while self.next_eval <= self.num_timesteps:
-                self.next_eval += args.eval_every
-            t0 = time.perf_counter()
-            train_s = t0 - self.start - self.paused_s  # the clock stops before evaluating
-            returns = []
-            for k in range(args.eval_episodes):
-                first = args.seed + EVAL_SEED_OFFSET + self.evaluations * args.eval_episodes
-                obs, _ = self.eval_env.reset(seed=first + k)
-                total, done = 0.0, False
-                while not done:
-                    action, _ = self.model.predict(obs, deterministic=True)
-                    obs, reward, terminated, truncated, _ = self.eval_env.step(env_action(action))
-                    total, done = total + float(reward), terminated or truncated
-                returns.append(total)
-            self.evaluations += 1
-            mean = float(np.mean(returns))
-            self.last_eval = mean
-            self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
-            self.history.append([self.num_timesteps, round(train_s, 4), mean])
-            if mean >= args.threshold:
-                self.solved_at = {"train_seconds": train_s, "env_steps": self.num_timesteps,
-                                  "updates": self.model._n_updates, "learn_seconds": self.learn_s}
-            self.paused_s += time.perf_counter() - t0
-
-        def _on_rollout_start(self) -> None:
-            # After the previous rollout and its gradient steps: where drlmpi's loop evaluates.
-            self.maybe_evaluate()
-
-        def _on_step(self) -> bool:
-            return self.solved_at is None
-
-        def _on_training_end(self) -> None:
-            self.maybe_evaluate()  # the budget ran out right after a training burst
-
-    return ThresholdTimer()
-
-
-def learn_timed(model: Any, timer: Any, budget: int) -> None:
-    """``model.learn`` for ``budget`` env steps under ``timer``, which also sums the seconds
-    spent in gradient steps (``timer.learn_s``)."""
-    inner_train = model.train
-
-    def timed_train(*a: Any, **kw: Any) -> None:
-        t0 = time.perf_counter()
-        inner_train(*a, **kw)
-        timer.learn_s += time.perf_counter() - t0
-
-    model.train = timed_train  # type: ignore[method-assign]
-    model.learn(total_timesteps=budget, callback=timer)
-
-
-def sb3_result(model: Any, timer: Any, seed: int, extra: dict[str, Any]) -> dict[str, Any]:
-    """The SB3 worker's JSON: the time to the threshold (or the whole budget's time), counts,
-    the evaluation history, ``extra`` (the hyperparameters...), the seed and the versions."""
-    import gymnasium as gym
-    import numpy as np
-    import stable_baselines3
-    import torch
-
-    solved = timer.solved_at or {}
-    return {
-        "solved": timer.solved_at is not None,
-        **{f"{k}_to_threshold": solved.get(k)
-           for k in ("train_seconds", "env_steps", "updates", "learn_seconds")},
-        "train_seconds": solved.get("train_seconds", time.perf_counter() - timer.start - timer.paused_s),
-        "env_steps": model.num_timesteps, "updates": model._n_updates, "learn_seconds": timer.learn_s,
-        "eval_seconds": timer.paused_s, "evaluations": timer.evaluations,
-        "best_eval_return": timer.best_eval, "last_eval_return": timer.last_eval,
-        "eval_history": timer.history, **extra, "seed": seed,
-        "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
-                     "gymnasium": gym.__version__, "numpy": np.__version__},
-    }

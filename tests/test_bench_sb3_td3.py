@@ -1,6 +1,8 @@
-"""The SB3 comparisons' logic (experiments/sb3_common.py, bench_sb3_td3.py, bench_sb3_dqn.py)
-without Stable-Baselines3 or MuJoCo: the ratio and its censoring, the median, reading a drlmpi
-run, the table, and the drlmpi command lines each script builds."""
+"""The SB3 comparisons' logic (experiments/sb3_common.py, sb3_clock.py, bench_sb3_td3.py,
+bench_sb3_dqn.py) without Stable-Baselines3 or MuJoCo: the ratio and its censoring, the median,
+reading a drlmpi run, the table, the drlmpi command lines each script builds, and the record of
+an SB3 worker cut by the timeout (or failed), read from its progress file (a fake worker writes
+it; one test with the real worker runs only where Stable-Baselines3 is installed)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +19,7 @@ sys.path.insert(0, str(EXPERIMENTS))
 
 import bench_sb3_dqn  # noqa: E402
 import bench_sb3_td3  # noqa: E402
+import sb3_clock  # noqa: E402
 import sb3_common  # noqa: E402
 
 
@@ -160,3 +164,97 @@ def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
         pytest.fail("the timed-out command's child outlived it")
     error, _ = sb3_common.run_command([sys.executable, "-c", "import sys; sys.exit('no')"], timeout=30)
     assert error is not None and error["error"] == "exit code 1" and "no" in error["stderr_tail"]
+
+
+def fake_worker(tmp_path: Path, body: str) -> Path:
+    """A stand-in for ``bench_sb3_*.py --sb3-worker``: run with the worker's command line, it
+    runs ``body`` with ``progress`` (the progress file of its ``--out``) and sb3_clock's
+    ``append_evaluation`` at hand."""
+    script = tmp_path / "fake_worker.py"
+    script.write_text(f"import sys, time\nsys.path.insert(0, {str(EXPERIMENTS)!r})\nimport sb3_clock\n"
+                      "progress = sb3_clock.progress_path(sys.argv[sys.argv.index('--out') + 1])\n"
+                      "append = sb3_clock.append_evaluation\n" + body)
+    return script
+
+
+#: Two evaluations as the worker's clock writes them: the best return first, the last lower.
+TWO_EVALUATIONS = """
+append(progress, {"evaluation": 1, "env_steps": 10000, "train_seconds": 12.5, "updates": 9000,
+                  "learn_seconds": 9.0, "eval_seconds": 1.5, "return": 1450.5, "solved": False})
+append(progress, {"evaluation": 2, "env_steps": 20000, "train_seconds": 26.0, "updates": 19000,
+                  "learn_seconds": 20.0, "eval_seconds": 3.0, "return": 900.0, "solved": False})
+with open(progress, "a") as fh:
+    fh.write('{"evaluation": 3, "env_st')  # a line the kill cut short
+"""
+
+
+def worker_args(timeout: float) -> SimpleNamespace:
+    return SimpleNamespace(budget=300_000, eval_every=10_000, eval_episodes=5, threshold=5000.0,
+                           device="cpu", timeout=timeout)
+
+
+def test_a_worker_cut_by_the_timeout_leaves_its_last_evaluation_and_a_lower_bound(tmp_path, capsys):
+    script = fake_worker(tmp_path, TWO_EVALUATIONS + "time.sleep(60)\n")
+    sb3 = sb3_common.run_sb3(str(script), 0, worker_args(timeout=2.0), tmp_path)
+    assert "error" not in sb3 and sb3["partial"]
+    assert (sb3["solved"], sb3["timed_out"], sb3["cut_by"]) == (False, True, "timed out after 2.0 s")
+    assert (sb3["train_seconds"], sb3["env_steps"], sb3["updates"], sb3["learn_seconds"]) == (
+        26.0, 20_000, 19_000, 20.0)  # at the last evaluation: not the timeout's 2 s, nor the budget's
+    assert (sb3["best_eval_return"], sb3["last_eval_return"], sb3["evaluations"]) == (1450.5, 900.0, 2)
+    assert sb3["eval_history"] == [[10_000, 12.5, 1450.5], [20_000, 26.0, 900.0]]
+    assert sb3["train_seconds_to_threshold"] is None and sb3["process_seconds"] == 2.0
+    assert sb3["command"][2:4] == ["--sb3-worker", "--seed"]
+
+    row = sb3_common.pair(0, ["drlmpi", "sb3"], side(True, 13.0, 100_000), sb3)
+    assert row["ratio_sb3_over_drlmpi"] == pytest.approx(2.0)  # SB3 needed more than 26 s: >= 2
+    assert row["censored"] and row["ratio_is"] == "lower bound" == sb3_common.ratio_kind(row)
+    line = sb3_common.table([row])[2]
+    assert "ERROR" not in line
+    assert line == "   0 |      13.0  100,000 |     26.0+  20,000+ |    >=2.00* |      500    950"
+    agg = sb3_common.report([row])
+    assert (agg["median_ratio"], agg["sb3_solved"]) == (pytest.approx(2.0), 0)
+    printed = capsys.readouterr().out
+    assert "+ = cut by --timeout" in printed and "the ratio a bound (>= lower" in printed
+    assert ("seed 0: the ratio is lower bound (SB3 timed out after 2.0 s at 26.0 training s, "
+            "20,000 steps)") in printed
+
+
+def test_a_crashed_worker_keeps_its_evaluations_and_one_cut_before_any_keeps_the_error(tmp_path):
+    script = fake_worker(tmp_path, TWO_EVALUATIONS + "sys.exit('mujoco blew up')\n")
+    sb3 = sb3_common.run_sb3(str(script), 1, worker_args(timeout=30.0), tmp_path)
+    assert (sb3["solved"], sb3["timed_out"], sb3["cut_by"], sb3["train_seconds"]) == (
+        False, False, "exit code 1", 26.0)
+    assert "mujoco blew up" in sb3["stderr_tail"]
+
+    script = fake_worker(tmp_path, "time.sleep(60)\n")  # killed before its first evaluation
+    sb3 = sb3_common.run_sb3(str(script), 2, worker_args(timeout=1.0), tmp_path)
+    assert sb3["error"] == "timed out after 1.0 s" and sb3["timed_out"] and "partial" not in sb3
+    row = sb3_common.pair(2, ["drlmpi", "sb3"], side(True, 13.0, 100_000), sb3)
+    assert row["ratio_sb3_over_drlmpi"] is None and row["ratio_is"] == "none"
+    assert "ERROR" in sb3_common.table([row])[2]
+
+
+def test_a_run_cut_after_its_solving_evaluation_counts_as_solved(tmp_path):
+    progress = tmp_path / "sb3_0.json.progress.jsonl"
+    sb3_clock.append_evaluation(progress, {"evaluation": 1, "env_steps": 10000, "train_seconds": 12.5,
+                                           "updates": 9000, "learn_seconds": 9.0, "eval_seconds": 1.5,
+                                           "return": 5100.0, "solved": True})
+    sb3 = sb3_clock.cut_result(progress, {"error": "exit code 1", "command": ["w"]}, 30.0)
+    assert (sb3["solved"], sb3["train_seconds"], sb3["train_seconds_to_threshold"],
+            sb3["env_steps_to_threshold"]) == (True, 12.5, 12.5, 10_000)
+    assert sb3_common.ratio_kind(sb3_common.pair(0, [], side(True, 5.0, 1), sb3)) == "exact"
+    assert sb3_clock.cut_result(tmp_path / "missing.jsonl", {"error": "exit code 1"}, 1.0) is None
+
+
+def test_the_real_worker_writes_each_evaluation_before_it_is_cut(tmp_path):
+    pytest.importorskip("stable_baselines3", reason="the real SB3 worker needs stable-baselines3")
+    args = SimpleNamespace(budget=100_000, eval_every=500, eval_episodes=1, threshold=1e9, device="cpu",
+                           timeout=12.0)  # never solves: cut by the timeout after some evaluations
+    sb3 = sb3_common.run_sb3(bench_sb3_dqn.__file__, 0, args, tmp_path)
+    assert "error" not in sb3, sb3.get("stderr_tail")
+    assert (sb3["solved"], sb3["timed_out"]) == (False, True) and sb3["evaluations"] >= 1
+    lines = sb3_clock.read_progress(sb3_clock.progress_path(tmp_path / "sb3_0.json"))
+    assert [e["evaluation"] for e in lines] == list(range(1, len(lines) + 1))
+    assert all(e["env_steps"] >= 500 * e["evaluation"] for e in lines)
+    assert sb3["env_steps"] == lines[-1]["env_steps"] and sb3["updates"] == lines[-1]["updates"]
+    assert 0 < sb3["train_seconds"] < args.timeout
