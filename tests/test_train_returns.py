@@ -46,3 +46,9 @@ def test_the_table_has_a_row_per_run_and_the_cells_median():
     assert rows[2] == ("| cue | dqn | star(3) | **median of 2** | 400 | - | **37.0** | **99.5** | "
                        "**124.5** | **149.5** | - | - |")
     assert train_returns_section([Group("cue", "dqn", "star", 3, runs=[_run(0, _episodes(99), 1.0)])]) == []
+    # A run too short for the window is left out, and the table says so (a seed must not vanish).
+    mixed = train_returns_section([Group("cue", "dqn", "star", 3, runs=[
+        _run(0, _episodes(200), None), _run(1, _episodes(99), None)])])
+    assert [line.split(" | ")[3] for line in mixed if line.startswith("| cue")] == ["0"]
+    assert "1 run(s) that ended fewer than 100 training episodes are left out" in mixed[2]
+    assert "left out" not in "\n".join(lines)

@@ -49,9 +49,10 @@ def _cell(value: float | None, digits: int = 1) -> str:
 
 def train_returns_section(groups: list[Group]) -> list[str]:
     """One row per run with training episodes (and a median row per cell of several runs)."""
-    rows = []
+    rows, short = [], 0
     for group in groups:
         runs = [r for r in group.runs if len(r.episodes) >= TRAIN_WINDOW]
+        short += sum(0 < len(r.episodes) < TRAIN_WINDOW for r in group.runs)
         if not runs:
             continue
         end = max(float(r.episodes[-1, 0]) for r in runs)
@@ -73,11 +74,13 @@ def train_returns_section(groups: list[Group]) -> list[str]:
                         f"{end:,.0f} | - | " + " | ".join(f"**{_cell(v)}**" for v in medians) + " | - | - |")
     if not rows:
         return []
+    left_out = (f" {short} run(s) that ended fewer than {TRAIN_WINDOW} training episodes are left "
+                "out." if short else "")
     return ["## Training return over time", "",
             f"Per run: the mean return of the last {TRAIN_WINDOW} training episodes (Atari: raw "
             "game scores) at a quarter, half, three quarters and all of T, the cell's longest "
             "training time (`train_seconds`), and the first training second at which that mean "
-            "reached the run's reward threshold.", "",
+            "reached the run's reward threshold." + left_out, "",
             "| env | algo | topology | seed | T (s) | env steps | at T/4 | at T/2 | at 3T/4 | at T | "
             "threshold | first reached (s) |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
