@@ -42,19 +42,5 @@ for seed in $seeds; do
         jobs+=("star${ranks}_sync${sync}_seed$seed|$launch topology=star topology.sync_every=$sync seed=$seed")
     done
 done
-run() {  # run "NAME|COMMAND": one run into OUT_DIR/NAME, keeping what the artifact layout keeps
-    local name=${1%%|*} cmd=${1#*|}
-    $cmd "${common[@]}" hydra.run.dir="$out/$name" > /dev/null 2>&1 || echo "$name failed" >&2
-    keep "$out/$name"
-    python -c "import json, sys; s = json.load(open(sys.argv[1])); print(sys.argv[2] + ':', (
-        f'solved at {s[\"env_steps_to_threshold\"]:,} env steps' if s['solved'] else 'not solved'))" \
-        "$out/$name/summary.json" "$name"
-}
-running=0
-for job in "${jobs[@]}"; do
-    run "$job" &
-    running=$((running + 1))
-    if [ "$running" -ge "${JOBS:-2}" ]; then wait -n; running=$((running - 1)); fi
-done
-wait
+run_study "${jobs[@]}"
 report "$out" "$out"/*_seed*

@@ -58,20 +58,5 @@ for setting in $settings; do
         done
     done
 done
-run() {  # run "NAME|COMMAND": one run into OUT_DIR/NAME, keeping what the artifact layout keeps
-    local name=${1%%|*} cmd=${1#*|}
-    $cmd "${common[@]}" hydra.run.dir="$out/$name" > /dev/null 2>&1 || echo "$name failed" >&2
-    keep "$out/$name"
-    if [ ! -f "$out/$name/summary.json" ]; then echo "$name: no summary.json"; return; fi
-    python -c "import json, sys; s = json.load(open(sys.argv[1])); print(sys.argv[2] + ':', (
-        f'solved at {s[\"env_steps_to_threshold\"]:,} env steps' if s['solved'] else 'not solved'),
-        f'(policy lag mean {s.get(\"policy_lag_mean\") or 0:.1f})')" "$out/$name/summary.json" "$name"
-}
-running=0
-for job in "${jobs[@]}"; do
-    run "$job" &
-    running=$((running + 1))
-    if [ "$running" -ge "${JOBS:-2}" ]; then wait -n; running=$((running - 1)); fi
-done
-wait
+run_study "${jobs[@]}"
 report "$out" "$out"/*_seed*
