@@ -267,6 +267,25 @@ def test_star_rounds_of_another_size_are_a_regime_of_their_own(tmp_path):
     assert Star.report_label({}) == "star"
 
 
+def test_an_algorithm_variant_is_a_regime_of_its_own(tmp_path):
+    """Async PPO with and without V-trace (``algo.vtrace``, a declared report variant) are never
+    averaged together; the default's label stays plain, and a device joins the variant."""
+    from drlmpi.algos.ppo import PPO
+    from drlmpi.report.labels import algo_label
+
+    root = tmp_path / "runs"
+    for name, seed, vtrace in (("a", 0, None), ("b", 1, "true"), ("c", 2, "false"), ("d", 3, "false")):
+        make_run(root, name, "async", 3, seed, 30.0 + seed, algo="ppo", declared=False)
+        config = root / name / ".hydra" / "config.yaml"
+        own = "  _target_: drlmpi.algos.ppo.PPO\n" + (f"  vtrace: {vtrace}\n" if vtrace else "")
+        config.write_text(config.read_text().replace("algo:\n  name: ppo\n", "algo:\n  name: ppo\n" + own))
+    groups = {g.algo: sorted(r.seed for r in g.runs) for g in build_report([root], tmp_path / "out").groups}
+    assert groups == {"ppo": [0, 1], "ppo[vtrace=false]": [2, 3]}
+    assert PPO.report_variant_parts({"name": "ppo", "vtrace": False}) == ["vtrace=false"]
+    assert algo_label("ppo", "cuda", 10, capture="graph",
+                      variants=["vtrace=false"]) == "ppo[cuda,graph,vtrace=false]"
+
+
 def test_missing_run_asks_the_topology_class(tmp_path):
     partial = tmp_path / "runs" / "p"
     (partial / ".hydra").mkdir(parents=True)

@@ -61,6 +61,9 @@ class Algorithm(TrainingState, UpdatePath, ABC):
     updates_anything: ClassVar[bool] = True  #: (only then has it ``algo.capture``: not ``random``)
     #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
     storage_option: ClassVar[str] = "buffer_size"
+    #: config keys whose non-default value makes a run a regime of its own in reports
+    #: (``ppo[vtrace=false]``), never averaged with the default's runs (:meth:`report_variant_parts`)
+    report_variants: ClassVar[tuple[str, ...]] = ()
     #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured graph
     #: of that many updates); callers split a batch of updates into multiples of this.
     updates_per_graph: int = 1
@@ -125,6 +128,22 @@ class Algorithm(TrainingState, UpdatePath, ABC):
     def config_name(cls, cfg: Mapping[str, Any]) -> str:
         """The name messages use for this algorithm (``cfg.name``, else the class name)."""
         return str(cfg.get("name", cls.__name__.lower()))
+
+    @classmethod
+    def report_variant_parts(cls, cfg: Mapping[str, Any]) -> list[str]:
+        """``key=value`` for each of :attr:`report_variants` that ``cfg`` sets away from the
+        schema's default (booleans written as in overrides: ``vtrace=false``)."""
+        from drlmpi.config.schema import SCHEMA
+
+        scope = SCHEMA.get(f"algo/{cls.config_name(cfg)}", {})
+        parts = []
+        for key in cls.report_variants:
+            if key not in scope:
+                continue
+            value = cfg.get(key, scope[key].default)
+            if value != scope[key].default:
+                parts.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
+        return parts
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
         """The pre-clipping gradient norm of each trained group that clips (clipping computes it

@@ -46,7 +46,12 @@ _CLASSES: dict[str, Any] = {}
 def topology_class(config: dict[str, Any]) -> Any:
     """The class named by ``topology._target_`` in a run's config (``None`` if it cannot be
     imported); imported lazily, once per name."""
-    target = dig(config, "topology", "_target_")
+    return import_class(dig(config, "topology", "_target_"))
+
+
+def import_class(target: Any) -> Any:
+    """The class a config's ``_target_`` names (``None`` if it cannot be imported); imported
+    lazily, once per name."""
     if not isinstance(target, str) or not target:
         return None
     if target not in _CLASSES:
@@ -95,17 +100,28 @@ def topology_info(name: str, summary: dict[str, Any] | None, config: dict[str, A
                         paper=paper if isinstance(paper, str) and paper else None)
 
 
-def algo_label(name: Any, device: Any, updates: Any = None, capture: Any = None) -> str:
+def algo_label(name: Any, device: Any, updates: Any = None, capture: Any = None,
+               variants: list[str] | None = None) -> str:
     """The algorithm name, plus ``[cuda]`` (the learner's device) when it learned off the CPU (a
     regime of its own, compared with sequential on that device), or ``[cuda,graph]`` when an
-    ``algo.capture`` other than ``auto`` was chosen (update paths are never averaged together).
-    A run that did no update (``algo=random``) has no learner to label."""
+    ``algo.capture`` other than ``auto`` was chosen (update paths are never averaged together),
+    and the algorithm's own ``variants`` (:func:`algo_variants`: ``ppo[vtrace=false]``). A run
+    that did no update (``algo=random``) has no learner to label."""
     device = str(device or "cpu")
-    if device in ("cpu", "auto", "None") or updates == 0:
-        return str(name)
-    if capture not in (None, "auto"):
-        return f"{name}[{device},{capture}]"
-    return f"{name}[{device}]"
+    parts = []
+    if device not in ("cpu", "auto", "None") and updates != 0:
+        parts = [device] + ([str(capture)] if capture not in (None, "auto") else [])
+    parts += variants or []
+    return f"{name}[{','.join(parts)}]" if parts else str(name)
+
+
+def algo_variants(config: dict[str, Any]) -> list[str]:
+    """The options of the run's algorithm that make it a regime of its own
+    (:meth:`~drlmpi.algos.base.Algorithm.report_variant_parts`, asked of the class named by
+    ``algo._target_``; none when it cannot be imported)."""
+    algo = dig(config, "algo")
+    parts = ask_class(import_class(dig(config, "algo", "_target_")), "report_variant_parts", algo or {})
+    return parts if isinstance(parts, list) else []
 
 
 def env_label(name: str, sim_cost_ms: Any, env_cfg: dict[str, Any] | None) -> str:

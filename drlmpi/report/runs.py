@@ -26,6 +26,7 @@ from drlmpi.report.jobs import JOB_LOG, job_log_command, override_value
 from drlmpi.report.labels import (
     UNKNOWN_ORDER,
     algo_label,
+    algo_variants,
     ask_class,
     dig,
     env_label,
@@ -189,7 +190,7 @@ def load_run(run_dir: Path) -> Run | MissingRun:
             path=run_dir, summary=summary, config=config, env=env, base_env=env,
             algo=algo_label(summary.get("algo", dig(config, "algo", "name")),
                             summary.get("device", config.get("device")), summary.get("updates"),
-                            dig(config, "algo", "capture")),
+                            dig(config, "algo", "capture"), algo_variants(config)),
             topology=info.label, world_size=world_size,
             seed=summary.get("seed", config.get("seed")),
             evals=returns["eval"], order=info.order, paper=info.paper, episodes=returns["episode"],
@@ -213,7 +214,8 @@ def load_run(run_dir: Path) -> Run | MissingRun:
     return MissingRun(
         path=run_dir,
         env=env_label(what("env") or "?", dig(config, "env", "sim_cost_ms"), config.get("env")),
-        algo=algo_label(what("algo") or "?", config.get("device"), capture=dig(config, "algo", "capture")),
+        algo=algo_label(what("algo") or "?", config.get("device"), capture=dig(config, "algo", "capture"),
+                        variants=algo_variants(config)),
         topology=topology,
         world_size=world_size,
         seed="?" if what("seed", "") is None else what("seed", ""),
