@@ -89,6 +89,9 @@ class Algorithm(TrainingState, UpdatePath, ABC):
         self.device = torch.device(device)
         self.learner = learner
         self.rng = np.random.default_rng(seed)
+        #: the job-wide positions of the environments this instance acts for, and the job's
+        #: environment count (:meth:`set_env_positions`; ``None``: the batch's rows in order)
+        self.env_positions: tuple[np.ndarray, int] | None = None
         torch.manual_seed(seed)
         self.layout = self.experience_layout(spec)
         self.updates = 0
@@ -209,6 +212,12 @@ class Algorithm(TrainingState, UpdatePath, ABC):
 
     # -- acting (simulator side) ------------------------------------------------------------
     @torch.no_grad()
+    def set_env_positions(self, first: int, count: int, job_envs: int) -> None:
+        """This instance acts for the job's environments ``first .. first + count - 1`` of
+        ``job_envs`` (a simulator's; what per-environment exploration, DQN's
+        ``algo.eps_ladder``, reads)."""
+        self.env_positions = (np.arange(first, first + count), max(1, int(job_envs)))
+
     def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """Actions for a batch of observations: :meth:`act_tensor` on this instance's device,
         one copy back, then :meth:`finish_act` on the host.

@@ -91,10 +91,24 @@ class DQN(OffPolicyAlgorithm):
         """The greedy actions (epsilon is applied on the host: :meth:`finish_act`)."""
         return self.q(obs).argmax(dim=1, keepdim=True).float()
 
+    def row_epsilons(self, env_steps: int, rows: int) -> float | np.ndarray:
+        """Epsilon for each of ``rows`` acting rows: :meth:`epsilon`, or with ``algo.eps_ladder``
+        (Ape-X's ladder, alpha) ``epsilon ** (1 + alpha * i / (N - 1))`` for the job's environment
+        i of N (:meth:`set_env_positions`; else the rows' own order): one environment explores
+        as the schedule says, the others more greedily, the last nearly not at all."""
+        eps = self.epsilon(env_steps)
+        alpha = float(self.cfg.get("eps_ladder") or 0.0)
+        if alpha <= 0:
+            return eps
+        positions, total = self.env_positions or (np.arange(rows), rows)
+        if len(positions) != rows:  # rows of other environments (a learner acting for many)
+            positions, total = np.arange(rows), rows
+        return eps ** (1.0 + alpha * positions / max(1, total - 1))
+
     def finish_act(self, out: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
         actions = out[:, 0].astype(np.int64)
         if explore:
-            eps = self.epsilon(env_steps)
+            eps = self.row_epsilons(env_steps, len(actions))
             random_mask = self.rng.random(len(actions)) < eps
             if random_mask.any():
                 actions[random_mask] = self.rng.integers(0, self.spec.n_actions, random_mask.sum())

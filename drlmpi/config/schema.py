@@ -147,6 +147,8 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "eps_start": unit(1.0, "epsilon-greedy: initial epsilon"),
         "eps_end": unit(0.04, "epsilon-greedy: final epsilon"),
         "exploration_steps": integer(8000, "job-wide env steps over which epsilon decays linearly", low=0),
+        "eps_ladder": real(0.0, "Ape-X's exploration ladder: the job's environment i of N explores with "
+                                "epsilon^(1 + eps_ladder * i / (N - 1)) (0: every environment alike)", low=0),
         "max_grad_norm": positive(10.0, "clip the gradient norm (null: no clipping)", nullable=True),
         "capture": _CAPTURE_FUSED,
         "updates_per_graph": _PER_GRAPH,

@@ -197,7 +197,17 @@ class RunContext:
                 for i, env in enumerate(made):
                     env.action_space.seed(self.seed + first + i)
                 bank = SerialEnvs(made, dtype)
+            algo.set_env_positions(*self.env_positions(first, n_envs))
             return Actor(bank, algo, stream_base=self.rank * total + first, seed=self.seed + first)
+
+    def env_positions(self, first: int, count: int) -> tuple[int, int, int]:
+        """``(position of this rank's environment first, count, the job's environments)``: the
+        ranks that step environments are the last ``env_ranks`` of the job (a learner rank
+        first), numbered from 0, each with ``env.num_envs``."""
+        world, total = self.plan.world_size, int(self.cfg.env.num_envs)
+        env_ranks = self.plan.topology_cls.env_ranks(world, self.cfg.topology)
+        index = min(max(0, self.rank - (world - env_ranks)), env_ranks - 1)
+        return index * total + first, count, env_ranks * total
 
     def make_local_actor(self, learner: Learner) -> Actor:
         """An actor on a rank that also holds ``learner``: it acts with the learner's own network
