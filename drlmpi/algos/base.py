@@ -211,13 +211,13 @@ class Algorithm(TrainingState, UpdatePath, ABC):
             )
 
     # -- acting (simulator side) ------------------------------------------------------------
-    @torch.no_grad()
     def set_env_positions(self, first: int, count: int, job_envs: int) -> None:
         """This instance acts for the job's environments ``first .. first + count - 1`` of
         ``job_envs`` (a simulator's; what per-environment exploration, DQN's
         ``algo.eps_ladder``, reads)."""
         self.env_positions = (np.arange(first, first + count), max(1, int(job_envs)))
 
+    @torch.no_grad()
     def act(self, obs: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """Actions for a batch of observations: :meth:`act_tensor` on this instance's device,
         one copy back, then :meth:`finish_act` on the host.
