@@ -77,21 +77,22 @@ def check_writable(option: str, path: str) -> None:
                 break
 
 
-def claim_run_directory(argv: list[str]) -> bool:
+def claim_run_directory(argv: list[str]) -> str | None:
     """Claim the run directory (:func:`drlmpi.run.ownership.claim`) when the command line names it
     as a plain path (``hydra.run.dir=PATH``; ``resume=`` does); a directory Hydra must resolve is
-    claimed by rank 0 once resolved. Returns whether it claimed. Raises ConfigError for a live
-    run's directory, or a finished run's that ``resume=`` or ``run.overwrite=true`` do not allow."""
+    claimed by rank 0 once resolved. Returns the directory it claimed (``None``: none). Raises
+    ConfigError for a live run's directory, or a finished run's that ``resume=`` or
+    ``run.overwrite=true`` do not allow."""
     from drlmpi.run.ownership import claim, say
 
     given = find(argv, "hydra.run.dir")
     path = value_text(given) if given is not None else None
     if not path or "${" in path:
-        return False
+        return None
     overwrite = find(argv, "run.overwrite")
     say(claim(path, overwrite=overwrite is not None and values(overwrite) == [True],
               resuming=find(argv, "resume") is not None))
-    return True
+    return path
 
 
 #: overrides a resumed run may change (budgets and reporting; anything else would change the run).

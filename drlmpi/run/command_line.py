@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     launched = under_mpi_launcher()
     first = not launched or first_process()
     every_rank_refuses = True
-    claimed = False
+    claimed: str | None = None  # the run directory this process claimed
     try:
         # The same files and overrides give every rank the same verdict: all of them stop here.
         if any(a.startswith("resume=") for a in argv):
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> None:
                 check_before_launch(argv, ranks)
             except ConfigError as exc:
                 if claimed:
-                    release(value_text(find(argv, "hydra.run.dir")))
+                    release(claimed)
                 end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
             if claimed:  # rank 0 takes the lock over from this process (mpiexec after the exec)
                 os.environ[INHERITED_LOCK] = lock_owner()
