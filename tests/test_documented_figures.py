@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 RESULTS = REPO / "docs" / "results"
 #: the marked figures today: fewer means markers were lost, not that figures became checkable
-AT_LEAST = {"README.md": 20, "docs/results.md": 1283}
+AT_LEAST = {"README.md": 20, "docs/results.md": 1356}
 
 
 def test_every_marked_figure_recomputes_from_its_artifact():
@@ -21,6 +21,40 @@ def test_every_marked_figure_recomputes_from_its_artifact():
         assert len(figures) >= AT_LEAST.get(name, 0), name
         problems = [str(f) for f in figures if f.problem]
         assert not problems, "\n".join(problems)
+
+
+def test_every_study_folder_names_its_provenance():
+    from drlmpi.report.provenance import provenance_problems
+
+    assert provenance_problems(RESULTS) == []
+
+
+def test_a_study_without_provenance_or_with_a_thin_record_fails(tmp_path, capsys):
+    from drlmpi.report.claims import main
+    from drlmpi.report.provenance import provenance_problems
+
+    results = tmp_path / "results"
+    full = {"command": "bash experiments/x.sh OUT", "commit": "abc1234", "date": "2026-11-28",
+            "machine": {"cores": 2}, "versions": {"torch": "2.13.0"}}
+    for name, record in {"ok": full, "reconstructed": {**full, "commit": None, "recorded": "after the run"},
+                         "thin": {"command": "x", "date": "2026-11-28", "machine": {"cores": 2}},
+                         "silent": {**full, "command": None}}.items():
+        (results / name).mkdir(parents=True)
+        (results / name / "provenance.json").write_text(json.dumps(record))
+    (results / "bare").mkdir()
+    (results / "loose.json").write_text("{}")
+    (results / "parts").mkdir()
+    (results / "parts" / "provenance_a.json").write_text(json.dumps(full))
+    (results / "parts" / "provenance_b.json").write_text("not json")
+    problems = provenance_problems(results)
+    assert [p.split(": ", 1)[0].split("/results/", 1)[1] for p in problems] == [
+        "bare", "loose.json", "parts/provenance_b.json", "silent/provenance.json",
+        "thin/provenance.json", "thin/provenance.json"]
+    assert "no provenance.json" in problems[0] and "outside any study folder" in problems[1]
+    assert "command unknown, and no 'recorded'" in problems[3] and "no 'commit'" in problems[4]
+    doc = tmp_path / "doc.md"
+    doc.write_text("no figures\n")
+    assert main([str(doc)]) == 1 and capsys.readouterr().out.count("FAIL provenance") == 6
 
 
 def test_a_wrong_rounded_or_unsourced_figure_fails(tmp_path):
@@ -229,15 +263,19 @@ def test_unbacked_prose_finds_measurements_not_targets_settings_or_code(tmp_path
         "An empty reason is none: 3.9x <!-- unmarked: -->, and `1.5x` in code is a setting.",  # 7
         "| a table row is the other check's | 7x <!-- figure field s/r k --> |",
         "```", "12x in a fence", "```",
-        "<!-- unrecorded: the section's outputs were not kept -->",
+        "<!-- by hand: the growth over samples -->",
         "Declared: 8,517 updates/s.",
+        "### Another",
+        "<!-- unrecorded: the outputs were not kept -->",  # no reason to leave a figure unmarked
+        "Withdrawn or marked: 6,883 env steps/s.",  # 16
         "### Next",
         "Again 25% after the heading.",  # 15
         "A range is one figure: 81-84% and 11,188-11,667 env steps/s; within +-10% is a bound.",  # 16
         "Marked at both ends: 3.5 <!-- figure field s/a k -->-31x <!-- figure field s/b k -->.",
     ])
-    assert unbacked_prose(doc) == [(2, "6,441 env steps/s"), (2, "1.7x"), (7, "3.9x"), (15, "25%"),
-                                   (16, "84%"), (16, "11,667 env steps/s")]
+    assert unbacked_prose(doc) == [(2, "6,441 env steps/s"), (2, "1.7x"), (7, "3.9x"),
+                                   (16, "6,883 env steps/s"), (18, "25%"), (19, "84%"),
+                                   (19, "11,667 env steps/s")]
     path = tmp_path / "doc.md"
     path.write_text(doc)
     assert main([str(path)]) == 0  # without --prose: tables only
@@ -255,17 +293,19 @@ def test_unbacked_rows_finds_unmarked_numbers_outside_declared_parts(tmp_path):
         "| seed 1 | 11,188 | - |",  # 5: a number and no marker
         "| seed 2 (label only) | - | `batch=64` |",  # numbers only in the label and in code
         "```", "| in code | 5 |", "```",
-        "<!-- unrecorded: the run's output was not kept -->",
-        "| old | 8,517 |",  # 11: declared unrecorded
+        "<!-- by hand: the growth over samples -->",
+        "| grown | 1.5x |",  # 11: declared
         "### Next part",
         "| later | 3.9x |",  # 13: the declaration ended at the heading
+        "<!-- unrecorded: the run's output was not kept -->",
+        "| old | 8,517 |",  # 15: a figure without its output is withdrawn, not declared
         "<!-- not figures: versions -->",
-        "| torch | 2.11.0 |",  # 15: settings, declared
+        "| torch | 2.11.0 |",  # 17: settings, declared
         "### Last part",
-        "<!-- unrecorded: -->",  # no reason given: declares nothing
-        "| bare | 7 |",  # 18
+        "<!-- not figures: -->",  # no reason given: declares nothing
+        "| bare | 7 |",  # 20
     ])
-    assert [n for n, _ in unbacked_rows(doc)] == [5, 13, 18]
+    assert [n for n, _ in unbacked_rows(doc)] == [5, 13, 15, 20]
     path = tmp_path / "doc.md"
     path.write_text(doc)
     assert main([str(path)]) == 1 and main([]) == 2

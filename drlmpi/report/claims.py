@@ -57,7 +57,8 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
     per_rank.{0..15}.learn_s RUN per_rank.{0..15}.updates`` is the mean over 16 ranks of the
     seconds an update took, written in ``ms`` or ``s``).
 
-``python -m drlmpi.report.claims README.md docs/results.md`` checks files by hand; the test
+``python -m drlmpi.report.claims README.md docs/results.md`` checks files by hand (and that
+every study folder names its provenance: :mod:`drlmpi.report.provenance`); the test
 suite checks the README and docs/results.md (tests/test_documented_figures.py).
 """
 
@@ -75,6 +76,7 @@ from typing import Any
 
 import numpy as np
 
+from drlmpi.report.provenance import provenance_problems
 from drlmpi.report.runs import read_returns
 from drlmpi.report.train_returns import first_reaching_row, return_at
 
@@ -318,12 +320,17 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print("usage: python -m drlmpi.report.claims FILE.md [...]  (artifacts under docs/results/)")
         return 2
-    bad = 0
+    bad, folders = 0, set()
     for path in files:
         results = path.resolve().parent / ("docs/results" if path.name == "README.md" else "results")
+        folders.add(results)
         for figure in check_file(path, results):
             bad += figure.problem is not None
             print(("FAIL " if figure.problem else "ok   ") + str(figure))
+    for results in sorted(r for r in folders if r.is_dir()):
+        for problem in provenance_problems(results):
+            bad += 1
+            print(f"FAIL provenance: {problem}")
     return 1 if bad else 0
 
 

@@ -1,14 +1,14 @@
 """Table figures with no source: the rows of a Markdown document's tables that state a number but
 carry no figure marker (:mod:`drlmpi.report.claims`), outside the parts that say why not.
 
-A part declares itself with a line ``<!-- unrecorded: WHY -->`` (its raw output was not kept),
-``<!-- not figures: WHY -->`` (settings rather than measurements: machines, versions, a paper's
-own numbers) or ``<!-- by hand: HOW -->`` (a committed output no marker kind can recompute, such
-as a growth over samples); each covers the text up to the next heading. Their numbers stay in
-the document (the unrecorded ones as history) and :func:`unbacked_rows` does not report them;
-every other table row that writes a number after its first cell (the row's label) must carry at
-least one ``<!-- figure ... -->`` marker. Header rows, separators and fenced code are not
-figures.
+A part declares itself with a line ``<!-- not figures: WHY -->`` (settings rather than
+measurements: machines, versions, a paper's own numbers) or ``<!-- by hand: HOW -->`` (a
+committed output no marker kind can recompute, such as a growth over samples); each covers the
+text up to the next heading, and :func:`unbacked_rows` does not report it. A figure whose raw
+output was not kept has no such declaration: it is withdrawn from the document, not kept as
+history (``<!-- unrecorded: ... -->`` declares nothing). Every other table row that writes a
+number after its first cell (the row's label) must carry at least one ``<!-- figure ... -->``
+marker. Header rows, separators and fenced code are not figures.
 
 Prose is scanned for measurements only (:func:`unbacked_prose`): a speedup (``5.2x``), a share
 (``93%``) or a rate (``6,441 env steps/s``, ``updates/s``) with no marker right after it, outside
@@ -30,7 +30,8 @@ from pathlib import Path
 
 from drlmpi.report.claims import row_cells
 
-UNRECORDED = re.compile(r"<!--\s*(unrecorded|not figures|by hand):\s*[^\s-][^>]*-->")
+#: a part that says why its numbers carry no marker (a missing raw output is no reason)
+DECLARED = re.compile(r"<!--\s*(not figures|by hand):\s*[^\s-][^>]*-->")
 SEPARATOR = re.compile(r"\|(\s*:?-{3,}:?\s*\|)+")
 CODE = re.compile(r"`[^`]*`")
 COMMENT = re.compile(r"<!--.*?-->")
@@ -66,7 +67,7 @@ def _undeclared(text: str) -> Iterator[tuple[int, str, list[str]]]:
             continue
         elif stripped.startswith("#"):
             declared = False
-        elif UNRECORDED.search(stripped):
+        elif DECLARED.search(stripped):
             declared = True
         elif not declared:
             yield number, line, lines
@@ -74,7 +75,7 @@ def _undeclared(text: str) -> Iterator[tuple[int, str, list[str]]]:
 
 def unbacked_rows(text: str) -> list[tuple[int, str]]:
     """(line number, row) of every table row that writes a number with no marker on it, outside
-    fenced code and outside the parts that declare themselves unrecorded."""
+    fenced code and outside the declared parts."""
     rows = []
     for number, line, lines in _undeclared(text):
         stripped = line.strip()
