@@ -108,13 +108,15 @@ def twins(cls, spec, cfg):
     return eager, fused
 
 
-@pytest.mark.parametrize("name", ["dqn_copy_clip", "dqn_polyak", "td3"])
+@pytest.mark.parametrize("name", ["dqn_copy_clip", "dqn_polyak", "td3", "td3_stacked"])
 def test_a_fused_update_learns_what_an_eager_update_learns(name, cartpole, pendulum):
     """Every fused piece at once, uncompiled (the functional gradients, clipping with the Adam
     step on the optimizer's state, the replay's gather, DQN's target copy): the same parameters,
     optimizer state and targets as eager updates, update for update."""
-    if name == "td3":
-        eager, fused = twins(TD3, pendulum, cfg_for("td3", policy_delay=2, tau=0.1, max_grad_norm=1.0))
+    if name.startswith("td3"):
+        layout = "stacked" if name == "td3_stacked" else "separate"
+        eager, fused = twins(TD3, pendulum, cfg_for("td3", policy_delay=2, tau=0.1, max_grad_norm=1.0,
+                                                    twin_critics=layout))
     elif name == "dqn_polyak":
         eager, fused = twins(DQN, cartpole, cfg_for("dqn", tau=0.2, max_grad_norm=None))
     else:

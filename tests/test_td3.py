@@ -165,6 +165,44 @@ def test_state_dict_round_trip_includes_targets(pendulum):
     assert torch.equal(acting.policy.flat.params, algo.policy.flat.params)
 
 
+def critics_out(algo, obs, action):
+    with torch.no_grad():
+        return [torch.stack(algo.critic(obs, action)), torch.stack(algo.critic_target(obs, action)),
+                algo.critic(obs, action, q1_only=True)]
+
+
+def test_stacked_twin_critics_learn_what_separate_critics_learn(pendulum):
+    """``algo.twin_critics=stacked`` is the same function from the same start: both critics, their
+    targets and the actor agree with the separate critics' update for update (the actor's loss
+    reads the first critic, so a swapped or mixed stack shows in the actor too)."""
+    runs = [TD3(pendulum, td3_cfg(twin_critics=layout, policy_delay=2, tau=0.1), seed=5)
+            for layout in ("separate", "stacked")]
+    rows = random_rows(runs[0], 300)
+    obs, action = torch.randn(32, pendulum.obs_dim), torch.rand(32, 1) * 4 - 2
+    for algo in runs:
+        algo.observe(rows)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(*(critics_out(a, obs, action) for a in runs)))
+    sizes = [sum(p.numel() for p in algo.critic.parameters()) for algo in runs]
+    assert sizes[0] == sizes[1]
+    for step in range(6):
+        metrics = []
+        for algo in runs:
+            torch.manual_seed(step)  # the smoothing noise
+            metrics.append(dict(algo.update()))
+        assert metrics[0] == pytest.approx(metrics[1], rel=1e-4, abs=1e-6, nan_ok=True)
+    outs = [critics_out(algo, obs, action) for algo in runs]
+    assert not torch.allclose(outs[0][0], critics_out(TD3(pendulum, td3_cfg(), seed=5), obs, action)[0])
+    for a, b in zip(*outs):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    assert torch.allclose(runs[0].policy.flat.params, runs[1].policy.flat.params, atol=1e-6)
+    other = TD3(pendulum, td3_cfg(twin_critics="stacked"), seed=9)
+    other.load_state_dict(runs[1].state_dict())
+    loaded, saved = critics_out(other, obs, action), critics_out(runs[1], obs, action)
+    assert all(torch.equal(a, b) for a, b in zip(loaded, saved))
+    with pytest.raises(ConfigError, match="twin_critics"):
+        TD3(pendulum, td3_cfg(twin_critics="shared"))
+
+
 def test_td3_learns_pendulum():
     """A few thousand steps lift the greedy return well above the untrained policy's."""
     torch.set_num_threads(1)

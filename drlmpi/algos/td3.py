@@ -72,17 +72,55 @@ class TwinCritic(nn.Module):
         return self.q1(x).squeeze(1), self.q2(x).squeeze(1)
 
 
+class StackedTwinCritic(nn.Module):
+    """The twin critics as ONE network of stacked layers (``algo.twin_critics=stacked``): layer
+    ``i``'s weights are ``[2, in, out]`` and both critics run as one batched matrix product per
+    layer (``baddbmm``), forward and backward, instead of two - half the critics' device
+    operations on a GPU. Built from two :func:`mlp` critics drawn as :class:`TwinCritic` draws
+    them (``q1``, then ``q2``), so with the same seed it starts with the same parameters."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...]):
+        super().__init__()
+        q1, q2 = (mlp(obs_dim + action_dim, 1, hidden) for _ in range(2))  # drawn in this order
+        pairs = [(a, b) for a, b in zip(q1, q2, strict=True) if isinstance(a, nn.Linear)]
+        self.weights = nn.ParameterList(  # [2, in, out]: x @ w as nn.Linear's x @ weight.T
+            nn.Parameter(torch.stack([a.weight.detach().T, b.weight.detach().T]).contiguous())
+            for a, b in pairs)
+        self.biases = nn.ParameterList(  # [2, 1, out]: broadcast over the rows
+            nn.Parameter(torch.stack([a.bias.detach(), b.bias.detach()]).unsqueeze(1)) for a, b in pairs)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor,
+                q1_only: bool = False) -> tuple[torch.Tensor, torch.Tensor] | torch.Tensor:
+        """As :meth:`TwinCritic.forward`; ``q1_only`` runs the first critic's slices alone."""
+        x = torch.cat([obs, action], dim=1)
+        last = len(self.weights) - 1
+        if q1_only:
+            for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+                x = torch.addmm(b[0], x, w[0])
+                x = torch.relu(x) if i < last else x
+            return x.squeeze(1)
+        h = x.unsqueeze(0).expand(2, -1, -1)
+        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            h = torch.baddbmm(b, h, w)
+            h = torch.relu(h) if i < last else h
+        return h[0].squeeze(1), h[1].squeeze(1)
+
+
+CRITICS = {"separate": TwinCritic, "stacked": StackedTwinCritic}
+
+
 class TD3(OffPolicyAlgorithm):
     """TD3 for Box action spaces.
 
     Config keys (``drlmpi/config/schema.py``'s ``algo/td3`` documents each): ``hidden``,
     ``actor_lr``, ``critic_lr``, ``gamma``, ``tau``, ``batch_size``, ``buffer_size``, ``learning_starts``,
     ``updates_per_step``, ``policy_delay``, ``policy_noise``, ``noise_clip``,
-    ``exploration_noise``, ``max_grad_norm``, ``capture``.
+    ``exploration_noise``, ``max_grad_norm``, ``capture``, ``twin_critics``.
     """
 
     metric_names = ("critic_loss", "actor_loss", "q_mean")
     loss_metrics = ("critic_loss",)  # the actor loss is NaN until the first actor step
+    report_variants = ("twin_critics",)  # the same learning, another update rate
 
 
     def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
@@ -101,7 +139,10 @@ class TD3(OffPolicyAlgorithm):
         self.policy = ParamGroup(actor, float(cfg["actor_lr"]), max_grad_norm, with_optimizer=learner)
         self.groups = {"actor": self.policy}
         if learner:
-            critic = TwinCritic(spec.obs_dim, spec.action_dim, hidden).to(self.device)
+            layout = cfg.get("twin_critics") or "separate"
+            if layout not in CRITICS:
+                raise ConfigError(f"algo.twin_critics must be one of {sorted(CRITICS)}, got {layout!r}")
+            critic = CRITICS[layout](spec.obs_dim, spec.action_dim, hidden).to(self.device)
             self.critic_target, self._critic_target_flat = flat_target(critic)
             self.critic = critic
             self.groups["critic"] = ParamGroup(critic, float(cfg["critic_lr"]), max_grad_norm)

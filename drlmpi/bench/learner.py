@@ -118,14 +118,15 @@ def timed(step: Callable[[], object], seconds: float, device: torch.device,
 
 # -- (b)-(e) drlmpi -----------------------------------------------------------------------------
 def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
-                per_graph: int = 1, obs: str = "vector") -> Callable[[], object]:
+                per_graph: int = 1, obs: str = "vector", **overrides: object) -> Callable[[], object]:
     """An update closure over a drlmpi algorithm whose storage holds random transitions; with
     ``per_graph`` K > 1 (off-policy, captured) one call is ``run_updates(K)``: K updates in one
-    graph replay."""
+    graph replay; ``overrides`` set algorithm options (``twin_critics="stacked"``)."""
     from hydra.utils import get_class
 
     atari = obs == "atari"
-    cfg = OmegaConf.create(algo_cfg(name, batch, capture=capture, **(ATARI_CFG[name] if atari else {})))
+    cfg = OmegaConf.create(algo_cfg(name, batch, capture=capture, **(ATARI_CFG[name] if atari else {}),
+                                    **overrides))
     if per_graph > 1:
         cfg["updates_per_graph"] = per_graph
     spec = ATARI_SPEC if atari else SPECS[name]
@@ -180,6 +181,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the table to this file: the rows (algo, batch, device, mode, "
                              "updates_per_s, note), the arguments, the GPU and torch's version")
+    parser.add_argument("--stacked-critics", action="store_true",
+                        help="TD3: also measure each drlmpi row with algo.twin_critics=stacked "
+                             "(rows '<mode> stacked')")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure each device mode with run.deterministic's settings "
                              "(rows '<mode> det'; the cuBLAS workspace setting applies to all rows)")
@@ -225,6 +229,10 @@ def main(argv: list[str] | None = None) -> None:
                         record(algo, batch, device, mode,
                                lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(a, b, d, c,
                                                                                        obs=args.obs))
+                        if args.stacked_critics and algo == "td3":
+                            record(algo, batch, device, f"{mode} stacked",
+                                   lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
+                                       a, b, d, c, twin_critics="stacked"))
                         if args.deterministic and device != "cpu":
                             set_deterministic(True)
                             record(algo, batch, device, f"{mode} det",

@@ -176,6 +176,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                    nullable=True),
         "capture": _CAPTURE_FUSED,
         "updates_per_graph": _PER_GRAPH,
+        "twin_critics": choice("separate",
+                               "the twin critics as two networks (separate) or as one of stacked layers, one "
+                               "batched product per layer for both (stacked): the same function and start, "
+                               "fewer device operations",
+                               "separate", "stacked"),
     },
     "algo/ppo": {
         **named("drlmpi.algos.ppo.PPO", "ppo", "algorithm"),
