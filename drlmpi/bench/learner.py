@@ -274,12 +274,13 @@ def print_table(results: list[tuple[str, int, str, str, float | None, str]]) -> 
     def ratio(rate: float | None, ref: float | None) -> str:
         return "-" if not rate or not ref else f"{rate / ref:.2f}x"
 
+    width = max([8, *(len(row[3]) for row in results)])  # "drlmpi stacked", "graph det"
     print()
-    print(f"{'algo':5} {'batch':>5} {'device':8} {'mode':8} {'updates/s':>10} {'vs bare cpu':>12} "
+    print(f"{'algo':5} {'batch':>5} {'device':8} {'mode':{width}} {'updates/s':>10} {'vs bare cpu':>12} "
           f"{'vs drlmpi cpu':>14}  note")
     for algo, batch, device, mode, rate, note in results:
         shown = "-" if rate is None else f"{rate:,.0f}"
-        print(f"{algo:5} {batch:5d} {device:8} {mode:8} {shown:>10} "
+        print(f"{algo:5} {batch:5d} {device:8} {mode:{width}} {shown:>10} "
               f"{ratio(rate, base.get((algo, batch, 'bare'))):>12} "
               f"{ratio(rate, base.get((algo, batch, 'drlmpi'))):>14}  {note}")
 
