@@ -9,12 +9,13 @@
 #   learner          learner updates/s: DQN, TD3 and PPO at batch 64 (MLP) and DQN and PPO on
 #                    Atari frames at batch 256, CPU against the device modes (bench.json,
 #                    bench_atari.json; 3.0 min on an H100 host)
-#   learner_modes    the captured against the fused update (DQN, TD3 at batch 64 and 256, with each
+#   learner_modes    the captured against the fused update (DQN, TD3 at batch 64, 128 - the tuned DQN
+#                    LunarLander batch, which a job's in-job rate compares with - and 256, with each
 #                    device row's kernels per update, TD3 also with algo.twin_critics=stacked:
-#                    bench_fused.json) and run.deterministic's
-#                    cost (DQN, TD3, PPO MLPs and the Atari CNNs at batch 256, eager and graph:
-#                    bench_det.json, bench_det_atari.json); not yet timed, about 4 min by the
-#                    rows' count (2 s a row, compiling before each fused one)
+#                    bench_fused.json) and run.deterministic's cost (DQN, TD3, PPO MLPs and the
+#                    Atari CNNs at batch 256, eager and graph: bench_det.json,
+#                    bench_det_atari.json); not yet timed, about 5 min by the rows' count (2 s a
+#                    row, compiling before each fused one)
 #   fused_scaling    DQN LunarLander, env.sim_cost_ms=1: sequential, star and async at 8 and 16
 #                    ranks, fused and graph, with the raw-stepping ceiling (6.6 min on an H100
 #                    host: give the call its full 10 minutes)
@@ -89,7 +90,7 @@ learner)
         --seconds 2 --json "$out/bench_atari.json" | tee "$out/bench_atari.txt"
     ;;
 learner_modes)
-    python -m drlmpi.bench.learner --algo dqn td3 --batch 64 256 --device cuda --modes graph fused \
+    python -m drlmpi.bench.learner --algo dqn td3 --batch 64 128 256 --device cuda --modes graph fused \
         --kernels --stacked-critics --seconds 2 --json "$out/bench_fused.json" | tee "$out/bench_fused.txt"
     python -m drlmpi.bench.learner --algo dqn td3 ppo --batch 256 --device cuda --modes eager graph \
         --deterministic --seconds 2 --json "$out/bench_det.json" | tee "$out/bench_det.txt"
