@@ -10,6 +10,7 @@ the context (:mod:`drlmpi.topologies.context`) and returns a :class:`RankReport`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -25,6 +26,27 @@ if TYPE_CHECKING:
 
 #: what ``sync_every`` counts (every topology that syncs in amounts of experience has both)
 SYNC_UNIT = choice("steps", "what sync_every counts: environment steps or episodes", "steps", "episodes")
+#: p2p's and star's ``ramp_from``: a run's first rounds short, so the learner starts training
+#: after a few steps instead of idling through a whole first round (:func:`round_sizes`)
+RAMP_FROM = integer(None, "steps each simulator collects in the first round, doubled every round up to "
+                          "the round's size (null: every round full size; sync_unit=steps only)",
+                    nullable=True)
+
+
+def round_sizes(every: int, ramp_from: int | None) -> Iterator[int]:
+    """The steps (or episodes) of each round, in order: ``every`` each, or with ``ramp_from``
+    ``ramp_from``, twice that, ... up to ``every`` and ``every`` from then on."""
+    size = every if ramp_from is None else min(every, max(1, int(ramp_from)))
+    while True:
+        yield size
+        size = min(every, 2 * size)
+
+
+def check_ramp(name: str, topo: Any) -> None:
+    """Refuse ``ramp_from`` where rounds count episodes (a ramp counts steps)."""
+    if topo.get("ramp_from") is not None and str(topo["sync_unit"]) != "steps":
+        raise ConfigError(f"topology.ramp_from counts steps: use topology.sync_unit=steps with it "
+                          f"(topology={name}, sync_unit={topo.sync_unit})")
 
 
 def sync_options(sync_every: int, doc: str) -> dict[str, Option]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.topologies.base import Topology, sync_amount, sync_options
+from drlmpi.topologies.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
 from drlmpi.topologies.reports import RankReport
@@ -24,11 +24,17 @@ class PointToPoint(Topology):
     """One learner rank (0) and one simulator rank (1) exchanging Send/Recv messages."""
 
     name = "p2p"
-    options = sync_options(256, "experience the simulator collects between exchanges")
+    options = {**sync_options(256, "experience the simulator collects between exchanges"),
+               "ramp_from": RAMP_FROM}
     min_ranks = 2
     max_ranks = 2
     report_order = 10
     evaluates_on_simulators = True
+
+    @classmethod
+    def check(cls, plan) -> None:
+        super().check(plan)
+        check_ramp(cls.name, plan.cfg.topology)
 
     @classmethod
     def paper_label(cls, world_size: int) -> str | None:
@@ -44,4 +50,4 @@ class PointToPoint(Topology):
         if ctx.comm.rank == LEARNER_RANK:
             return learner_rounds(ctx, link, simulators=1)
         every, unit = sync_amount(self.cfg)
-        return simulator_rounds(ctx, link, every, unit, simulators=1)
+        return simulator_rounds(ctx, link, every, unit, simulators=1, ramp_from=self.cfg.get("ramp_from"))

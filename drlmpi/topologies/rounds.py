@@ -27,7 +27,7 @@ from drlmpi.roles.actor import Actor
 from drlmpi.roles.evaluate import EvaluationShare, merge_shares, message_width
 from drlmpi.roles.learner import Learner
 from drlmpi.roles.stopping import Moment
-from drlmpi.topologies.base import control_message, empty_control
+from drlmpi.topologies.base import control_message, empty_control, round_sizes
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
 
@@ -157,13 +157,14 @@ def learner_rounds(ctx: RunContext, link: Link, simulators: int) -> RankReport:
     return learner_report(ctx.comm.rank, learner, stats=stats)
 
 
-def simulator_rounds(ctx: RunContext, link: Link, every: int, unit: str, simulators: int) -> RankReport:
+def simulator_rounds(ctx: RunContext, link: Link, every: int, unit: str, simulators: int,
+                     ramp_from: int | None = None) -> RankReport:
     """A simulator rank of p2p and star (and of topology=groups' star wiring): its actor, and
     its share of the evaluations with ``run.eval_on=simulators``, through
-    :func:`simulate_in_rounds`."""
+    :func:`simulate_in_rounds` (``ramp_from``: ``topology.ramp_from``)."""
     actor = ctx.make_actor()
     evaluation = simulator_share(ctx, actor, simulators)
-    simulate_in_rounds(actor, link, every, unit, simulators, evaluation)
+    simulate_in_rounds(actor, link, every, unit, simulators, evaluation, ramp_from)
     actor.close()
     if evaluation is not None:
         evaluation.close()
@@ -239,17 +240,20 @@ def receive_evaluation(learner: Learner, link: Link, simulators: int, at: Moment
 
 
 def simulate_in_rounds(actor: Actor, link: Link, every: int, unit: str, simulators: int,
-                       evaluation: EvaluationShare | None = None) -> None:
+                       evaluation: EvaluationShare | None = None, ramp_from: int | None = None) -> None:
     """A simulator's side: collect, send, receive the control message and the weights, until
     the learner says stop. ``simulators``: how many collect in parallel (job-wide steps are
     extrapolated with it between rounds). ``evaluation``: this simulator's share of the
     evaluations the learner asks for (``run.eval_on=simulators``), played with the weights just
-    received and sent with the next round's rows."""
+    received and sent with the next round's rows. ``ramp_from``: the first round's steps,
+    doubled each round up to ``every`` (:func:`~drlmpi.topologies.base.round_sizes`; the
+    learner trains on whatever a round brings, so only the simulators need to know)."""
     control = empty_control()
     link.receive_weights(actor.weights)
     played = None
+    sizes = round_sizes(every, ramp_from)
     while True:
-        link.send_rows(actor.collect(every, unit))
+        link.send_rows(actor.collect(next(sizes), unit))
         if played is not None:
             link.send_returns(played)
             played = None

@@ -19,7 +19,7 @@ from typing import Any
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import integer
-from drlmpi.topologies.base import Topology, sync_amount, sync_options
+from drlmpi.topologies.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
 from drlmpi.topologies.reports import RankReport
@@ -34,7 +34,8 @@ class Star(Topology):
                "round_rows": integer(None, "job-wide rows per round: each simulator collects round_rows / "
                                            "(simulators x env.num_envs) steps (rounded, at least 1) instead "
                                            "of sync_every, the same round at every world size (null: "
-                                           "sync_every)", nullable=True)}
+                                           "sync_every)", nullable=True),
+               "ramp_from": RAMP_FROM}
     min_ranks = 2
     max_ranks = None
     report_order = 20
@@ -42,7 +43,7 @@ class Star(Topology):
     #: a round's size is a regime of its own: the report never averages two sizes together (on
     #: 16 ranks, rounds of 64 steps reach DQN LunarLander's threshold in fewer env steps than the
     #: default's: docs/results.md)
-    report_variants = {"sync_every": None, "sync_unit": None, "round_rows": None}
+    report_variants = {"sync_every": None, "sync_unit": None, "round_rows": None, "ramp_from": None}
 
     @classmethod
     def round_steps(cls, topo_cfg: Any, simulators: int, num_envs: int) -> int:
@@ -57,6 +58,7 @@ class Star(Topology):
     def check(cls, plan) -> None:
         super().check(plan)
         topo = plan.cfg.topology
+        check_ramp(cls.name, topo)
         if topo.get("round_rows") is None:
             return
         if str(topo["sync_unit"]) != "steps":
@@ -88,4 +90,5 @@ class Star(Topology):
         which evaluates on its learners)."""
         simulators = ctx.comm.size - 1
         every = self.round_steps(self.cfg, simulators, int(ctx.cfg.env.num_envs))
-        return simulator_rounds(ctx, CollectiveLink(ctx.comm), every, sync_amount(self.cfg)[1], simulators)
+        return simulator_rounds(ctx, CollectiveLink(ctx.comm), every, sync_amount(self.cfg)[1], simulators,
+                                self.cfg.get("ramp_from"))
