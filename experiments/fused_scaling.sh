@@ -10,6 +10,7 @@
 #   fused/    algo.capture=fused (the default on CUDA): sequential 1, star and async at SIZES
 #   graph/    algo.capture=graph (the captured update before fusion): the same cells
 #   ceiling/  algo=random under allgather at SIZES: N ranks stepping with no learner
+#   fused/ramp/  with RAMP=N only: fused star at SIZES with topology.ramp_from=N (short first rounds)
 # Then one report per capture mode (OUT_DIR/report_fused, OUT_DIR/report_graph), each with the
 # ceiling, whose throughput tables give the speedups over sequential and the ceiling's share.
 set -u
@@ -28,7 +29,14 @@ for mode in fused graph; do
 done
 python -m drlmpi "${common[@]}" algo=random topology=allgather world_size="$sizes" \
     hydra.sweep.dir="$out/ceiling" "$@"
+extra=()
+if [ -n "${RAMP:-}" ]; then
+  python -m drlmpi "${common[@]}" device=cuda algo=dqn algo.capture=fused topology=star \
+      topology.ramp_from="$RAMP" world_size="$sizes" hydra.sweep.dir="$out/fused/ramp" "$@"
+  extra=("$out/fused/ramp")
+fi
 for mode in fused graph; do
-  python -m drlmpi.report "$out/$mode/sequential" "$out/$mode/parallel" "$out/ceiling" \
-      --out "$out/report_$mode" > /dev/null
+  runs=("$out/$mode/sequential" "$out/$mode/parallel")
+  if [ "$mode" = fused ]; then runs+=("${extra[@]}"); fi
+  python -m drlmpi.report "${runs[@]}" "$out/ceiling" --out "$out/report_$mode" > /dev/null
 done
