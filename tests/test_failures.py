@@ -104,6 +104,31 @@ def test_the_budget_warnings_name_what_it_cannot_reach():
     assert make_plan(compose(["run.max_env_steps=null", "run.max_train_seconds=5"]), 1).warnings == ()
 
 
+@pytest.mark.parametrize(("argv", "ranks", "rows"), [
+    (["topology=star"], 16, "3,840 rows (15 simulator(s) x 1 environment(s) x 256 steps)"),
+    (["topology=star", "env.num_envs=4", "topology.sync_every=64"], 5, None),  # 1,024 rows: the bound
+    (["topology=star"], 4, None),  # 768 rows
+    (["topology=star", "topology.round_rows=960"], 16, None),
+    (["topology=star", "algo=ppo"], 16, None),  # on-policy: star's rounds are its rollouts
+    (["topology=star", "algo=random"], 16, None),  # learns nothing
+    (["topology=async"], 16, None),
+])
+def test_star_hints_a_smaller_round_to_an_off_policy_learner(argv, ranks, rows, tmp_path):
+    from drlmpi.run.experiment import start_lines
+    from drlmpi.run.preflight import make_plan
+    from tests.pool_worker import compose
+
+    plan = make_plan(compose(argv), ranks)
+    hints = [line for line in start_lines(plan, tmp_path) if line.startswith("drlmpi: hint: ")]
+    if rows is None:
+        assert hints == []
+        return
+    assert hints == [f"drlmpi: hint: topology=star: a round is {rows}, and an off-policy learner's data "
+                     f"lags by a round; on DQN LunarLander rounds of about 1,000 rows needed fewer env steps "
+                     f"to the threshold than larger ones (docs/results.md): topology.round_rows=960 sets "
+                     f"that size"]
+
+
 def test_a_resumed_run_says_where_it_continues(tmp_path):
     from dataclasses import replace
 

@@ -51,8 +51,9 @@ class Algorithm(TrainingState, UpdatePath, ABC):
     saved and restored from :class:`~drlmpi.algos.training_state.TrainingState`.
     """
 
-    #: ``"off_policy"`` (replay; any lag is fine) or ``"on_policy"`` (rollouts of the current
-    #: policy; topologies that add policy lag must account for it).
+    #: ``"off_policy"`` (replay; any lag is accepted, though a stale round costs env steps:
+    #: star's hint) or ``"on_policy"`` (rollouts of the current policy; topologies that add
+    #: policy lag must account for it).
     kind: ClassVar[str] = "off_policy"
     #: extra experience columns this algorithm's ``act`` fills, e.g. ``(("log_prob", 1),)``.
     extra_columns: ClassVar[tuple[tuple[str, int], ...]] = ()

@@ -78,6 +78,7 @@ def start_lines(plan: RunPlan, run_dir: Path) -> list[str]:
         lines.append(f"drlmpi: for this job's {plan.world_size} rank(s): " + ", ".join(
             f"algo.{key}={value}" for key, value in plan.job_options.items()))
     lines += [f"drlmpi: warning: {text}" for text in plan.warnings]
+    lines += [f"drlmpi: hint: {text}" for text in plan.topology_cls.hints(plan)]
     return lines
 
 

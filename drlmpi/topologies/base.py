@@ -90,6 +90,12 @@ class Topology(ABC):
         self.cfg = cfg
 
     @classmethod
+    def hints(cls, plan: RunPlan) -> tuple[str, ...]:
+        """Advice for a job this topology accepts, one line each: rank 0 prints them before
+        training (``drlmpi: hint: ...``); never a refusal. None by default."""
+        return ()
+
+    @classmethod
     def report_label(cls, topo_cfg: Any) -> str:
         """The label of a run with this topology config in reports (``async[free]``)."""
         topo_cfg = topo_cfg or {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import integer
 from drlmpi.topologies.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
@@ -24,6 +25,12 @@ from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, star_pace
 from drlmpi.topologies.reports import RankReport
 from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink, learner_rounds, simulator_rounds
+
+#: job-wide rows above which star suggests a smaller round to an off-policy learner: a round is
+#: the lag of the data it learns from, and on DQN LunarLander (16 ranks) rounds of 1,920 and 3,840
+#: rows needed more env steps to the threshold than rounds of 960 (docs/results.md, "Why DQN
+#: LunarLander's speedups differ from seed to seed")
+LARGE_ROUND_ROWS = 1024
 
 
 class Star(Topology):
@@ -71,6 +78,23 @@ class Star(Topology):
     @classmethod
     def paper_label(cls, world_size: int) -> str | None:
         return f"MP({world_size})"
+
+    @classmethod
+    def hints(cls, plan) -> tuple[str, ...]:
+        """An off-policy learner fed rounds of more than :data:`LARGE_ROUND_ROWS` rows job-wide:
+        the size of round that keeps its data fresh."""
+        topo = plan.cfg.topology
+        if not issubclass(plan.algo_cls, OffPolicyAlgorithm) or str(topo["sync_unit"]) != "steps":
+            return ()
+        simulators, envs = plan.world_size - 1, int(plan.cfg.env.num_envs)
+        steps = cls.round_steps(topo, simulators, envs)
+        rows = steps * simulators * envs
+        if rows <= LARGE_ROUND_ROWS:
+            return ()
+        return (f"topology=star: a round is {rows:,} rows ({simulators} simulator(s) x {envs} "
+                f"environment(s) x {steps} steps), and an off-policy learner's data lags by a round; "
+                f"on DQN LunarLander rounds of about 1,000 rows needed fewer env steps to the threshold "
+                f"than larger ones (docs/results.md): topology.round_rows=960 sets that size",)
 
     @classmethod
     def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
