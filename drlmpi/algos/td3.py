@@ -139,7 +139,7 @@ class TD3(OffPolicyAlgorithm):
         self.policy = ParamGroup(actor, float(cfg["actor_lr"]), max_grad_norm, with_optimizer=learner)
         self.groups = {"actor": self.policy}
         if learner:
-            layout = cfg.get("twin_critics") or "separate"
+            layout = cfg["twin_critics"]  # the schema's default is "separate"
             if layout not in CRITICS:
                 raise ConfigError(f"algo.twin_critics must be one of {sorted(CRITICS)}, got {layout!r}")
             critic = CRITICS[layout](spec.obs_dim, spec.action_dim, hidden).to(self.device)

@@ -30,8 +30,8 @@ def record_problems(path: Path) -> list[str]:
     unknown = [key for key in ("command", "commit") if key in record and not record[key]]
     if unknown and not record.get("recorded"):
         problems.append(f"{path}: {' and '.join(unknown)} unknown, and no 'recorded' says why")
-    if not record.get("date") or not record.get("machine"):
-        problems.append(f"{path}: no date or no machine")
+    problems += [f"{path}: {key!r} is empty" for key in ("date", "machine")
+                 if key in record and not record[key]]
     return problems
 
 
