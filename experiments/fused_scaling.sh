@@ -11,6 +11,10 @@
 #   graph/    algo.capture=graph (the captured update before fusion): the same cells
 #   ceiling/  algo=random under allgather at SIZES: N ranks stepping with no learner
 #   fused/ramp/  with RAMP=N only: fused star at SIZES with topology.ramp_from=N (short first rounds)
+#   fused/separate/  with SEPARATE=1 only: fused sequential and star at SIZES with
+#             algo.target_forward=separate (the target network in a pass of its own, as before
+#             the paired pass): the paired pass's worth in a job
+# MODES: the capture modes swept (default "fused graph"; MODES=fused skips the graph cells).
 # Then one report per capture mode (OUT_DIR/report_fused, OUT_DIR/report_graph), each with the
 # ceiling, whose throughput tables give the speedups over sequential and the ceiling's share.
 set -u
@@ -21,7 +25,8 @@ sizes=${SIZES:-8,16}
 steps=${STEPS:-25000}
 launch=(hydra.launcher.mpiexec="${MPIEXEC:-[mpirun,--oversubscribe,--bind-to,none]}")
 common=(+experiment=topology_throughput env.sim_cost_ms=1 run.max_env_steps="$steps" "${launch[@]}")
-for mode in fused graph; do
+modes=${MODES:-fused graph}
+for mode in $modes; do
   python -m drlmpi "${common[@]}" device=cuda algo=dqn algo.capture=$mode topology=sequential \
       world_size=1 hydra.sweep.dir="$out/$mode/sequential" "$@"
   python -m drlmpi "${common[@]}" device=cuda algo=dqn algo.capture=$mode topology=star,async \
@@ -35,7 +40,15 @@ if [ -n "${RAMP:-}" ]; then
       topology.ramp_from="$RAMP" world_size="$sizes" hydra.sweep.dir="$out/fused/ramp" "$@"
   extra=("$out/fused/ramp")
 fi
-for mode in fused graph; do
+if [ -n "${SEPARATE:-}" ]; then
+  python -m drlmpi "${common[@]}" device=cuda algo=dqn algo.capture=fused algo.target_forward=separate \
+      topology=sequential world_size=1 hydra.sweep.dir="$out/fused/separate/sequential" "$@"
+  python -m drlmpi "${common[@]}" device=cuda algo=dqn algo.capture=fused algo.target_forward=separate \
+      topology=star world_size="$sizes" hydra.sweep.dir="$out/fused/separate/parallel" "$@"
+  python -m drlmpi.report "$out/fused/separate/sequential" "$out/fused/separate/parallel" "$out/ceiling" \
+      --out "$out/report_fused_separate" > /dev/null
+fi
+for mode in $modes; do
   runs=("$out/$mode/sequential" "$out/$mode/parallel")
   if [ "$mode" = fused ]; then runs+=("${extra[@]}"); fi
   python -m drlmpi.report "${runs[@]}" "$out/ceiling" --out "$out/report_$mode" > /dev/null

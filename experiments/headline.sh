@@ -58,7 +58,7 @@ seeds=${SEEDS:-0 1 2}
 ttt_runs=${TTT_RUNS:-sequential star}
 mkdir -p "$out"
 python experiments/provenance.py "$out" -- bash experiments/headline.sh "$part" "$out" "$@" \
-    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0} STAR=${STAR:-} TTT_RUNS=$ttt_runs)"
+    "(SEEDS=$seeds TOPOLOGY=${TOPOLOGY:-central} SECONDS=${SECONDS_PER_RUN:-120} SEED=${SEED:-0} STAR=${STAR:-} TTT_RUNS=$ttt_runs MODES=${MODES:-} RAMP=${RAMP:-} SEPARATE=${SEPARATE:-})"
 
 . experiments/artifacts.sh  # keep RUN_DIR, report OUT_DIR RUN_DIR...
 run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME
@@ -91,7 +91,7 @@ learner)
     ;;
 learner_modes)
     python -m drlmpi.bench.learner --algo dqn td3 --batch 64 128 256 --device cuda --modes graph fused \
-        --kernels --stacked-critics --seconds 2 --json "$out/bench_fused.json" | tee "$out/bench_fused.txt"
+        --kernels --stacked-critics --separate-target --seconds 2 --json "$out/bench_fused.json" | tee "$out/bench_fused.txt"
     python -m drlmpi.bench.learner --algo dqn td3 ppo --batch 256 --device cuda --modes eager graph \
         --deterministic --seconds 2 --json "$out/bench_det.json" | tee "$out/bench_det.txt"
     python -m drlmpi.bench.learner --obs atari --algo ppo dqn --batch 256 --device cuda \

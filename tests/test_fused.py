@@ -40,9 +40,11 @@ def gradient_pair(group, loss_fn, inputs_eager, inputs_fused):
     return grads_eager, group.flat.grads.clone(), metrics_eager, metrics_fused
 
 
-@pytest.mark.parametrize("double_q", [True, False])
-def test_dqn_functional_gradient_equals_eager_backward(cartpole, double_q):
-    algo = DQN(cartpole, cfg_for("dqn", double_q=double_q), seed=3)
+@pytest.mark.parametrize("double_q,target_forward", [(True, "paired"), (False, "paired"),
+                                                     (True, "separate"), (False, "separate")])
+def test_dqn_functional_gradient_equals_eager_backward(cartpole, double_q, target_forward):
+    algo = DQN(cartpole, cfg_for("dqn", double_q=double_q, target_forward=target_forward), seed=3)
+    assert algo.paired == (target_forward == "paired")  # the MLP Q-network pairs with its target
     algo.observe(random_rows(algo, 300))
     with torch.no_grad():  # a target network apart from the online one
         algo._target_flat.mul_(0.5)

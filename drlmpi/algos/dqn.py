@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from drlmpi.algos.encoders import network, resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
-from drlmpi.algos.gradients import LossGradient, forward
+from drlmpi.algos.gradients import LossGradient, forward, pairable, paired_forward
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target
 from drlmpi.config.errors import ConfigError
@@ -37,8 +37,8 @@ class DQN(OffPolicyAlgorithm):
     Config keys (``drlmpi/config/schema.py``'s ``algo/dqn`` documents each): ``hidden``, ``lr``,
     ``gamma``, ``double_q``, ``batch_size``, ``buffer_size``, ``learning_starts``,
     ``updates_per_step``, ``target_update_every``, ``tau``, ``eps_start``, ``eps_end``,
-    ``exploration_steps``, ``max_grad_norm``, ``capture``, ``updates_per_graph``, ``encoder``
-    (image observations: :mod:`drlmpi.algos.encoders`).
+    ``exploration_steps``, ``max_grad_norm``, ``capture``, ``updates_per_graph``, ``target_forward``,
+    ``encoder`` (image observations: :mod:`drlmpi.algos.encoders`).
     """
 
     metric_names = ("loss", "q_mean")
@@ -64,6 +64,9 @@ class DQN(OffPolicyAlgorithm):
         self.target_update_every = int(cfg["target_update_every"])
         self.tau = float(cfg["tau"])
         self.double_q = bool(cfg["double_q"])
+        #: the fused loss evaluates the online and target networks together (``algo.target_forward``)
+        self.paired = cfg["target_forward"] == "paired" and pairable(q_net)
+        self._target_params = dict(self.q_target.named_parameters())
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
         self._gradient = LossGradient(self.policy, self.q_loss, "dqn q")
@@ -122,9 +125,15 @@ class DQN(OffPolicyAlgorithm):
         network's own parameters or ``params`` (:func:`~drlmpi.algos.gradients.forward`); returns
         it and ``(mean Q(s, a),)``. With ``params`` (the fused gradient) and double Q, the online
         network evaluates ``s`` and ``s'`` in ONE forward pass: on a GPU a second pass costs its
-        kernels, a larger one nothing (its ``s'`` half only picks the next action)."""
+        kernels, a larger one nothing (its ``s'`` half only picks the next action). With
+        ``algo.target_forward=paired`` (a plain MLP) the target network joins that pass too, each
+        layer one batched product for both networks (:func:`~drlmpi.algos.gradients.paired_forward`)."""
         n = obs.shape[0]
-        if self.double_q and params is not None:
+        target_next = None
+        if self.paired and params is not None:  # both networks on (s, s') in one pass
+            both = paired_forward(self.q, params, self._target_params, torch.cat((obs, next_obs)))
+            q_now, q_next, target_next = both[0, :n], both[0, n:].detach(), both[1, n:].detach()
+        elif self.double_q and params is not None:
             both = forward(self.q, params, torch.cat((obs, next_obs)))
             q_now, q_next = both[:n], both[n:].detach()
         else:
@@ -134,7 +143,8 @@ class DQN(OffPolicyAlgorithm):
                     q_next = self.q(next_obs)
         q_taken = q_now.gather(1, action.long()).squeeze(1)
         with torch.no_grad():
-            target_next = self.q_target(next_obs)
+            if target_next is None:
+                target_next = self.q_target(next_obs)
             if self.double_q:  # the online net picks, the target net evaluates
                 next_q = target_next.gather(1, q_next.argmax(dim=1, keepdim=True)).squeeze(1)
             else:  # the Nature-DQN target: the target net's own maximum

@@ -40,6 +40,41 @@ def forward(module: torch.nn.Module, params: Mapping[str, torch.Tensor] | None, 
     return torch.func.functional_call(module, params, args, kwargs)
 
 
+#: the modules :func:`paired_forward` runs: linear layers and parameter-free elementwise activations
+PAIRED_ACTIVATIONS = (torch.nn.ReLU, torch.nn.Tanh, torch.nn.ELU, torch.nn.LeakyReLU, torch.nn.SiLU,
+                      torch.nn.GELU, torch.nn.Identity)
+
+
+def pairable(module: torch.nn.Module) -> bool:
+    """Whether :func:`paired_forward` can run ``module``: an ``nn.Sequential`` of ``nn.Linear``
+    layers and elementwise activations (a plain MLP, :func:`~drlmpi.algos.params.mlp`)."""
+    return isinstance(module, torch.nn.Sequential) and all(
+        isinstance(m, (torch.nn.Linear, *PAIRED_ACTIVATIONS)) for m in module)
+
+
+def paired_forward(module: torch.nn.Module, first: Mapping[str, torch.Tensor],
+                   second: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``module`` (:func:`pairable`) on ``x`` with two parameter sets at once: ``out[0]`` with
+    ``first``, ``out[1]`` with ``second`` (both map the module's parameter names to tensors).
+
+    Each linear layer is ONE batched matrix product over the two sets' stacked weights, so an
+    online and a target network cost a GPU the kernels of one network: at the batch sizes of
+    an off-policy update a matrix product's time is its launch and tiling, not its arithmetic.
+    Gradients flow to whichever set requires them (DQN: the online network)."""
+    h = x.unsqueeze(0).expand(2, *x.shape).contiguous()  # a batched product copies a broadcast input
+    for index, layer in enumerate(module):
+        if not isinstance(layer, torch.nn.Linear):
+            h = layer(h)
+            continue
+        weights = torch.stack((first[f"{index}.weight"], second[f"{index}.weight"])).transpose(1, 2)
+        if layer.bias is None:
+            h = torch.bmm(h, weights)
+        else:
+            bias = torch.stack((first[f"{index}.bias"], second[f"{index}.bias"])).unsqueeze(1)
+            h = torch.baddbmm(bias, h, weights)
+    return h
+
+
 class LossGradient:
     """``d loss_fn / d params`` of ``group``, written into ``group.flat.grads``.
 

@@ -184,6 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stacked-critics", action="store_true",
                         help="TD3: also measure each drlmpi row with algo.twin_critics=stacked "
                              "(rows '<mode> stacked')")
+    parser.add_argument("--separate-target", action="store_true",
+                        help="DQN: also measure each fused row with algo.target_forward=separate "
+                             "(rows 'fused separate'; the default pairs the online and target networks)")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure each device mode with run.deterministic's settings "
                              "(rows '<mode> det'; the cuBLAS workspace setting applies to all rows)")
@@ -233,6 +236,10 @@ def main(argv: list[str] | None = None) -> None:
                             record(algo, batch, device, f"{mode} stacked",
                                    lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
                                        a, b, d, c, twin_critics="stacked"))
+                        if args.separate_target and algo == "dqn" and mode == "fused":
+                            record(algo, batch, device, "fused separate",
+                                   lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
+                                       a, b, d, c, obs=args.obs, target_forward="separate"))
                         if args.deterministic and device != "cpu":
                             set_deterministic(True)
                             record(algo, batch, device, f"{mode} det",

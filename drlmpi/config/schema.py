@@ -137,6 +137,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "lr": positive(2.3e-3, "Adam learning rate"),
         "gamma": unit(0.99, "discount factor"),
         "double_q": flag(True, "double-DQN target (false: the target net's own maximum)"),
+        "target_forward": choice("paired",
+                                 "with capture=fused and an MLP Q-network: the online and target networks "
+                                 "evaluated in one pass, one batched product per layer for both (paired: "
+                                 "fewer device operations), or the target as a pass of its own (separate)",
+                                 "paired", "separate"),
         "batch_size": integer(64, "minibatch size per update"),
         "buffer_size": integer(100_000, "replay capacity (transitions)"),
         "learning_starts": integer(1000, "transitions in the replay before the first update", low=0),
