@@ -19,6 +19,11 @@
 #   fused_scaling    DQN LunarLander, env.sim_cost_ms=1: sequential, star and async at 8 and 16
 #                    ranks, fused and graph, with the raw-stepping ceiling (6.6 min on an H100
 #                    host: give the call its full 10 minutes)
+#   steady           DQN LunarLander (env.sim_cost_ms=1, the fused learner) on 16 ranks for STEPS
+#                    (default 100,000) env steps: star (paired target pass, the default), star
+#                    with algo.target_forward=separate, star with topology.round_rows=960, async,
+#                    and the raw-stepping ceiling: the share of the ceiling once start-up and the
+#                    first round are a small part of the run
 #   breakout_share   the raw-stepping ceiling (8 games a rank) and the ppo_breakout_16 preset,
 #                    SECONDS each (default 120), in one call: central's share of the ceiling
 #   breakout         the ppo_breakout_16 preset for SEEDS (default "0 1 2") under TOPOLOGY
@@ -97,6 +102,16 @@ learner_modes)
     python -m drlmpi.bench.learner --obs atari --algo ppo dqn --batch 256 --device cuda \
         --modes eager graph --deterministic --seconds 2 --json "$out/bench_det_atari.json" \
         | tee "$out/bench_det_atari.txt"
+    ;;
+steady)
+    steps=${STEPS:-100000}
+    thr=(+experiment=topology_throughput env.sim_cost_ms=1 run.max_env_steps="$steps")
+    run ceiling16 16 "${thr[@]}" algo=random topology=allgather "$@"
+    run star16 16 "${thr[@]}" device=cuda algo=dqn topology=star "$@"
+    run star16_separate 16 "${thr[@]}" device=cuda algo=dqn topology=star algo.target_forward=separate "$@"
+    run star16_rows960 16 "${thr[@]}" device=cuda algo=dqn topology=star topology.round_rows=960 "$@"
+    run async16 16 "${thr[@]}" device=cuda algo=dqn topology=async "$@"
+    report "$out" "$out"/ceiling16 "$out"/star16* "$out"/async16
     ;;
 fused_scaling)
     bash experiments/fused_scaling.sh "$out/runs" "$@"
