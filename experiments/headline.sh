@@ -23,7 +23,9 @@
 #                    (default 100,000) env steps: star (paired target pass, the default), star
 #                    with algo.target_forward=separate, star with topology.round_rows=960, async,
 #                    and the raw-stepping ceiling: the share of the ceiling once start-up and the
-#                    first round are a small part of the run
+#                    first round are a small part of the run (RANKS, DEVICE and MPIEXEC_LIST, the
+#                    launcher as a Hydra list, for a smaller check elsewhere; reports in
+#                    paired/report and separate/report)
 #   breakout_share   the raw-stepping ceiling (8 games a rank) and the ppo_breakout_16 preset,
 #                    SECONDS each (default 120), in one call: central's share of the ceiling
 #   breakout         the ppo_breakout_16 preset for SEEDS (default "0 1 2") under TOPOLOGY
@@ -104,14 +106,19 @@ learner_modes)
         | tee "$out/bench_det_atari.txt"
     ;;
 steady)
-    steps=${STEPS:-100000}
-    thr=(+experiment=topology_throughput env.sim_cost_ms=1 run.max_env_steps="$steps")
-    run ceiling16 16 "${thr[@]}" algo=random topology=allgather "$@"
-    run star16 16 "${thr[@]}" device=cuda algo=dqn topology=star "$@"
-    run star16_separate 16 "${thr[@]}" device=cuda algo=dqn topology=star algo.target_forward=separate "$@"
-    run star16_rows960 16 "${thr[@]}" device=cuda algo=dqn topology=star topology.round_rows=960 "$@"
-    run async16 16 "${thr[@]}" device=cuda algo=dqn topology=async "$@"
-    report "$out" "$out"/ceiling16 "$out"/star16* "$out"/async16
+    n=${RANKS:-16}
+    thr=(+experiment=topology_throughput env.sim_cost_ms=1 run.max_env_steps="${STEPS:-100000}"
+         world_size="$n" hydra.launcher.mpiexec="${MPIEXEC_LIST:-[mpirun,--oversubscribe,--bind-to,none]}")
+    dev=device=${DEVICE:-cuda}
+    python -m drlmpi "${thr[@]}" algo=random topology=allgather hydra.sweep.dir="$out/ceiling" "$@"
+    python -m drlmpi "${thr[@]}" "$dev" algo=dqn topology=star,async hydra.sweep.dir="$out/paired" "$@"
+    python -m drlmpi "${thr[@]}" "$dev" algo=dqn topology=star topology.round_rows=960 \
+        hydra.sweep.dir="$out/paired_rows960" "$@"
+    python -m drlmpi "${thr[@]}" "$dev" algo=dqn topology=star algo.target_forward=separate \
+        hydra.sweep.dir="$out/separate" "$@"
+    for d in $(find "$out" -name summary.json -printf '%h\n'); do keep "$d"; done
+    report "$out/paired" "$out/ceiling" "$out/paired" "$out/paired_rows960"
+    report "$out/separate" "$out/ceiling" "$out/separate"
     ;;
 fused_scaling)
     bash experiments/fused_scaling.sh "$out/runs" "$@"
