@@ -1,10 +1,12 @@
 """The sweep launcher's scheduler on its own: packing jobs onto cores, CPU lists, the sweep
-deadline and the per-job timeout (plain subprocesses, no MPI, no training)."""
+deadline, the per-job timeout and a stop signal (plain subprocesses, no MPI, no training)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -123,6 +125,55 @@ def test_timeout_kills_the_job_and_the_sweep_goes_on(tmp_path):
     assert "killed after timeout_s=0.5" in slow.record["reason"]
     assert "killed after timeout_s=0.5" in (slow.run_dir / "job.log").read_text()
     assert quick.record["status"] == "ok"
+
+
+#: a job that says it is running (touches argv[1]), then sleeps; on SIGTERM it exits 4 as a run
+#: stopped with a checkpoint does (argv[2] "stops") or ignores it ("ignores")
+ON_TERM = ("import pathlib, signal, sys, time\n"
+           "on_term = (lambda *_: sys.exit(4)) if sys.argv[2] == 'stops' else signal.SIG_IGN\n"
+           "signal.signal(signal.SIGTERM, on_term)\n"
+           "pathlib.Path(sys.argv[1]).touch()\n"
+           "time.sleep(30)")
+
+
+def test_a_stop_signal_passes_on_to_running_jobs_and_starts_no_more(tmp_path):
+    """SIGTERM on the sweep's process: each running job's process group gets it (one stops with
+    exit 4, as a run with a checkpoint does; one that ignores it is killed after the grace), the
+    queued job never starts, and the sweep's own signal handlers are put back."""
+    stops, ignores, queued = (_job(tmp_path, i, 1) for i in range(3))
+    for job, how in ((stops, "stops"), (ignores, "ignores")):
+        job.cmd = [sys.executable, "-c", ON_TERM, str(tmp_path / f"ready{job.idx}"), how]
+    scheduler = _scheduler(tmp_path, CorePool(2, [0, 1]), pin=False)
+    scheduler.stop_grace_s = 1.0
+
+    def signal_once_both_run() -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not all((tmp_path / f"ready{i}").exists() for i in (0, 1)):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    caught_here = []  # the test's own handler: a scheduler without one fails here, not kills pytest
+
+    def here(signum: int, _frame: object) -> None:
+        caught_here.append(signum)
+
+    original = signal.signal(signal.SIGTERM, here)
+    threading.Thread(target=signal_once_both_run, daemon=True).start()
+    start = time.monotonic()
+    try:
+        scheduler.run([stops, ignores, queued])
+        assert signal.getsignal(signal.SIGTERM) is here and not caught_here  # its handler, then ours back
+    finally:
+        signal.signal(signal.SIGTERM, original)
+    assert time.monotonic() - start < 15
+    assert scheduler.stopped_by == "SIGTERM"
+    assert stops.record["returncode"] == 4
+    assert "stopped by a signal with a checkpoint" in stops.record["reason"]
+    assert ignores.record["returncode"] < 0
+    assert "1 s after the sweep was stopped by SIGTERM" in ignores.record["reason"]
+    assert queued.record["status"] == "skipped"
+    assert "the sweep was stopped by SIGTERM" in queued.record["reason"]
+    assert not queued.run_dir.exists()
 
 
 def test_a_job_that_cannot_start_fails_and_the_others_run(tmp_path):

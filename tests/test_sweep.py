@@ -6,8 +6,10 @@ import csv
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -57,6 +59,50 @@ def test_failed_job_is_reported_and_the_sweep_goes_on_then_fails(tmp_path):
     assert "simulated simulator crash" in jobs[0]["log_tail"]
     output = proc.stdout + proc.stderr
     assert "FAILED with exit code" in output and "simulated simulator crash" in output
+
+
+def _kill_processes_naming(path: Path) -> list[int]:
+    """Kill (SIGKILL) every process whose command line names ``path``; returns their pids."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and str(path).encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                os.kill(int(entry), signal.SIGKILL)
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def test_sigterm_stops_the_sweep_and_its_running_job_with_a_checkpoint(tmp_path):
+    """SIGTERM to the sweep's own process (what ``timeout`` and batch systems send): the running
+    job gets it too and stops with a checkpoint, the next job never starts, and the sweep exits
+    with code 4 and one line, no traceback. About 10 s: a real sweep and a real job start (the
+    scheduler's side alone: tests/test_launcher_slots.py)."""
+    quiet = [o for o in TINY_CUE if not o.startswith("run.progress_every_s")]
+    proc = _start_sweep(tmp_path, *quiet, "run.max_env_steps=10000000", "run.progress_every_s=0.2",
+                        "run.checkpoint_every_s=0", "seed=0,1")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows = list((tmp_path / "sweep").glob("0_*/metrics.csv"))
+        if rows and len(rows[0].read_text().splitlines()) > 2:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, "the sweep ended before its first job was learning"
+    proc.send_signal(signal.SIGTERM)
+    try:
+        done = _finish(proc, timeout=90)
+    finally:
+        time.sleep(0.5)
+        left = _kill_processes_naming(tmp_path / "sweep")  # what a broken sweep leaves running
+    assert not left, f"processes of the sweep's jobs outlived it: {left}"
+    assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "sweep: stopped by SIGTERM" in done.stdout + done.stderr
+    first, second = _jobs(tmp_path)
+    assert first["status"] == "failed" and "stopped by a signal with a checkpoint" in first["reason"]
+    summary = json.loads((Path(first["run_dir"]) / "summary.json").read_text())
+    assert summary["stop_reason"] == "signal" and summary["stop_signal"] == "SIGTERM"
+    assert second["status"] == "skipped" and "the sweep was stopped by SIGTERM" in second["reason"]
 
 
 def test_dry_run_prints_the_command_it_would_submit(tmp_path):

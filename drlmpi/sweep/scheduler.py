@@ -3,6 +3,12 @@ in its own process group with its output in ``<run dir>/job.log``; by default on
 or packed onto ``cores`` (a job of n ranks takes n of them, side by side while they fit, each
 confined to its own CPU list); a deadline for starting jobs and a timeout per job. The Hydra
 plugin (hydra_plugins/drlmpi_launcher) composes and checks the jobs and hands them here.
+
+A sweep stops as a run does: SIGTERM or SIGUSR1 on the sweep's process (a batch system ending
+the allocation, ``timeout``, ``kill``) starts no further job and passes the signal on to each
+running job's process group - its ranks stop with a checkpoint - then kills what is still
+running after :data:`STOP_GRACE_S`. Without this, a job (its own session, so that it can be
+killed as a whole) would outlive the sweep that started it.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +30,10 @@ from drlmpi.job_control.abort import SIGNAL_EXIT
 from drlmpi.sweep.jobs import read_summary, tail
 
 POLL_S = 0.2
+#: the signals that stop a sweep (SIGINT, Ctrl-C, interrupts it and kills its jobs at once)
+SWEEP_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: seconds the running jobs of a sweep stopped by a signal get to stop with a checkpoint
+STOP_GRACE_S = 60.0
 # Launcher commands whose MPI library is asked for its flavour (to switch its own binding off).
 MPIEXEC_NAMES = ("mpiexec", "mpirun", "mpiexec.hydra", "orterun", "prterun", "mpiexec.mpich",
                  "mpirun.mpich", "mpiexec.openmpi", "mpirun.openmpi")
@@ -159,20 +170,35 @@ class Scheduler:
         self.total = total
         self.on_change = on_change or (lambda: None)
         self.start = start
+        #: the name of the signal that stopped the sweep (:data:`SWEEP_STOP_SIGNALS`), or None
+        self.stopped_by: str | None = None
+        self.stop_grace_s = STOP_GRACE_S
 
     def run(self, queue: list[SweepJob]) -> None:
         queue = list(queue)
         running: list[SweepJob] = []
         start = time.monotonic() if self.start is None else self.start
+        previous = self._catch_stop_signals()
+        kill_at = None  # when jobs still running after a stop signal are killed
         try:
             while queue or running:
                 changed = False
+                if self.stopped_by is not None and kill_at is None:
+                    kill_at = time.monotonic() + self.stop_grace_s
+                    for job in queue:
+                        self._not_started(job, f"the sweep was stopped by {self.stopped_by}")
+                    changed, queue = changed or bool(queue), []
+                    for job in running:
+                        self._signal(job, getattr(signal, self.stopped_by))
                 for job in list(running):
                     returncode = job.proc.poll()
                     overdue = (self.timeout_s is not None
                                and time.monotonic() - job.started > self.timeout_s)
                     if returncode is None and overdue:
                         returncode = self._kill(job, f"killed after timeout_s={self.timeout_s}")
+                    if returncode is None and kill_at is not None and time.monotonic() > kill_at:
+                        returncode = self._kill(job, f"killed: still running {self.stop_grace_s:g} s after "
+                                                     f"the sweep was stopped by {self.stopped_by}")
                     if returncode is not None:
                         running.remove(job)
                         self.pool.give_back(job.slots)
@@ -180,7 +206,7 @@ class Scheduler:
                         changed = True
                 if self.deadline_s is not None and time.monotonic() - start >= self.deadline_s:
                     for job in queue:
-                        self._not_started(job)
+                        self._not_started(job, f"the sweep's deadline_s={self.deadline_s:g} had passed")
                     changed = changed or bool(queue)
                     queue = []
                 for job in list(queue):
@@ -198,10 +224,30 @@ class Scheduler:
                 else:
                     time.sleep(POLL_S)
         finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             for job in running:  # interrupted (Ctrl-C, an error): leave no job behind
                 self._finish(job, self._kill(job, "killed: the sweep was interrupted"))
             if running:
                 self.on_change()
+
+    def _catch_stop_signals(self) -> dict[int, Any]:
+        """Record a stop signal in :attr:`stopped_by` (the loop acts on it); returns the handlers
+        it replaced. Only the main thread can install handlers: elsewhere none are."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def stop(signum: int, _frame: Any) -> None:
+            self.stopped_by = self.stopped_by or signal.Signals(signum).name
+
+        return {signum: signal.signal(signum, stop) for signum in SWEEP_STOP_SIGNALS}
+
+    def _signal(self, job: SweepJob, signum: int) -> None:
+        """Pass a stop signal on to the job's process group (the launcher and its ranks)."""
+        try:
+            os.killpg(job.proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def _start(self, job: SweepJob, slots: list[int]) -> bool:
         """Start a job on ``slots``; ``False`` (the job recorded as failed) if it cannot start."""
@@ -270,9 +316,8 @@ class Scheduler:
         job.value = JobFailedError(f"job {job.idx} ({job.label}) exited with code {returncode}; "
                                    f"log: {job.run_dir / 'job.log'}")
 
-    def _not_started(self, job: SweepJob) -> None:
-        reason = (f"not started: the sweep's deadline_s={self.deadline_s:g} had passed "
-                  "(re-run the same command with the same hydra.sweep.dir to continue)")
+    def _not_started(self, job: SweepJob, why: str) -> None:
+        reason = f"not started: {why} (re-run the same command with the same hydra.sweep.dir to continue)"
         job.record.update(status="skipped", returncode=None, reason=reason)
         job.status, job.value = JobStatus.COMPLETED, f"skipped: {reason}"
         log.info(f"[{job.idx + 1}/{self.total}] {job.label}: skipped: {reason}")

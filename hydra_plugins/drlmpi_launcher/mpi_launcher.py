@@ -51,6 +51,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from drlmpi.job_control.abort import SIGNAL_EXIT
 from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
 from drlmpi.sweep.scheduler import (
     NO_BIND_ARGS,
@@ -185,14 +186,17 @@ class MPILauncher(Launcher):
             write_records(sweep_dir / JOBS_FILE, earlier, [j.record for j in jobs])
 
         write()
+        stopped_by = None
         if queue:
             pool = _OneAtATime() if self.cores is None else CorePool(self.cores, usable_cpus())
             log.info(f"sweep: {len(queue)} job(s) to run"
                      + (f" on {self.cores} core(s)" if self.cores is not None else ", one at a time")
                      + f" in {sweep_dir}")
-            Scheduler(pool, self.pin, self.deadline_s, self.timeout_s,
-                      {**os.environ, **{k: str(v) for k, v in self.env.items()}},
-                      sweep_dir, total, write, started).run(queue)
+            scheduler = Scheduler(pool, self.pin, self.deadline_s, self.timeout_s,
+                                  {**os.environ, **{k: str(v) for k, v in self.env.items()}},
+                                  sweep_dir, total, write, started)
+            scheduler.run(queue)
+            stopped_by = scheduler.stopped_by
         for job in jobs:
             self._objective(job)
         write()
@@ -203,6 +207,9 @@ class MPILauncher(Launcher):
         if any(j.record.get("reason", "").startswith("not started") for j in jobs):
             log.info("sweep: to continue, re-run the same command with "
                      f"hydra.sweep.dir={sweep_dir.resolve()}")
+        if stopped_by is not None:  # as a run stopped by a signal: no traceback, exit status 4
+            log.info(f"sweep: stopped by {stopped_by}")
+            raise SystemExit(SIGNAL_EXIT)
         return [self._job_return(j) for j in jobs]
 
     def _prepare(self, idx: int, overrides: list[str], sweep_dir: Path, total: int) -> SweepJob:
