@@ -113,6 +113,10 @@ def test_topology_contract(runs, name):
         assert_central_wire(summary, per_rank, simulators)
     else:
         assert per_rank[0]["received"] == {} and per_rank[0]["sent"] == {}
+    if summary["topology"] in ("p2p", "star"):  # the round clock: one entry per round
+        stats = summary["topology_stats"]
+        assert stats["rounds"] * len(simulators) == per_rank[0]["sent"]["weights"][0]
+        assert stats["first_gather_s"] > 0 and stats["train_s_median"] > 0 and stats["gather_s_median"] >= 0
 
     # It learned: the greedy evaluation reaches what only a learned policy does, and the
     # simulators' own (exploring) episodes improved - their weights arrived.

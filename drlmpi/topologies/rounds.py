@@ -16,6 +16,7 @@ the returns with the next round's rows; the learner records it stamped with the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -195,16 +196,20 @@ def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None
 
     ``simulators``: with ``run.eval_on=simulators``, how many share the evaluations (0: the
     learner evaluates). The round that stops evaluates on the learner, if one is due then.
-    Returns the summary's ``topology_stats``: with ``simulators``, ``simulator_eval_s``, the
-    most seconds one simulator spent playing evaluations."""
+    Returns the summary's ``topology_stats``: the round clock (:class:`RoundClock`) and, with
+    ``simulators``, ``simulator_eval_s``, the most seconds one simulator spent playing
+    evaluations."""
     eval_s = np.zeros(simulators)
+    clock = RoundClock()
     sent_at = learner.updates
     link.send_weights(learner.policy_weights())
     asked: tuple[int, Moment] | None = None  # the evaluation the simulators are playing
     while True:
         lag = learner.updates - sent_at
+        started = time.perf_counter()
         for source, rows in link.gather(learner.layout):
             learner.ingest(rows, source_rank=source, policy_lag=lag)
+        clock.gathered(time.perf_counter() - started)
         if asked is not None:
             eval_s += receive_evaluation(learner, link, simulators, asked[1])
             asked = None
@@ -222,11 +227,40 @@ def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None
         link.send_control(control)
         if stop:
             learner.finish()
-            return {"simulator_eval_s": float(eval_s.max())} if simulators else {}
+            return {**clock.stats(), **({"simulator_eval_s": float(eval_s.max())} if simulators else {})}
         sent_at = learner.updates
         link.send_weights(learner.policy_weights())
+        started = time.perf_counter()
         learner.train()
+        clock.trained(time.perf_counter() - started)
         after_round()
+
+
+class RoundClock:
+    """Where a learner's rounds go: the seconds of each round's gather (waiting for the
+    simulators' rows, and storing them) and of its training (the updates the rows entitle, while
+    the simulators collect the next round). The summary's ``topology_stats`` gets ``rounds``,
+    ``first_gather_s`` (the first round, which no training overlaps), ``gather_s_median`` and
+    ``train_s_median`` (the later rounds): a learner-bound job gathers in almost no time, a
+    simulator-bound one trains in less time than it gathers."""
+
+    def __init__(self) -> None:
+        self.gathers: list[float] = []
+        self.trains: list[float] = []
+
+    def gathered(self, seconds: float) -> None:
+        self.gathers.append(seconds)
+
+    def trained(self, seconds: float) -> None:
+        self.trains.append(seconds)
+
+    def stats(self) -> dict[str, float]:
+        if not self.gathers:
+            return {}
+        later = self.gathers[1:]
+        return {"rounds": len(self.gathers), "first_gather_s": round(self.gathers[0], 6),
+                "gather_s_median": round(float(np.median(later)), 6) if later else 0.0,
+                "train_s_median": round(float(np.median(self.trains)), 6) if self.trains else 0.0}
 
 
 def receive_evaluation(learner: Learner, link: Link, simulators: int, at: Moment) -> np.ndarray:
