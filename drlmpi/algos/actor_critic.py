@@ -83,12 +83,18 @@ class ActorCritic(nn.Module):
             return self.v(self.trunk(obs)).squeeze(-1)
         return self.v(obs).squeeze(-1)
 
+    def log_prob(self, dist: Categorical | Normal, actions: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities ``(B,)`` of ``actions`` ``(B, action_dim)`` (acting: no entropy)."""
+        if self.discrete:
+            return dist.log_prob(actions[:, 0].long())
+        return dist.log_prob(actions).sum(-1)
+
     def log_prob_entropy(self, dist: Categorical | Normal,
                          actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probabilities ``(B,)`` of ``actions`` ``(B, action_dim)`` and entropies ``(B,)``."""
         if self.discrete:
-            return dist.log_prob(actions[:, 0].long()), dist.entropy()
-        return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
+            return self.log_prob(dist, actions), dist.entropy()
+        return self.log_prob(dist, actions), dist.entropy().sum(-1)
 
 
 def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float,

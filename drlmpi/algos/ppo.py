@@ -190,7 +190,7 @@ class PPO(RolloutTargets, Algorithm):
             actions = dist.mean + dist.stddev * torch.randn(dist.mean.shape, device=self.device)
         else:
             actions = dist.mean
-        log_prob, _ = self.net.log_prob_entropy(dist, actions)
+        log_prob = self.net.log_prob(dist, actions)
         every = (dist.logits.float(),) if self.spec.discrete else ()  # normalised log-probabilities
         return torch.cat((actions.float(), log_prob.float()[:, None], *every), dim=1)
 
@@ -212,7 +212,7 @@ class PPO(RolloutTargets, Algorithm):
         of the policy's), so the rollout's ratio is that of the action the row records."""
         dist = self.net.distribution(self.obs_tensor(obs))
         taken = torch.as_tensor(np.asarray(actions, dtype=np.float32), device=self.device)
-        log_prob, _ = self.net.log_prob_entropy(dist, taken)
+        log_prob = self.net.log_prob(dist, taken)
         return log_prob.float().cpu().numpy()[:, None].astype(np.float32)
 
     def env_action(self, action_row: np.ndarray) -> Any:

@@ -128,7 +128,7 @@ class RolloutTargets:
             part = slice(first, first + chunk)
             if want_log_prob:
                 dist, value = self.net.distribution_value(obs[part])
-                log_probs.append(self.net.log_prob_entropy(dist, action[part])[0])
+                log_probs.append(self.net.log_prob(dist, action[part]))
             else:
                 value = self.net.value(obs[part])
             values.append(value)
