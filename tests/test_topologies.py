@@ -358,3 +358,19 @@ def test_async_learner_bursts_only_on_a_device_that_queues_updates(pool, tmp_pat
             end -= 1
         assert end > 0 and set(calls[:end]) == {1}, calls
         assert 1 <= calls[-1] <= 32, calls[end:]
+
+
+def test_the_printed_summary_says_which_side_set_the_pace_of_the_rounds():
+    """The round clock's line in the printed summary (p2p and star): the learner's median wait for
+    rows against its median training says who set the pace; other topologies print none."""
+    from drlmpi.outputs.summary import round_line
+
+    def line(gather: float, train: float) -> str:
+        (text,) = round_line({"rounds": 12, "first_gather_s": 0.5, "gather_s_median": gather,
+                              "train_s_median": train})
+        return text
+
+    assert "the learner set the pace" in line(0.001, 1.2) and "rounds: 12;" in line(0.001, 1.2)
+    assert "the simulators set the pace" in line(1.7, 0.1)
+    assert "about even" in line(0.4, 0.5) and "first round's wait 0.50 s" in line(0.4, 0.5)
+    assert round_line({}) == [] and round_line({"rounds": 3}) == []

@@ -40,6 +40,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  throughput: {summary['env_steps_per_s']:,.0f} env steps/s, "
         f"{summary['updates_per_s']:,.0f} updates/s, MPI wait share "
         f"{summary['mpi_wait_share']:.1%}",
+        *round_line(summary.get("topology_stats") or {}),
         f"  outputs: {summary['run_dir']}",
     ]
     if summary.get("idle_ranks"):
@@ -49,5 +50,15 @@ def format_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-
-
+def round_line(stats: dict[str, Any]) -> list[str]:
+    """p2p and star: one line of the learner's round clock (``topology_stats``), saying which side
+    set the pace: the learner waits for rows (simulators) or finds them ready (learner)."""
+    if "train_s_median" not in stats:
+        return []
+    gather, train = stats["gather_s_median"], stats["train_s_median"]
+    share = gather / (gather + train) if gather + train > 0 else 0.0
+    pace = ("the learner set the pace" if share < 0.1 else "the simulators set the pace" if share > 0.5
+            else "learner and simulators about even")
+    return [f"  rounds: {stats['rounds']:,}; a round's median on the learner: {gather:.3f} s waiting for "
+            f"and storing rows, {train:.3f} s training ({pace}); the first round's wait "
+            f"{stats['first_gather_s']:.2f} s"]
