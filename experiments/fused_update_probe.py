@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from drlmpi.algos.dqn import copy_when_due
+
 
 def layout(obs_dim: int, hidden: list[int], actions: int) -> list[tuple[str, tuple[int, ...]]]:
     shapes, last = [], obs_dim
@@ -135,10 +137,6 @@ def clip_adam(param, grad, exp_avg, exp_avg_sq, step, lr, betas, eps, max_norm):
     denom = exp_avg_sq.sqrt() / (1 - beta2**step).sqrt() + eps
     param.sub_(lr / (1 - beta1**step) * exp_avg / denom)
     return norm
-
-
-def copy_when_due(target, online, number, every):
-    target.lerp_(online, (number % every == 0).to(target.dtype))
 
 
 def build(problem: Problem, way: str, compiler):

@@ -166,7 +166,7 @@ def test_a_stop_signal_passes_on_to_running_jobs_and_starts_no_more(tmp_path):
     finally:
         signal.signal(signal.SIGTERM, original)
     assert time.monotonic() - start < 15
-    assert scheduler.stopped_by == "SIGTERM"
+    assert scheduler.stopped_by == signal.SIGTERM
     assert stops.record["returncode"] == 4
     assert "stopped by a signal with a checkpoint" in stops.record["reason"]
     assert ignores.record["returncode"] < 0

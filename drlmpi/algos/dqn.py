@@ -66,8 +66,9 @@ class DQN(OffPolicyAlgorithm):
         self.double_q = bool(cfg["double_q"])
         # the exploration schedule as plain numbers: a simulator reads it every step, and a config
         # lookup costs more than the Q-network's forward pass there
-        self._eps = (float(cfg["eps_start"]), float(cfg["eps_end"]), max(1, int(cfg["exploration_steps"])),
-                     float(cfg.get("eps_ladder") or 0.0))
+        self.eps_start, self.eps_end = float(cfg["eps_start"]), float(cfg["eps_end"])
+        self.exploration_steps = max(1, int(cfg["exploration_steps"]))
+        self.eps_ladder = float(cfg.get("eps_ladder") or 0.0)
         #: the fused loss evaluates the online and target networks together (``algo.target_forward``)
         self.paired = cfg["target_forward"] == "paired" and pairable(q_net)
         self._target_params = dict(self.q_target.named_parameters())
@@ -87,9 +88,8 @@ class DQN(OffPolicyAlgorithm):
 
     def epsilon(self, env_steps: int) -> float:
         """Linear decay from ``eps_start`` to ``eps_end`` over ``exploration_steps`` steps."""
-        start, end, steps, _ = self._eps
-        frac = min(1.0, env_steps / steps)
-        return start + frac * (end - start)
+        frac = min(1.0, env_steps / self.exploration_steps)
+        return self.eps_start + frac * (self.eps_end - self.eps_start)
 
     def schedule_values(self, env_steps: int) -> dict[str, float]:
         return {**super().schedule_values(env_steps), "epsilon": self.epsilon(env_steps)}
@@ -105,7 +105,7 @@ class DQN(OffPolicyAlgorithm):
         i of N (:meth:`set_env_positions`; else the rows' own order): one environment explores
         as the schedule says, the others more greedily, the last nearly not at all."""
         eps = self.epsilon(env_steps)
-        alpha = self._eps[3]
+        alpha = self.eps_ladder
         if alpha <= 0:
             return eps
         positions, total = self.env_positions or (np.arange(rows), rows)

@@ -170,8 +170,8 @@ class Scheduler:
         self.total = total
         self.on_change = on_change or (lambda: None)
         self.start = start
-        #: the name of the signal that stopped the sweep (:data:`SWEEP_STOP_SIGNALS`), or None
-        self.stopped_by: str | None = None
+        #: the signal that stopped the sweep (:data:`SWEEP_STOP_SIGNALS`), or None
+        self.stopped_by: signal.Signals | None = None
         self.stop_grace_s = STOP_GRACE_S
 
     def run(self, queue: list[SweepJob]) -> None:
@@ -186,10 +186,10 @@ class Scheduler:
                 if self.stopped_by is not None and kill_at is None:
                     kill_at = time.monotonic() + self.stop_grace_s
                     for job in queue:
-                        self._not_started(job, f"the sweep was stopped by {self.stopped_by}")
+                        self._not_started(job, f"the sweep was stopped by {self.stopped_by.name}")
                     changed, queue = changed or bool(queue), []
                     for job in running:
-                        self._signal(job, getattr(signal, self.stopped_by))
+                        self._signal(job, self.stopped_by)
                 for job in list(running):
                     returncode = job.proc.poll()
                     overdue = (self.timeout_s is not None
@@ -198,7 +198,7 @@ class Scheduler:
                         returncode = self._kill(job, f"killed after timeout_s={self.timeout_s}")
                     if returncode is None and kill_at is not None and time.monotonic() > kill_at:
                         returncode = self._kill(job, f"killed: still running {self.stop_grace_s:g} s after "
-                                                     f"the sweep was stopped by {self.stopped_by}")
+                                                     f"the sweep was stopped by {self.stopped_by.name}")
                     if returncode is not None:
                         running.remove(job)
                         self.pool.give_back(job.slots)
@@ -238,7 +238,7 @@ class Scheduler:
             return {}
 
         def stop(signum: int, _frame: Any) -> None:
-            self.stopped_by = self.stopped_by or signal.Signals(signum).name
+            self.stopped_by = self.stopped_by or signal.Signals(signum)
 
         return {signum: signal.signal(signum, stop) for signum in SWEEP_STOP_SIGNALS}
 

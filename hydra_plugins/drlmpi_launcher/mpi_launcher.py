@@ -208,7 +208,7 @@ class MPILauncher(Launcher):
             log.info("sweep: to continue, re-run the same command with "
                      f"hydra.sweep.dir={sweep_dir.resolve()}")
         if stopped_by is not None:  # as a run stopped by a signal: no traceback, exit status 4
-            log.info(f"sweep: stopped by {stopped_by}")
+            log.info(f"sweep: stopped by {stopped_by.name}")
             raise SystemExit(SIGNAL_EXIT)
         return [self._job_return(j) for j in jobs]
 
