@@ -57,9 +57,15 @@ def test_dqn_functional_gradient_equals_eager_backward(cartpole, double_q, targe
         assert torch.allclose(a, b_, atol=1e-6)
 
 
-def test_td3_functional_gradients_equal_eager_backward(pendulum):
-    algo = TD3(pendulum, cfg_for("td3"), seed=4)
+@pytest.mark.parametrize("layout,target_forward", [("separate", "separate"), ("separate", "paired"),
+                                                   ("stacked", "separate"), ("stacked", "paired")])
+def test_td3_functional_gradients_equal_eager_backward(pendulum, layout, target_forward):
+    algo = TD3(pendulum, cfg_for("td3", twin_critics=layout, target_forward=target_forward), seed=4)
+    assert algo.paired == (target_forward == "paired")
     algo.observe(random_rows(algo, 300))
+    with torch.no_grad():  # target networks apart from the online ones (a swapped pair shows)
+        algo._critic_target_flat.mul_(0.5)
+        algo._actor_target_flat.mul_(0.5)
     b = batch_of(algo)
     eps = torch.randn(b["action"].shape)
     critic = algo.groups["critic"]
@@ -110,15 +116,16 @@ def twins(cls, spec, cfg):
     return eager, fused
 
 
-@pytest.mark.parametrize("name", ["dqn_copy_clip", "dqn_polyak", "td3", "td3_stacked"])
+@pytest.mark.parametrize("name", ["dqn_copy_clip", "dqn_polyak", "td3", "td3_stacked", "td3_stacked_paired"])
 def test_a_fused_update_learns_what_an_eager_update_learns(name, cartpole, pendulum):
     """Every fused piece at once, uncompiled (the functional gradients, clipping with the Adam
     step on the optimizer's state, the replay's gather, DQN's target copy): the same parameters,
     optimizer state and targets as eager updates, update for update."""
     if name.startswith("td3"):
-        layout = "stacked" if name == "td3_stacked" else "separate"
+        layout = "stacked" if name.startswith("td3_stacked") else "separate"
+        target_forward = "paired" if name.endswith("paired") else "separate"
         eager, fused = twins(TD3, pendulum, cfg_for("td3", policy_delay=2, tau=0.1, max_grad_norm=1.0,
-                                                    twin_critics=layout))
+                                                    twin_critics=layout, target_forward=target_forward))
     elif name == "dqn_polyak":
         eager, fused = twins(DQN, cartpole, cfg_for("dqn", tau=0.2, max_grad_norm=None))
     else:
@@ -175,3 +182,18 @@ def test_fused_is_the_off_policy_default_on_cuda_only():
     assert resolve_capture("auto", cpu, fusable=True) == "off"
     with pytest.raises(ValueError, match="'fused'"):
         resolve_capture("fused", cuda, fusable=False)  # PPO's update does not fuse
+
+
+def test_the_benchmark_measures_each_target_pass_other_than_the_default():
+    """``bench.learner --target-forward``: DQN pairs by default and TD3 does not, so each asks
+    for the other rows; PPO has no target network."""
+    import argparse
+
+    from drlmpi.bench.learner import target_forwards
+
+    both = argparse.Namespace(target_forward=["paired", "separate"], separate_target=False)
+    assert target_forwards(both, "dqn") == ["separate"]
+    assert target_forwards(both, "td3") == ["paired"]
+    assert target_forwards(both, "ppo") == []
+    legacy = argparse.Namespace(target_forward=[], separate_target=True)
+    assert target_forwards(legacy, "dqn") == ["separate"] and target_forwards(legacy, "td3") == []

@@ -53,15 +53,20 @@ def pairable(module: torch.nn.Module) -> bool:
 
 
 def paired_forward(module: torch.nn.Module, first: Mapping[str, torch.Tensor],
-                   second: Mapping[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """``module`` (:func:`pairable`) on ``x`` with two parameter sets at once: ``out[0]`` with
-    ``first``, ``out[1]`` with ``second`` (both map the module's parameter names to tensors).
+                   second: Mapping[str, torch.Tensor], x: torch.Tensor,
+                   x_second: torch.Tensor | None = None) -> torch.Tensor:
+    """``module`` (:func:`pairable`) with two parameter sets at once: ``out[0]`` is ``module(x)``
+    with ``first``, ``out[1]`` ``module(x_second)`` (default ``x``) with ``second`` (both sets map
+    the module's parameter names to tensors; both inputs have one shape).
 
     Each linear layer is ONE batched matrix product over the two sets' stacked weights, so an
     online and a target network cost a GPU the kernels of one network: at the batch sizes of
     an off-policy update a matrix product's time is its launch and tiling, not its arithmetic.
-    Gradients flow to whichever set requires them (DQN: the online network)."""
-    h = x.unsqueeze(0).expand(2, *x.shape).contiguous()  # a batched product copies a broadcast input
+    Gradients flow to whichever set requires them (DQN, TD3: the online network)."""
+    if x_second is None:
+        h = x.unsqueeze(0).expand(2, *x.shape).contiguous()  # a batched product copies a broadcast input
+    else:
+        h = torch.stack((x, x_second))
     for index, layer in enumerate(module):
         if not isinstance(layer, torch.nn.Linear):
             h = layer(h)

@@ -23,7 +23,7 @@ clipped to the bounds. The clipped (executed) action is what is stored, as in th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from drlmpi.algos.exchange import GradientExchange
-from drlmpi.algos.gradients import LossGradient, forward
+from drlmpi.algos.gradients import LossGradient, forward, paired_forward
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target, mlp
 from drlmpi.config.errors import ConfigError
@@ -71,6 +71,19 @@ class TwinCritic(nn.Module):
             return self.q1(x).squeeze(1)
         return self.q1(x).squeeze(1), self.q2(x).squeeze(1)
 
+    def paired(self, params: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor],
+               x: torch.Tensor, x_next: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(Q1(x), Q2(x), Q1'(x_next), Q2'(x_next))``: the critics with ``params`` and their
+        targets with ``target`` (both map this module's parameter names to tensors; ``x`` is
+        ``[s, a]``), each critic and its target in one pass
+        (:func:`~drlmpi.algos.gradients.paired_forward`)."""
+        def part(names: Mapping[str, torch.Tensor], critic: str) -> dict[str, torch.Tensor]:
+            return {k[len(critic) + 1:]: v for k, v in names.items() if k.startswith(critic + ".")}
+
+        q1 = paired_forward(self.q1, part(params, "q1"), part(target, "q1"), x, x_next).squeeze(2)
+        q2 = paired_forward(self.q2, part(params, "q2"), part(target, "q2"), x, x_next).squeeze(2)
+        return q1[0], q2[0], q1[1], q2[1]
+
 
 class StackedTwinCritic(nn.Module):
     """The twin critics as ONE network of stacked layers (``algo.twin_critics=stacked``): layer
@@ -99,11 +112,29 @@ class StackedTwinCritic(nn.Module):
                 x = torch.addmm(b[0], x, w[0])
                 x = torch.relu(x) if i < last else x
             return x.squeeze(1)
-        h = x.unsqueeze(0).expand(2, -1, -1)
-        for i, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
-            h = torch.baddbmm(b, h, w)
-            h = torch.relu(h) if i < last else h
+        h = stacked_layers(self.weights, self.biases, x.unsqueeze(0).expand(2, -1, -1))
         return h[0].squeeze(1), h[1].squeeze(1)
+
+    def paired(self, params: Mapping[str, torch.Tensor], target: Mapping[str, torch.Tensor],
+               x: torch.Tensor, x_next: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """As :meth:`TwinCritic.paired`, all four networks in ONE pass: each layer one batched
+        product over the critics' and their targets' stacked weights, ``[4, in, out]``."""
+        layers = range(len(self.weights))
+        weights = [torch.cat((params[f"weights.{i}"], target[f"weights.{i}"])) for i in layers]
+        biases = [torch.cat((params[f"biases.{i}"], target[f"biases.{i}"])) for i in layers]
+        q = stacked_layers(weights, biases, torch.stack((x, x, x_next, x_next))).squeeze(2)
+        return q[0], q[1], q[2], q[3]
+
+
+def stacked_layers(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tensor],
+                   h: torch.Tensor) -> torch.Tensor:
+    """``k`` MLPs at once: ``h`` is ``[k, rows, in]``, layer ``i`` one ``baddbmm`` with weights
+    ``[k, in, out]`` and biases ``[k, 1, out]``, ReLU between layers."""
+    last = len(weights) - 1
+    for i, (w, b) in enumerate(zip(weights, biases, strict=True)):
+        h = torch.baddbmm(b, h, w)
+        h = torch.relu(h) if i < last else h
+    return h
 
 
 CRITICS = {"separate": TwinCritic, "stacked": StackedTwinCritic}
@@ -115,7 +146,7 @@ class TD3(OffPolicyAlgorithm):
     Config keys (``drlmpi/config/schema.py``'s ``algo/td3`` documents each): ``hidden``,
     ``actor_lr``, ``critic_lr``, ``gamma``, ``tau``, ``batch_size``, ``buffer_size``, ``learning_starts``,
     ``updates_per_step``, ``policy_delay``, ``policy_noise``, ``noise_clip``,
-    ``exploration_noise``, ``max_grad_norm``, ``capture``, ``twin_critics``.
+    ``exploration_noise``, ``max_grad_norm``, ``capture``, ``twin_critics``, ``target_forward``.
     """
 
     metric_names = ("critic_loss", "actor_loss", "q_mean")
@@ -144,6 +175,7 @@ class TD3(OffPolicyAlgorithm):
                 raise ConfigError(f"algo.twin_critics must be one of {sorted(CRITICS)}, got {layout!r}")
             critic = CRITICS[layout](spec.obs_dim, spec.action_dim, hidden).to(self.device)
             self.critic_target, self._critic_target_flat = flat_target(critic)
+            self._critic_target_params = dict(self.critic_target.named_parameters())
             self.critic = critic
             self.groups["critic"] = ParamGroup(critic, float(cfg["critic_lr"]), max_grad_norm)
         else:  # acting only: the critic is never used
@@ -154,6 +186,8 @@ class TD3(OffPolicyAlgorithm):
         self.policy_noise = float(cfg["policy_noise"])
         self.noise_clip = float(cfg["noise_clip"])
         self.exploration_noise = float(cfg["exploration_noise"])
+        #: the fused critic loss runs each critic with its target in one pass (``algo.target_forward``)
+        self.paired = cfg["target_forward"] == "paired"
         if self.policy_delay < 1:
             raise ConfigError(f"algo.policy_delay must be >= 1, got {self.policy_delay}")
         self._half_range_t = torch.as_tensor(self.half_range, device=self.device)
@@ -219,21 +253,40 @@ class TD3(OffPolicyAlgorithm):
         return (eps * self.policy_noise).clamp(-self.noise_clip, self.noise_clip) * self._half_range_t
 
     @torch.no_grad()
+    def target_action(self, next_obs: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
+        """``clip(mu'(s') + noise)``: the target policy's smoothed action."""
+        next_action = self.actor_target(next_obs) + self.smoothing_noise(eps)
+        return torch.maximum(torch.minimum(next_action, self._high_t), self._low_t)
+
+    def td_target(self, reward: torch.Tensor, terminated: torch.Tensor, q1_next: torch.Tensor,
+                  q2_next: torch.Tensor) -> torch.Tensor:
+        """``r + gamma (1 - terminated) min(Q1', Q2')`` from the target critics' values."""
+        return reward + self.gamma * (1.0 - terminated) * torch.minimum(q1_next, q2_next)
+
+    @torch.no_grad()
     def target_q(self, reward: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
                  eps: torch.Tensor) -> torch.Tensor:
         """The TD3 target ``r + gamma (1 - terminated) min_i Q_i'(s', clip(mu'(s') + noise))``."""
-        next_action = self.actor_target(next_obs) + self.smoothing_noise(eps)
-        next_action = torch.maximum(torch.minimum(next_action, self._high_t), self._low_t)
-        q1, q2 = self.critic_target(next_obs, next_action)
-        return reward + self.gamma * (1.0 - terminated) * torch.minimum(q1, q2)
+        next_action = self.target_action(next_obs, eps)
+        return self.td_target(reward, terminated, *self.critic_target(next_obs, next_action))
 
     def critic_loss(self, params: Mapping[str, torch.Tensor] | None, obs: torch.Tensor, action: torch.Tensor,
                     reward: torch.Tensor, next_obs: torch.Tensor, terminated: torch.Tensor,
                     eps: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor]]:
         """Both critics' squared error against :meth:`target_q`, with the critic's own parameters
-        or ``params`` (:func:`~drlmpi.algos.gradients.forward`); returns it and ``(mean Q1(s, a),)``."""
-        target = self.target_q(reward, next_obs, terminated, eps)
-        q1, q2 = forward(self.critic, params, obs, action)
+        or ``params`` (:func:`~drlmpi.algos.gradients.forward`); returns it and ``(mean Q1(s, a),)``.
+        With ``params`` (the fused gradient) and ``algo.target_forward=paired``, each critic and
+        its target run in one pass (the critic's ``paired``): the same values, fewer device
+        operations."""
+        if self.paired and params is not None:
+            next_action = self.target_action(next_obs, eps)
+            q1, q2, q1_next, q2_next = self.critic.paired(
+                params, self._critic_target_params, torch.cat((obs, action), dim=1),
+                torch.cat((next_obs, next_action), dim=1))
+            target = self.td_target(reward, terminated, q1_next.detach(), q2_next.detach())
+        else:
+            target = self.target_q(reward, next_obs, terminated, eps)
+            q1, q2 = forward(self.critic, params, obs, action)
         return F.mse_loss(q1, target) + F.mse_loss(q2, target), (q1.detach().mean(),)
 
     def actor_loss(self, params: Mapping[str, torch.Tensor] | None, obs: torch.Tensor,

@@ -184,9 +184,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stacked-critics", action="store_true",
                         help="TD3: also measure each drlmpi row with algo.twin_critics=stacked "
                              "(rows '<mode> stacked')")
+    parser.add_argument("--target-forward", nargs="+", default=[], choices=("paired", "separate"),
+                        help="DQN, TD3: also measure each fused row with algo.target_forward set to each "
+                             "value other than the algorithm's default (rows 'fused paired', 'fused "
+                             "separate'; with --stacked-critics also 'fused stacked paired')")
     parser.add_argument("--separate-target", action="store_true",
-                        help="DQN: also measure each fused row with algo.target_forward=separate "
-                             "(rows 'fused separate'; the default pairs the online and target networks)")
+                        help="the same as --target-forward separate (DQN's default pairs the online "
+                             "and target networks)")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure each device mode with run.deterministic's settings "
                              "(rows '<mode> det'; the cuBLAS workspace setting applies to all rows)")
@@ -236,10 +240,14 @@ def main(argv: list[str] | None = None) -> None:
                             record(algo, batch, device, f"{mode} stacked",
                                    lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
                                        a, b, d, c, twin_critics="stacked"))
-                        if args.separate_target and algo == "dqn" and mode == "fused":
-                            record(algo, batch, device, "fused separate",
-                                   lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
-                                       a, b, d, c, obs=args.obs, target_forward="separate"))
+                        for forward in target_forwards(args, algo) if mode == "fused" else ():
+                            record(algo, batch, device, f"fused {forward}",
+                                   lambda a=algo, b=batch, d=device, c=capture, f=forward: drlmpi_step(
+                                       a, b, d, c, obs=args.obs, target_forward=f))
+                            if args.stacked_critics and algo == "td3":
+                                record(algo, batch, device, f"fused stacked {forward}",
+                                       lambda a=algo, b=batch, d=device, c=capture, f=forward: drlmpi_step(
+                                           a, b, d, c, twin_critics="stacked", target_forward=f))
                         if args.deterministic and device != "cpu":
                             set_deterministic(True)
                             record(algo, batch, device, f"{mode} det",
@@ -257,6 +265,15 @@ def main(argv: list[str] | None = None) -> None:
     print_table(results)
     if args.json is not None:
         write_json(args.json, results, vars(args))
+
+
+def target_forwards(args: argparse.Namespace, algo: str) -> list[str]:
+    """The ``algo.target_forward`` values to measure besides ``algo``'s default (DQN and TD3)."""
+    if algo not in ("dqn", "td3"):
+        return []
+    wanted = [*args.target_forward, *(["separate"] if args.separate_target else [])]
+    default = algo_cfg(algo, 1)["target_forward"]
+    return [value for value in dict.fromkeys(wanted) if value != default]
 
 
 def write_json(path: Path, results: list[tuple[str, int, str, str, float | None, str]],

@@ -186,6 +186,12 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                "batched product per layer for both (stacked): the same function and start, "
                                "fewer device operations",
                                "separate", "stacked"),
+        "target_forward": choice("separate",
+                                 "with capture=fused: each critic evaluated with its target network in one "
+                                 "pass, one batched product per layer for both (paired: fewer device "
+                                 "operations; all four networks in one with twin_critics=stacked), or the "
+                                 "targets as a pass of their own (separate)",
+                                 "paired", "separate"),
     },
     "algo/ppo": {
         **named("drlmpi.algos.ppo.PPO", "ppo", "algorithm"),
