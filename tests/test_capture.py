@@ -150,14 +150,15 @@ def clear_of_kinks(algo, batch, margin: float = 1e-6) -> torch.Tensor:
     return mask
 
 
-def test_td3_fused_gradients_equal_eager_gradients():
+@pytest.mark.parametrize("target_forward", ["separate", "paired"])
+def test_td3_fused_gradients_equal_eager_gradients(target_forward):
     """The compiled critic and actor gradients against backward through the networks, from the
     same state on the same minibatch and noise - the samples clear of every ReLU kink (see
     :func:`clear_of_kinks`; the test reports how many it dropped). A fused gradient that drops or
     rescales a term, or a wrong target, moves the gradient far beyond the 1e-4 bound."""
     pytest.importorskip("triton")
     spec = probe_spec("Pendulum-v1")
-    cfg = cfg_for("td3")
+    cfg = cfg_for("td3", target_forward=target_forward)
     algo = build(TD3, spec, cfg, "off", random_rows(TD3(spec, cfg, learner=False), 2000))
     batch = {k: v.clone() for k, v in algo.next_batch().items()}
     mask = clear_of_kinks(algo, batch)
@@ -183,10 +184,11 @@ def relative_error(x: torch.Tensor, reference: torch.Tensor) -> float:
     return float((x - reference).norm() / reference.norm())
 
 
-def test_td3_fused_learns_what_eager_learns():
+@pytest.mark.parametrize("layout,target_forward", [("separate", "separate"), ("stacked", "paired")])
+def test_td3_fused_learns_what_eager_learns(layout, target_forward):
     pytest.importorskip("triton")
     spec = probe_spec("Pendulum-v1")
-    cfg = cfg_for("td3", policy_delay=2, tau=0.05)
+    cfg = cfg_for("td3", policy_delay=2, tau=0.05, twin_critics=layout, target_forward=target_forward)
     eager, fused, m_eager, m_fused = run_pair(TD3, spec, cfg, mode="fused")
     assert_all_compiled(fused)
     # Compared as each tensor's change from the initial state: Adam divides by sqrt(v), so a
