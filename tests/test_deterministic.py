@@ -35,6 +35,24 @@ def test_the_switch_sets_and_clears_the_settings(monkeypatch):
     assert not torch.are_deterministic_algorithms_enabled() and not torch.backends.cudnn.deterministic
 
 
+def test_a_runs_matmul_precision_is_set_for_the_process():
+    """``run.matmul_precision`` reaches torch (the function every rank calls before its role)."""
+    from omegaconf import OmegaConf
+
+    from drlmpi.config.schema import defaults
+    from drlmpi.device.determinism import apply_run_settings
+
+    run = OmegaConf.create(defaults("run"))
+    assert run.matmul_precision == "highest"  # full float32 unless asked
+    try:
+        run.matmul_precision = "high"
+        apply_run_settings(run)
+        assert torch.get_float32_matmul_precision() == "high"
+        assert not torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.set_float32_matmul_precision("highest")
+
+
 def test_leaving_it_off_never_loads_the_compiler_stack():
     """A rank that compiles nothing - a simulator, or a learner on the CPU - must not pay for
     ``torch._dynamo`` (about a second of CPU per process, in every job's start-up): with the

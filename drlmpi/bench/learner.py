@@ -191,6 +191,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--separate-target", action="store_true",
                         help="the same as --target-forward separate (DQN's default pairs the online "
                              "and target networks)")
+    parser.add_argument("--tf32", action="store_true",
+                        help="also measure each fused row with run.matmul_precision=high (TF32 tensor "
+                             "cores for float32 products; rows '<row> tf32')")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure each device mode with run.deterministic's settings "
                              "(rows '<mode> det'; the cuBLAS workspace setting applies to all rows)")
@@ -204,6 +207,16 @@ def main(argv: list[str] | None = None) -> None:
 
     def record(algo: str, batch: int, device: str, mode: str,
                make: Callable[[], Callable[[], object]], per_call: int = 1) -> None:
+        measure(algo, batch, device, mode, make, per_call)
+        if args.tf32 and mode.startswith("fused"):
+            torch.set_float32_matmul_precision("high")
+            try:
+                measure(algo, batch, device, f"{mode} tf32", make, per_call)
+            finally:
+                torch.set_float32_matmul_precision("highest")
+
+    def measure(algo: str, batch: int, device: str, mode: str,
+                make: Callable[[], Callable[[], object]], per_call: int = 1) -> None:
         torch.manual_seed(0)
         dev = torch.device(device)
         try:

@@ -93,6 +93,11 @@ SCHEMA: dict[str, dict[str, Option]] = {
         "deterministic": flag(False, "CUDA learners repeat bit for bit: deterministic kernels, a fixed "
                                       "cuBLAS workspace, no cuDNN autotuning (slower; CPU runs repeat "
                                       "without it)"),
+        "matmul_precision": choice("highest", "float32 matrix products: highest (full float32), high "
+                                              "(TF32 tensor cores on GPUs that have them: faster, a "
+                                              "10-bit mantissa per product) or medium (bfloat16); "
+                                              "torch.set_float32_matmul_precision",
+                                   "highest", "high", "medium"),
         "objective": Option("str", "the summary.json field each run returns to a tuner (hydra/sweeper="
                                    "optuna): its value, else run.objective_unsolved (null: none returned)",
                             None, choices=("train_seconds_to_threshold", "env_steps_to_threshold",

@@ -1,4 +1,4 @@
-"""``run.deterministic``: CUDA learners that repeat bit for bit.
+"""``run.deterministic``: CUDA learners that repeat bit for bit; ``run.matmul_precision``.
 
 A CPU run of drlmpi is already reproducible where its topology fixes the data order
 (docs/architecture.md, "Reproducibility"). On CUDA three things vary from run to run: kernels
@@ -11,6 +11,7 @@ three off; its cost is measured in docs/results.md ("Deterministic CUDA runs").
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -34,3 +35,11 @@ def set_deterministic(on: bool) -> None:
     torch.backends.cudnn.deterministic = on
     if on:
         torch.backends.cudnn.benchmark = False
+
+
+def apply_run_settings(run: Any) -> None:
+    """The process-wide numerics of a run's ``run`` config: :func:`set_deterministic` and
+    ``run.matmul_precision`` (``torch.set_float32_matmul_precision``: ``high`` lets float32 matrix
+    products use TF32 tensor cores)."""
+    set_deterministic(bool(run["deterministic"]))
+    torch.set_float32_matmul_precision(str(run["matmul_precision"]))

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from drlmpi.config.errors import NonFiniteError
-from drlmpi.device.determinism import set_deterministic
+from drlmpi.device.determinism import apply_run_settings
 from drlmpi.job_control.progress import PROGRESS
 from drlmpi.job_control.stop import STOP, stopped_by_signal_line
 from drlmpi.job_control.watchdog import start_watchdog
@@ -38,7 +38,7 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> di
     """
     plan = make_plan(cfg, world.Get_size())
     torch.set_num_threads(int(plan.cfg.threads_per_rank))
-    set_deterministic(bool(plan.cfg.run["deterministic"]))
+    apply_run_settings(plan.cfg.run)
     on_signal = bool(plan.cfg.run["checkpoint_on_signal"])
     if on_signal:  # before the first collective: a stale request of an earlier part is gone
         STOP.install(run_dir, world.Get_rank())
