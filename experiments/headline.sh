@@ -46,6 +46,10 @@
 #                    (run.eval_on=learner) the same cadence doubles the wall clock (930k steps took
 #                    505 s, 277 s of it training); two seeds side by side on one GPU (8 cores
 #                    each) train at ~2,500 env steps/s each against 3,350 alone
+#   td3_variants     TD3's fused update at batch 256 with each critic layout, target pass and
+#                    matmul precision (bench.learner --stacked-critics --target-forward paired
+#                    --tf32), DQN's at batch 64 with and without TF32; writes the fastest TD3
+#                    variant's overrides to OUT/fastest_td3.txt (for td3_ttt's arguments)
 #   td3_ttt          TD3 HalfCheetah-v5 to a greedy mean of 5,000: sequential and star on 8
 #                    ranks for SEEDS (default "0 1 2"; TTT_RUNS and STAR as for dqn_ttt, star8
 #                    naming the star runs), both evaluated every 5,000 steps on the
@@ -148,12 +152,26 @@ td3)
         seed="${SEED:-0}" "$@"
     report "$out" "$out"/star8_seed*
     ;;
+td3_variants)
+    python -m drlmpi.bench.learner --algo td3 --batch 256 --device cuda --modes fused --stacked-critics \
+        --target-forward paired --tf32 --kernels --seconds 2 --json "$out/bench_td3.json" | tee "$out/bench_td3.txt"
+    python -m drlmpi.bench.learner --algo dqn --batch 64 --device cuda --modes fused --tf32 --kernels \
+        --seconds 2 --json "$out/bench_dqn.json" | tee "$out/bench_dqn.txt"
+    python - "$out/bench_td3.json" > "$out/fastest_td3.txt" <<'EOF'
+import json, sys
+rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["updates_per_s"]]
+best = max(rows, key=lambda r: r["updates_per_s"])["mode"].split()
+print(" ".join(o for word, o in (("stacked", "algo.twin_critics=stacked"), ("paired", "algo.target_forward=paired"),
+                                  ("tf32", "run.matmul_precision=high")) if word in best))
+EOF
+    echo "fastest TD3 update: $(cat "$out/fastest_td3.txt")"
+    ;;
 td3_ttt)
     common=(algo=td3 env=halfcheetah device=cuda run.eval_every=5000 run.eval_on=learner run.progress_every_s=0)
     ttt 8 "$@"
     ;;
 *)
-    echo "unknown part: $part (learner, learner_modes, fused_scaling, breakout_share, breakout, dqn_ttt, td3, td3_ttt)" >&2
+    echo "unknown part: $part (learner, learner_modes, steady, fused_scaling, breakout_share, breakout, dqn_ttt, td3, td3_variants, td3_ttt)" >&2
     exit 2
     ;;
 esac
