@@ -197,3 +197,23 @@ def test_the_benchmark_measures_each_target_pass_other_than_the_default():
     assert target_forwards(both, "ppo") == []
     legacy = argparse.Namespace(target_forward=[], separate_target=True)
     assert target_forwards(legacy, "dqn") == ["separate"] and target_forwards(legacy, "td3") == []
+
+
+def test_auto_stacks_the_critics_on_cuda_only_and_a_checkpoint_keeps_its_layout(pendulum):
+    """``algo.twin_critics=auto`` (the default) stacks the critics where kernels are the cost; a
+    checkpoint of one layout refuses, in one line, to load into the other."""
+    from drlmpi.algos.td3 import critic_layout
+    from drlmpi.config.errors import ConfigError
+
+    assert critic_layout("auto", torch.device("cuda")) == "stacked"
+    assert critic_layout("auto", torch.device("cpu")) == "separate"
+    assert critic_layout("separate", torch.device("cuda")) == "separate"
+    assert TD3(pendulum, cfg_for("td3"), seed=0).twin_critics == "separate"  # auto on this CPU
+    stacked = TD3(pendulum, cfg_for("td3", twin_critics="stacked"), seed=0)
+    with pytest.raises(ConfigError, match="resume with algo.twin_critics=stacked") as refused:
+        TD3(pendulum, cfg_for("td3"), seed=0).load_state_dict(stacked.state_dict())
+    assert "\n" not in str(refused.value)
+    twin = TD3(pendulum, cfg_for("td3", twin_critics="stacked"), seed=5)
+    twin.load_state_dict(stacked.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(twin.state_dict().values(), stacked.state_dict().values()))
+    TD3(pendulum, cfg_for("td3"), learner=False).load_state_dict(stacked.state_dict())  # an actor alone

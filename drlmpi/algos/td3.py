@@ -140,6 +140,17 @@ def stacked_layers(weights: Sequence[torch.Tensor], biases: Sequence[torch.Tenso
 CRITICS = {"separate": TwinCritic, "stacked": StackedTwinCritic}
 
 
+def critic_layout(asked: str, device: torch.device) -> str:
+    """``algo.twin_critics`` resolved: ``auto`` stacks the critics on a CUDA learner, where a
+    small update is bound by its count of kernels (1.37x the fused update's rate on an H200), and
+    keeps them separate on the CPU, where stacking gains nothing (docs/results.md)."""
+    if asked == "auto":
+        return "stacked" if device.type == "cuda" else "separate"
+    if asked not in CRITICS:
+        raise ConfigError(f"algo.twin_critics must be auto, separate or stacked, got {asked!r}")
+    return asked
+
+
 class TD3(OffPolicyAlgorithm):
     """TD3 for Box action spaces.
 
@@ -170,16 +181,16 @@ class TD3(OffPolicyAlgorithm):
         self.policy = ParamGroup(actor, float(cfg["actor_lr"]), max_grad_norm, with_optimizer=learner)
         self.groups = {"actor": self.policy}
         if learner:
-            layout = cfg["twin_critics"]  # the schema's default is "separate"
-            if layout not in CRITICS:
-                raise ConfigError(f"algo.twin_critics must be one of {sorted(CRITICS)}, got {layout!r}")
-            critic = CRITICS[layout](spec.obs_dim, spec.action_dim, hidden).to(self.device)
+            #: the critics' layout, ``separate`` or ``stacked`` (``algo.twin_critics`` resolved)
+            self.twin_critics = critic_layout(cfg["twin_critics"], self.device)
+            critic = CRITICS[self.twin_critics](spec.obs_dim, spec.action_dim, hidden).to(self.device)
             self.critic_target, self._critic_target_flat = flat_target(critic)
             self._critic_target_params = dict(self.critic_target.named_parameters())
             self.critic = critic
             self.groups["critic"] = ParamGroup(critic, float(cfg["critic_lr"]), max_grad_norm)
         else:  # acting only: the critic is never used
             self.critic = self.critic_target = None
+            self.twin_critics = None
         self.gamma = float(cfg["gamma"])
         self.tau = float(cfg["tau"])
         self.policy_delay = int(cfg["policy_delay"])
@@ -346,6 +357,13 @@ class TD3(OffPolicyAlgorithm):
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         # An acting-only instance has no critic: load just the groups it has.
+        if self.critic is not None:
+            saved = "stacked" if "critic.weights.0" in state else "separate"
+            if saved != self.twin_critics:
+                raise ConfigError(
+                    f"the checkpoint's twin critics are {saved} and this learner's {self.twin_critics} "
+                    f"(algo.twin_critics=auto stacks them on CUDA only): resume with "
+                    f"algo.twin_critics={saved}")
         super().load_state_dict(state)
         targets = {"actor_target": self.actor_target, "critic_target": self.critic_target}
         for prefix, net in targets.items():

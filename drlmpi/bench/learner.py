@@ -125,6 +125,8 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
     from hydra.utils import get_class
 
     atari = obs == "atari"
+    if name == "td3":  # rows name their layout: separate unless asked (auto would follow the device)
+        overrides.setdefault("twin_critics", "separate")
     cfg = OmegaConf.create(algo_cfg(name, batch, capture=capture, **(ATARI_CFG[name] if atari else {}),
                                     **overrides))
     if per_graph > 1:
@@ -182,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="also write the table to this file: the rows (algo, batch, device, mode, "
                              "updates_per_s, note), the arguments, the GPU and torch's version")
     parser.add_argument("--stacked-critics", action="store_true",
-                        help="TD3: also measure each drlmpi row with algo.twin_critics=stacked "
+                        help="TD3 rows measure separate critics; also measure each with "
+                             "algo.twin_critics=stacked (auto's choice on CUDA) "
                              "(rows '<mode> stacked')")
     parser.add_argument("--target-forward", nargs="+", default=[], choices=("paired", "separate"),
                         help="DQN, TD3: also measure each fused row with algo.target_forward set to each "

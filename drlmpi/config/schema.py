@@ -186,11 +186,12 @@ SCHEMA: dict[str, dict[str, Option]] = {
                                    nullable=True),
         "capture": _CAPTURE_FUSED,
         "updates_per_graph": _PER_GRAPH,
-        "twin_critics": choice("separate",
+        "twin_critics": choice("auto",
                                "the twin critics as two networks (separate) or as one of stacked layers, one "
                                "batched product per layer for both (stacked): the same function and start, "
-                               "fewer device operations",
-                               "separate", "stacked"),
+                               "fewer device operations; auto: stacked on a CUDA learner, separate on the "
+                               "CPU",
+                               "auto", "separate", "stacked"),
         "target_forward": choice("separate",
                                  "with capture=fused: each critic evaluated with its target network in one "
                                  "pass, one batched product per layer for both (paired: fewer device "
