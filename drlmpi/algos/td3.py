@@ -361,9 +361,10 @@ class TD3(OffPolicyAlgorithm):
             saved = "stacked" if "critic.weights.0" in state else "separate"
             if saved != self.twin_critics:
                 raise ConfigError(
-                    f"the checkpoint's twin critics are {saved} and this learner's {self.twin_critics} "
-                    f"(algo.twin_critics=auto stacks them on CUDA only): resume with "
-                    f"algo.twin_critics={saved}")
+                    f"the checkpoint's twin critics are {saved} and this learner's {self.twin_critics}: "
+                    f"algo.twin_critics=auto follows the learner's device, here {self.device.type}; "
+                    f"resume on a {'CUDA' if saved == 'stacked' else 'CPU'} learner, as the checkpoint's "
+                    f"run had, or start anew with algo.twin_critics={saved}")
         super().load_state_dict(state)
         targets = {"actor_target": self.actor_target, "critic_target": self.critic_target}
         for prefix, net in targets.items():
