@@ -202,7 +202,7 @@ def test_the_benchmark_measures_each_target_pass_other_than_the_default():
 def test_auto_stacks_the_critics_on_cuda_only_and_a_checkpoint_keeps_its_layout(pendulum):
     """``algo.twin_critics=auto`` (the default) stacks the critics where kernels are the cost; a
     checkpoint of one layout refuses, in one line, to load into the other."""
-    from drlmpi.algos.td3 import critic_layout
+    from drlmpi.algos.critics import critic_layout
     from drlmpi.config.errors import ConfigError
 
     assert critic_layout("auto", torch.device("cuda")) == "stacked"
