@@ -21,7 +21,9 @@ python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is
 torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
 # Every test that touches CUDA: any test file that names it (the two-GPU NCCL tests skip on one GPU).
 mapfile -t files < <(grep -l "cuda" tests/test_*.py)
-python -m pytest "${files[@]}" -q -rs -p no:cacheprovider
+# Eight workers: with the project's -n auto (16 on a 16-core host) one worker died on an H200 host
+# (docs/results/h200host_dqn_lunar_ttt_paired/cuda_tests_16_workers.log); 8 ran them in 1.7 min.
+python -m pytest "${files[@]}" -q -rs -n "${TEST_WORKERS:-8}" -p no:cacheprovider
 status=$?
 python -m drlmpi.bench.learner --algo dqn td3 ppo --batch 64 256 --device cpu cuda \
     --seconds "${SECONDS_PER_ROW:-3}" --threads 1 --kernels
