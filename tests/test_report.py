@@ -447,6 +447,11 @@ def test_learner_device_is_its_own_regime(tmp_path):
     assert algo_label("dqn", "cuda", 10, capture="graph") == "dqn[cuda,graph]"
     assert algo_label("dqn", "cuda", 10, capture="auto") == "dqn[cuda]"
     assert algo_label("dqn", "cpu", 10, capture="graph") == "dqn"
+    # so are lowered-precision products (run.matmul_precision), on a device only
+    assert algo_label("td3", "cuda", 10, variants=["twin_critics=stacked"],
+                      precision="high") == "td3[cuda,tf32,twin_critics=stacked]"
+    assert algo_label("td3", "cuda", 10, precision="highest") == "td3[cuda]"
+    assert algo_label("dqn", "cpu", 10, precision="medium") == "dqn"
 
 
 # The ranks x envs-per-rank grid: (world size, num_envs) -> samples/s of the learning runs (mean of

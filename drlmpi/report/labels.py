@@ -100,17 +100,23 @@ def topology_info(name: str, summary: dict[str, Any] | None, config: dict[str, A
                         paper=paper if isinstance(paper, str) and paper else None)
 
 
+#: ``run.matmul_precision`` in a device run's label (``highest``, the default, adds nothing)
+PRECISION_LABELS = {"high": "tf32", "medium": "bf16"}
+
+
 def algo_label(name: Any, device: Any, updates: Any = None, capture: Any = None,
-               variants: list[str] | None = None) -> str:
+               variants: list[str] | None = None, precision: Any = None) -> str:
     """The algorithm name, plus ``[cuda]`` (the learner's device) when it learned off the CPU (a
     regime of its own, compared with sequential on that device), or ``[cuda,graph]`` when an
     ``algo.capture`` other than ``auto`` was chosen (update paths are never averaged together),
+    ``[cuda,tf32]`` (or ``bf16``) when ``run.matmul_precision`` lowered the products' precision,
     and the algorithm's own ``variants`` (:func:`algo_variants`: ``ppo[vtrace=false]``). A run
     that did no update (``algo=random``) has no learner to label."""
     device = str(device or "cpu")
     parts = []
     if device not in ("cpu", "auto", "None") and updates != 0:
         parts = [device] + ([str(capture)] if capture not in (None, "auto") else [])
+        parts += [PRECISION_LABELS[precision]] if precision in PRECISION_LABELS else []
     parts += variants or []
     return f"{name}[{','.join(parts)}]" if parts else str(name)
 
