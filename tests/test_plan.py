@@ -254,3 +254,20 @@ def test_calibration_jobs_train_for_seconds_whatever_the_step_budget(tmp_path):
     # later overrides win: the user's budget is replaced, evaluation and checkpoints are off
     assert star.index("run.max_env_steps=null") > 1 and star[-1] == "run.max_train_seconds=4"
     assert "topology=star" in star and "run.eval_every=1000000000" in star
+
+
+def test_the_probe_measures_under_the_runs_numerics(monkeypatch):
+    """The learner the probe times runs with the run's ``run.deterministic`` and
+    ``run.matmul_precision``, as the job's would (they move a GPU update's rate)."""
+    import drlmpi.planner.probe as probe_module
+
+    class AppliedError(Exception):
+        pass
+
+    def applied(run):
+        raise AppliedError(run["matmul_precision"])
+
+    monkeypatch.setattr(probe_module, "apply_run_settings", applied)
+    run = OmegaConf.create({**defaults("run"), "matmul_precision": "high"})
+    with pytest.raises(AppliedError, match="high"):
+        probe_module.probe({"star": OmegaConf.create({"run": run})})

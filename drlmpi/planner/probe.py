@@ -35,6 +35,7 @@ from omegaconf import OmegaConf
 
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
+from drlmpi.device.determinism import apply_run_settings
 from drlmpi.planner import LAUNCH_ENV, mpi_command
 from drlmpi.run.preflight import make_plan, resolve_classes
 from drlmpi.sweep.scheduler import usable_cpus
@@ -232,6 +233,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
     environment and device are the same in all). ``seconds``: per measured quantity."""
     started = time.perf_counter()
     cfg = next(iter(cfgs.values()))
+    apply_run_settings(cfg.run)  # the run's numerics (run.deterministic, run.matmul_precision)
     cores = len(usable_cpus())
     notes: list[str] = []
     spread: dict[str, float] = {}
