@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from drlmpi.algos.gradients import paired_forward
-from drlmpi.algos.params import mlp
+from drlmpi.algos.params import mlp, under
 from drlmpi.config.errors import ConfigError
 
 
@@ -39,11 +39,8 @@ class TwinCritic(nn.Module):
         targets with ``target`` (both map this module's parameter names to tensors; ``x`` is
         ``[s, a]``), each critic and its target in one pass
         (:func:`~drlmpi.algos.gradients.paired_forward`)."""
-        def part(names: Mapping[str, torch.Tensor], critic: str) -> dict[str, torch.Tensor]:
-            return {k[len(critic) + 1:]: v for k, v in names.items() if k.startswith(critic + ".")}
-
-        q1 = paired_forward(self.q1, part(params, "q1"), part(target, "q1"), x, x_next).squeeze(2)
-        q2 = paired_forward(self.q2, part(params, "q2"), part(target, "q2"), x, x_next).squeeze(2)
+        q1 = paired_forward(self.q1, under(params, "q1"), under(target, "q1"), x, x_next).squeeze(2)
+        q2 = paired_forward(self.q2, under(params, "q2"), under(target, "q2"), x, x_next).squeeze(2)
         return q1[0], q2[0], q1[1], q2[1]
 
 

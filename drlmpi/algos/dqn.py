@@ -25,7 +25,7 @@ from drlmpi.algos.encoders import network, resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.gradients import LossGradient, forward, pairable, paired_forward
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
-from drlmpi.algos.params import ParamGroup, flat_target
+from drlmpi.algos.params import ParamGroup, flat_target, under
 from drlmpi.config.errors import ConfigError
 from drlmpi.device.compiled import Compiled
 from drlmpi.envs.spec import EnvSpec
@@ -196,7 +196,7 @@ class DQN(OffPolicyAlgorithm):
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         super().load_state_dict(state)
-        target = {k[len("q_target."):]: v for k, v in state.items() if k.startswith("q_target.")}
+        target = under(state, "q_target")
         if target:
             self.q_target.load_state_dict(target)
 

@@ -7,7 +7,7 @@ that buffer), frozen flat target networks and plain MLPs.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -156,6 +156,13 @@ def clip_adam(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, ex
     bias_correction2_sqrt = (1 - beta2**step).sqrt()
     denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps
     param.sub_(lr / bias_correction1 * exp_avg / denom)
+
+
+def under(named: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """The entries of ``named`` whose keys start with ``prefix.``, keyed by the rest: a
+    submodule's parameters or saved tensors out of its parent's (``under(state, "q_target")``)."""
+    start = f"{prefix}."
+    return {key[len(start):]: value for key, value in named.items() if key.startswith(start)}
 
 
 def flat_target(module: nn.Module) -> tuple[nn.Module, torch.Tensor]:

@@ -35,7 +35,7 @@ from drlmpi.algos.critics import CRITICS, critic_layout
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.gradients import LossGradient, forward
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
-from drlmpi.algos.params import ParamGroup, flat_target, mlp
+from drlmpi.algos.params import ParamGroup, flat_target, mlp, under
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.spec import EnvSpec
 
@@ -263,7 +263,7 @@ class TD3(OffPolicyAlgorithm):
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         # An acting-only instance has no critic: load just the groups it has.
         if self.critic is not None:
-            saved = "stacked" if "critic.weights.0" in state else "separate"
+            saved = "stacked" if "weights.0" in under(state, "critic") else "separate"
             if saved != self.twin_critics:
                 raise ConfigError(
                     f"the checkpoint's twin critics are {saved} and this learner's {self.twin_critics}: "
@@ -273,6 +273,6 @@ class TD3(OffPolicyAlgorithm):
         super().load_state_dict(state)
         targets = {"actor_target": self.actor_target, "critic_target": self.critic_target}
         for prefix, net in targets.items():
-            sub = {k[len(prefix) + 1:]: v for k, v in state.items() if k.startswith(prefix + ".")}
+            sub = under(state, prefix)
             if net is not None and sub:
                 net.load_state_dict(sub)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlmpi.algos.params import ParamGroup
+from drlmpi.algos.params import ParamGroup, under
 
 
 def _cpu(obj: Any) -> Any:
@@ -82,8 +82,7 @@ class TrainingState:
     def load_state_dict(self, state: Mapping[str, torch.Tensor]) -> None:
         """Inverse of :meth:`state_dict` (copies in place, keeping the flat-buffer views)."""
         for name, group in self.groups.items():
-            prefix = f"{name}."
-            sub = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            sub = under(state, name)
             with torch.no_grad():
                 for key, tensor in group.module.state_dict().items():
                     tensor.copy_(sub[key])
