@@ -68,7 +68,7 @@ class DQN(OffPolicyAlgorithm):
         # lookup costs more than the Q-network's forward pass there
         self.eps_start, self.eps_end = float(cfg["eps_start"]), float(cfg["eps_end"])
         self.exploration_steps = max(1, int(cfg["exploration_steps"]))
-        self.eps_ladder = float(cfg.get("eps_ladder") or 0.0)
+        self.eps_ladder = float(cfg["eps_ladder"])
         #: the fused loss evaluates the online and target networks together (``algo.target_forward``)
         self.paired = cfg["target_forward"] == "paired" and pairable(q_net)
         self._target_params = dict(self.q_target.named_parameters())
