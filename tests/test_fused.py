@@ -16,6 +16,7 @@ from drlmpi.algos.dqn import DQN
 from drlmpi.algos.gradients import LossGradient
 from drlmpi.algos.td3 import TD3
 from drlmpi.device.capture import resolve_capture
+from drlmpi.device.compiled import Compiled
 from tests.test_device_learner import cfg_for, random_rows
 
 
@@ -105,6 +106,28 @@ def test_a_failed_compile_warns_once_and_runs_the_function_uncompiled(cartpole):
     assert torch.equal(first, algo.policy.flat.grads)
     LossGradient(algo.policy, algo.q_loss, "eager")(*inputs)
     assert torch.allclose(first, algo.policy.flat.grads, atol=1e-6, rtol=1e-5)
+
+
+def test_every_compiled_function_has_a_compile_limit_of_its_own():
+    """Torch stops compiling a code object after 8 versions, and every ``torch.func.grad`` shares
+    one (functorch's wrapper): twelve gradients compiled in one process (a benchmark's rows, an
+    in-process sweep) must all run compiled, not the ninth on fall back to running uncompiled.
+    Dynamo's tracing with the eager backend counts versions as inductor's would, without its
+    minutes of C++ on a CPU (2.5 s here)."""
+
+    def gradient_of(n):
+        def loss(*ws):
+            return sum((w * w).sum() for w in ws)
+        return torch.func.grad(loss)  # its guards differ per n: len(args) == n
+
+    programs = [Compiled(gradient_of(n), f"gradient of {n}",
+                         compiler=lambda fn, **kw: torch.compile(fn, backend="eager", **kw))
+                for n in range(1, 13)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fall-back warns: fail on it
+        grads = [p(*(torch.full((3,), float(n)) for n in range(1, i + 2))) for i, p in enumerate(programs)]
+    assert all(p.compiled and p.failure is None for p in programs)
+    assert torch.equal(grads[-1], torch.full((3,), 2.0))  # d/dw1 of sum w^2 at w1 = 1
 
 
 def twins(cls, spec, cfg):

@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> None:
                 make: Callable[[], Callable[[], object]], per_call: int = 1) -> None:
         torch.manual_seed(0)
         dev = torch.device(device)
-        if dev.type == "cuda":  # each row compiles afresh: every learner built here compiles the
-            torch._dynamo.reset()  # same code, and torch stops compiling it after 8 versions
+        if dev.type == "cuda":  # each row compiles afresh, as a job's learner does, none reusing
+            torch._dynamo.reset()  # what an earlier row compiled
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
