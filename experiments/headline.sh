@@ -55,7 +55,10 @@
 #                    naming the star runs), both evaluated every 5,000 steps on the
 #                    learner (10 episodes, off the training clock). On an H200 host a
 #                    sequential run took 80-98 s of wall and a star run 40-69 s, so one seed a
-#                    call beside a td3 seed, or three seeds in a call of their own
+#                    call beside a td3 seed, or three seeds in a call of their own. Star wants
+#                    rounds of 64 (STAR="topology.sync_every=64": as many env steps to 5,000 as
+#                    sequential, where 256 needed 1.2-1.4x); sequential seeds side by side on one
+#                    GPU ran 8-17% slower than alone (docs/results/h200host_td3_ttt_sync64)
 #
 # The runs' commit: $DRLMPI_COMMIT if set (a copied tree may carry a stale .git), else git's.
 # MPIEXEC: the launcher (default "mpirun --oversubscribe --bind-to none").
