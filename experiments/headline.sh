@@ -48,8 +48,9 @@
 #                    each) train at ~2,500 env steps/s each against 3,350 alone
 #   td3_variants     TD3's fused update at batch 256 with each critic layout, target pass and
 #                    matmul precision (bench.learner --stacked-critics --target-forward paired
-#                    --tf32), DQN's at batch 64 with and without TF32; writes the fastest TD3
-#                    variant's overrides to OUT/fastest_td3.txt (for td3_ttt's arguments)
+#                    --precision high medium: TF32 and bfloat16), DQN's at batch 64 at each
+#                    precision; writes the fastest TD3 variant's overrides to
+#                    OUT/fastest_td3.txt (for td3_ttt's arguments)
 #   td3_ttt          TD3 HalfCheetah-v5 to a greedy mean of 5,000: sequential and star on 8
 #                    ranks for SEEDS (default "0 1 2"; TTT_RUNS and STAR as for dqn_ttt, star8
 #                    naming the star runs), both evaluated every 5,000 steps on the
@@ -157,15 +158,17 @@ td3)
     ;;
 td3_variants)
     python -m drlmpi.bench.learner --algo td3 --batch 256 --device cuda --modes fused --stacked-critics \
-        --target-forward paired --tf32 --kernels --seconds 2 --json "$out/bench_td3.json" | tee "$out/bench_td3.txt"
-    python -m drlmpi.bench.learner --algo dqn --batch 64 --device cuda --modes fused --tf32 --kernels \
+        --target-forward paired --precision high medium --kernels --seconds 2 --json "$out/bench_td3.json" \
+        | tee "$out/bench_td3.txt"
+    python -m drlmpi.bench.learner --algo dqn --batch 64 --device cuda --modes fused --precision high medium --kernels \
         --seconds 2 --json "$out/bench_dqn.json" | tee "$out/bench_dqn.txt"
     python - "$out/bench_td3.json" > "$out/fastest_td3.txt" <<'EOF'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["updates_per_s"]]
 best = max(rows, key=lambda r: r["updates_per_s"])["mode"].split()
 print(" ".join(o for word, o in (("stacked", "algo.twin_critics=stacked"), ("paired", "algo.target_forward=paired"),
-                                  ("tf32", "run.matmul_precision=high")) if word in best))
+                                  ("tf32", "run.matmul_precision=high"), ("bf16", "run.matmul_precision=medium"))
+               if word in best))
 EOF
     echo "fastest TD3 update: $(cat "$out/fastest_td3.txt")"
     ;;

@@ -222,6 +222,20 @@ def test_the_benchmark_measures_each_target_pass_other_than_the_default():
     assert target_forwards(legacy, "dqn") == ["separate"] and target_forwards(legacy, "td3") == []
 
 
+def test_the_benchmark_measures_each_lowered_precision_once():
+    """``bench.learner --precision medium high --tf32``: each value once, ``--tf32`` first as
+    ``high``; a value the run's schema does not take is refused before any row is measured."""
+    from drlmpi.bench.learner import build_parser, main, precisions_of
+
+    def precisions(*argv):
+        return precisions_of(build_parser().parse_args(list(argv)))
+
+    assert precisions("--precision", "medium", "high", "--tf32") == ["high", "medium"]
+    assert precisions("--precision", "medium") == ["medium"] and precisions() == []
+    with pytest.raises(SystemExit):
+        main(["--precision", "low", "--device", "cpu"])
+
+
 def test_auto_stacks_the_critics_on_cuda_only_and_a_checkpoint_keeps_its_layout(pendulum):
     """``algo.twin_critics=auto`` (the default) stacks the critics where kernels are the cost; a
     checkpoint of one layout refuses, in one line, to load into the other."""

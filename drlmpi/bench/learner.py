@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 from drlmpi.bench.bare import BARE
 from drlmpi.bench.kernels import device_ops_per_call
 from drlmpi.config.schema import SCHEMA, group_config
-from drlmpi.device.determinism import CUBLAS_WORKSPACE, set_deterministic
+from drlmpi.device.determinism import CUBLAS_WORKSPACE, PRECISION_LABELS, set_deterministic
 from drlmpi.envs.spec import EnvSpec
 
 SPECS = {
@@ -156,7 +156,8 @@ def modes_for(device: str, algo: str = "ppo") -> list[str]:
     return ["eager", "graph", "compile"] + (["fused"] if algo in ("dqn", "td3") else [])
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algo", nargs="+", default=["dqn"], choices=sorted(BARE))
     parser.add_argument("--batch", nargs="+", type=int, default=[64, 256])
@@ -194,27 +195,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--separate-target", action="store_true",
                         help="the same as --target-forward separate (DQN's default pairs the online "
                              "and target networks)")
-    parser.add_argument("--tf32", action="store_true",
-                        help="also measure each fused row with run.matmul_precision=high (TF32 tensor "
-                             "cores for float32 products; rows '<row> tf32')")
+    parser.add_argument("--precision", nargs="+", default=[], choices=sorted(PRECISION_LABELS),
+                        help="also measure each fused row with run.matmul_precision set to each value: "
+                             "high (TF32 tensor cores for float32 products; rows '<row> tf32'), "
+                             "medium (bfloat16; rows '<row> bf16')")
+    parser.add_argument("--tf32", action="store_true", help="the same as --precision high")
     parser.add_argument("--deterministic", action="store_true",
                         help="also measure each device mode with run.deterministic's settings "
                              "(rows '<mode> det'; the cuBLAS workspace setting applies to all rows)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.deterministic:  # cuBLAS reads it once: set before the first device row, for every row
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     if args.obs == "atari" and "td3" in args.algo:
         parser.error("--obs atari takes --algo dqn and/or ppo (TD3 has no image encoder)")
     torch.set_num_threads(args.threads)
+    precisions = precisions_of(args)
     best: dict[tuple[str, int, str, str], tuple[float | None, str]] = {}
 
     def record(algo: str, batch: int, device: str, mode: str,
                make: Callable[[], Callable[[], object]], per_call: int = 1) -> None:
         measure(algo, batch, device, mode, make, per_call)
-        if args.tf32 and mode.startswith("fused"):
-            torch.set_float32_matmul_precision("high")
+        for precision in precisions if mode.startswith("fused") else ():
+            torch.set_float32_matmul_precision(precision)
             try:
-                measure(algo, batch, device, f"{mode} tf32", make, per_call)
+                measure(algo, batch, device, f"{mode} {PRECISION_LABELS[precision]}", make, per_call)
             finally:
                 torch.set_float32_matmul_precision("highest")
 
@@ -292,6 +301,12 @@ def target_forwards(args: argparse.Namespace, algo: str) -> list[str]:
     wanted = [*args.target_forward, *(["separate"] if args.separate_target else [])]
     default = algo_cfg(algo, 1)["target_forward"]
     return [value for value in dict.fromkeys(wanted) if value != default]
+
+
+def precisions_of(args: argparse.Namespace) -> list[str]:
+    """The ``run.matmul_precision`` values each fused row is measured with besides ``highest``, in
+    the order given, once each (``--tf32`` is ``high``)."""
+    return list(dict.fromkeys([*(["high"] if args.tf32 else []), *args.precision]))
 
 
 def write_json(path: Path, results: list[tuple[str, int, str, str, float | None, str]],

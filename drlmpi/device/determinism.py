@@ -18,6 +18,10 @@ import torch
 #: cuBLAS's documented setting for reproducible results (must be set before its first use)
 CUBLAS_WORKSPACE = ":4096:8"
 
+#: ``run.matmul_precision`` values below ``highest``, as labels name them (a run's report label,
+#: a learner benchmark's rows)
+PRECISION_LABELS = {"high": "tf32", "medium": "bf16"}
+
 
 def set_deterministic(on: bool) -> None:
     """Deterministic kernels (``torch.use_deterministic_algorithms``; an operation without a

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from drlmpi.device.determinism import PRECISION_LABELS
+
 UNKNOWN_ORDER = 1000  # sort key of a topology that declares none
 
 
@@ -98,10 +100,6 @@ def topology_info(name: str, summary: dict[str, Any] | None, config: dict[str, A
     return TopologyInfo(label=label if isinstance(label, str) and label else name,
                         order=order if isinstance(order, int) else UNKNOWN_ORDER,
                         paper=paper if isinstance(paper, str) and paper else None)
-
-
-#: ``run.matmul_precision`` in a device run's label (``highest``, the default, adds nothing)
-PRECISION_LABELS = {"high": "tf32", "medium": "bf16"}
 
 
 def algo_label(name: Any, device: Any, updates: Any = None, capture: Any = None,
