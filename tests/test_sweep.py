@@ -264,6 +264,8 @@ PRESETS = {
     "ppo_breakout_16": (["device=cpu"], 1, 1, {}, 1),  # one central run of 16 ranks, not a sweep
     "soak_async": ([], 1, 1, {}, 1),  # one job of 9 ranks, checked by the report (test_report_checks)
     "td3_mujoco": (["seed=0"], 2, 2, {}, 6),  # HalfCheetah and Hopper x 3 seeds, star on 8 ranks
+    "dqn_lunarlander_ttt": (["seed=0"], 2, 2, {}, 6),  # sequential and star 16 x 3 seeds
+    "td3_halfcheetah_ttt": (["seed=0"], 2, 2, {}, 6),  # sequential and star 8 x 3 seeds
     "topology_throughput": (["env.sim_cost_ms=5", "world_size=1,16"], 16, 10,
                             {"topology=sequential needs exactly 1 rank": 2,
                              "topology=star needs at least 2 ranks": 2,
@@ -278,6 +280,31 @@ COVERED_ELSEWHERE = {"tune_dqn_cartpole": "tests/test_tune.py runs 2 of its Optu
 def test_every_preset_is_covered():
     assert {p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml")} == set(PRESETS) | set(
         COVERED_ELSEWHERE)
+
+
+@pytest.mark.parametrize("preset", ["dqn_lunarlander_ttt", "td3_halfcheetah_ttt"])
+def test_time_to_threshold_presets_shorten_star_rounds_only(preset):
+    """Star's rounds are 64 steps a simulator in both studies; sequential keeps its default 256
+    steps between training phases (a preset's ``topology.sync_every`` would otherwise reach both),
+    and an added topology without an entry is refused by the interpolation, not run as is."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf.errors import InterpolationKeyError
+
+    from drlmpi.config.schema import group_config
+    from drlmpi.run.preflight import make_plan
+
+    def composed(*overrides):
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            return compose("config", overrides=[f"+experiment={preset}", *overrides])
+
+    star, sequential = composed("topology=star"), composed("topology=sequential")
+    assert star.topology.sync_every == 64 and star.topology.sync_unit == "steps"
+    assert sequential.topology.sync_every == group_config("topology", "sequential").sync_every == 256
+    assert (sequential.world_size, star.world_size) == (1, 16 if preset.startswith("dqn") else 8)
+    assert star.device == "auto" and star.run.stop_on_solve
+    assert make_plan(sequential, world_size=1).topology_cls.name == "sequential"
+    with pytest.raises(InterpolationKeyError):
+        _ = composed("topology=async").topology.sync_every
 
 
 def _sweep_params(preset: str) -> dict[str, list[str]]:
@@ -338,6 +365,10 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
     if preset == "td3_mujoco":  # the paper's 1M steps, evaluated every 5,000
         assert sorted(o for j in ran for o in j["overrides"] if o.startswith("env=")) == [
             "env=halfcheetah", "env=hopper"] and all(j["ranks"] == 8 for j in ran)
+    if preset.endswith("_ttt"):  # time to threshold: sequential on 1 rank against star on many
+        assert params == {"topology": ["sequential", "star"], "seed": ["0", "1", "2"]}
+        assert sorted((o, j["ranks"]) for j in ran for o in j["overrides"] if o.startswith("topology=")) == [
+            ("topology=sequential", 1), ("topology=star", 16 if preset.startswith("dqn") else 8)]
     if preset == "topology_throughput":  # the raw-stepping ceiling: algo=random beside each cell
         assert params["algo"] == ["dqn", "random"]
         assert sum("algo=random" in j["overrides"] for j in ran) == 5
