@@ -136,6 +136,24 @@ def test_validate_accepts_and_refuses():
         make_plan(_compose("topology._target_=drlmpi.topologies.nope.Nope"), world_size=1)
 
 
+def test_a_key_no_option_of_its_group_knows_is_refused_in_one_line():
+    """A typo added with ``+``/``++`` (which Hydra lets through) stops the job before any rank
+    starts, naming the nearest option; a key of another topology, as a sweep's ``++`` puts on
+    every topology of the sweep, is accepted."""
+    with pytest.raises(ConfigError, match=r"^topology\.sync_evry is not an option of any topology "
+                                          r"\(did you mean topology\.sync_every\?\), got 64$"):
+        make_plan(_compose("++topology.sync_evry=64"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^run\.max_env_step is not an option of run \(did you mean "
+                                          r"run\.max_env_steps\?\), got 100$"):
+        make_plan(_compose("+run.max_env_step=100"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^env\.sim_cost is not an option of env \(did you mean env\.sim_cost_ms"):
+        make_plan(_compose("+env.sim_cost=1"), world_size=1)
+    with pytest.raises(ConfigError, match=r"^algo\.zzz is not an option of any algo, got 1$"):
+        make_plan(_compose("+algo.zzz=1"), world_size=1)
+    plan = make_plan(_compose("++topology.utd_mode=free", "++algo.policy_delay=2"), world_size=1)
+    assert plan.topology_cls.name == "sequential"  # async's and TD3's keys, left to them
+
+
 def test_the_plan_resolves_once_and_freezes_a_copy_of_the_config():
     """``device=auto`` is resolved in the plan, never written back; what flows down is a
     read-only copy, so nothing below the plan can change what was checked."""

@@ -11,6 +11,7 @@ composed with.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,9 +24,13 @@ from drlmpi.config.schema import SCHEMA, named_scope, scope_of
 def check_config(cfg: Mapping[str, Any]) -> None:
     """Raise :class:`~drlmpi.algos.base.ConfigError` for the first value the schema refuses.
 
-    Options the schema does not know (an experiment preset's own keys, a custom algorithm's)
-    are left to their users; ``algo``/``topology`` are checked against the scope named by their
-    ``name``, when the schema has one."""
+    ``algo``/``topology`` are checked against the scope named by their ``name``, when the schema
+    has one (a custom algorithm's or topology's options are left to it). Top-level keys the
+    schema does not know (an experiment preset's own, ``world_size_by_topology``) are left to
+    their users; under ``run``, ``env``, ``algo`` and ``topology`` a key is refused when no scope
+    of its group knows it (a typo added with ``+``/``++``, which Hydra lets through), while a key
+    of another algorithm or topology is accepted (a sweep's ``++topology.utd_mode=free`` reaches
+    every topology of the sweep)."""
     from drlmpi.config.errors import ConfigError
 
     for path in ("", "run", "env", "algo", "topology"):
@@ -33,6 +38,8 @@ def check_config(cfg: Mapping[str, Any]) -> None:
         node = cfg if path == "" else cfg.get(path)
         if scope is None or node is None:
             continue
+        if path:
+            _refuse_unknown(path, scope, node)
         for key, option in scope.items():
             name = f"{path}.{key}" if path else key
             if isinstance(node, DictConfig) and key in node.keys() and OmegaConf.is_missing(node, key):
@@ -47,6 +54,23 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     if all(run.get(k) is None for k in ("max_env_steps", "max_train_seconds", "max_episodes")):
         raise ConfigError("run.max_env_steps, run.max_train_seconds and run.max_episodes are all null: "
                           "set at least one budget, got none")
+
+
+def _refuse_unknown(path: str, scope: Mapping[str, Any], node: Mapping[str, Any]) -> None:
+    """Raise for the first key of ``node`` that no scope of ``path``'s group knows."""
+    from drlmpi.config.errors import ConfigError
+
+    known = set(scope)
+    if path in ("algo", "topology"):
+        for name, other in SCHEMA.items():
+            if name.startswith(f"{path}/"):
+                known |= set(other)
+    for key in node.keys():
+        if key not in known:
+            close = difflib.get_close_matches(str(key), sorted(known), n=1)
+            hint = f" (did you mean {path}.{close[0]}?)" if close else ""
+            whose = f"of any {path}" if path in ("algo", "topology") else f"of {path}"
+            raise ConfigError(f"{path}.{key} is not an option {whose}{hint}, got {_show(node[key])}")
 
 
 def _show(value: Any) -> str:
