@@ -146,7 +146,8 @@ def test_a_key_no_option_of_its_group_knows_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^run\.max_env_step is not an option of run \(did you mean "
                                           r"run\.max_env_steps\?\), got 100$"):
         make_plan(_compose("+run.max_env_step=100"), world_size=1)
-    with pytest.raises(ConfigError, match=r"^env\.sim_cost is not an option of env \(did you mean env\.sim_cost_ms"):
+    with pytest.raises(ConfigError, match=r"^env\.sim_cost is not an option of env \(did you mean "
+                                          r"env\.sim_cost_ms"):
         make_plan(_compose("+env.sim_cost=1"), world_size=1)
     with pytest.raises(ConfigError, match=r"^algo\.zzz is not an option of any algo, got 1$"):
         make_plan(_compose("+algo.zzz=1"), world_size=1)
