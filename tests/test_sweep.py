@@ -119,6 +119,19 @@ def test_dry_run_prints_the_command_it_would_submit(tmp_path):
     assert hydra_cfg.sweeper._target_ == "hydra_plugins.drlmpi_launcher.mpi_sweeper.MPISweeper"
 
 
+def test_a_sweep_packing_gpu_learners_side_by_side_says_they_share_the_gpu():
+    """Cores are not GPUs: two or more device learners packed side by side are named in one
+    line; jobs one at a time, or a single device learner among CPU jobs, say nothing."""
+    from drlmpi.sweep.jobs import shared_gpu_note
+
+    note = shared_gpu_note(["cuda", "cpu", "cuda"], 16)
+    assert note is not None and "\n" not in note
+    assert note.startswith("sweep: 2 jobs learn on a GPU and run side by side on 16 core(s)")
+    assert "hydra.launcher.cores=null" in note
+    assert shared_gpu_note(["cuda", "cuda"], None) is None
+    assert shared_gpu_note(["cuda", "cpu", "cpu"], 16) is None
+
+
 def test_a_sweep_naming_no_sweeper_gets_drlmpis():
     """Added among the overrides (argparse wants them together), unless the command line or the
     preset's defaults pick one, or nothing is swept."""

@@ -52,7 +52,14 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
-from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
+from drlmpi.sweep.jobs import (
+    JOBS_FILE,
+    read_records,
+    read_summary,
+    recorded_overrides,
+    shared_gpu_note,
+    write_records,
+)
 from drlmpi.sweep.scheduler import (
     NO_BIND_ARGS,
     CorePool,
@@ -188,6 +195,9 @@ class MPILauncher(Launcher):
         write()
         stopped_by = None
         if queue:
+            note = shared_gpu_note([j.record.get("device", "cpu") for j in queue], self.cores)
+            if note is not None:
+                log.warning(note)
             pool = _OneAtATime() if self.cores is None else CorePool(self.cores, usable_cpus())
             log.info(f"sweep: {len(queue)} job(s) to run"
                      + (f" on {self.cores} core(s)" if self.cores is not None else ", one at a time")
@@ -231,7 +241,7 @@ class MPILauncher(Launcher):
         tag = f"[{idx + 1}/{total}] {label}"
         try:
             job.ranks = job_ranks(cfg)
-            make_plan(cfg, job.ranks)
+            job.record["device"] = str(make_plan(cfg, job.ranks).device)
         except (ConfigError, OmegaConfBaseException) as exc:  # the latter: e.g. a broken interpolation
             skip = self.invalid == "skip"
             job.record.update(status="skipped" if skip else "failed", returncode=None, reason=str(exc))
