@@ -152,7 +152,11 @@ def test_a_key_no_option_of_its_group_knows_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"^algo\.zzz is not an option of any algo, got 1$"):
         make_plan(_compose("+algo.zzz=1"), world_size=1)
     plan = make_plan(_compose("++topology.utd_mode=free", "++algo.policy_delay=2"), world_size=1)
-    assert plan.topology_cls.name == "sequential"  # async's and TD3's keys, left to them
+    assert plan.topology_cls.name == "sequential"  # async's and TD3's keys: ignored, and said so
+    assert [w for w in plan.warnings if "ignored" in w] == [
+        "algo.policy_delay is not an option of algo=dqn: ignored",
+        "topology.utd_mode is not an option of topology=sequential: ignored"]
+    assert not [w for w in make_plan(_compose(), world_size=1).warnings if "ignored" in w]
 
 
 def test_the_plan_resolves_once_and_freezes_a_copy_of_the_config():

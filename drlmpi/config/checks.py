@@ -56,6 +56,21 @@ def check_config(cfg: Mapping[str, Any]) -> None:
                           "set at least one budget, got none")
 
 
+def ignored_options(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """One line for each ``algo``/``topology`` key that another algorithm or topology takes but
+    the composed one does not (a sweep's ``++topology.utd_mode=free`` on its sequential jobs):
+    accepted by :func:`check_config`, ignored by the run, said at its start."""
+    out = []
+    for path in ("algo", "topology"):
+        scope, node = scope_of(cfg, path), cfg.get(path)
+        if scope is None or node is None:
+            continue
+        name = node.get("name")
+        out += [f"{path}.{key} is not an option of {path}={name}: ignored" for key in node.keys()
+                if key not in scope]
+    return tuple(out)
+
+
 def _refuse_unknown(path: str, scope: Mapping[str, Any], node: Mapping[str, Any]) -> None:
     """Raise for the first key of ``node`` that no scope of ``path``'s group knows."""
     from drlmpi.config.errors import ConfigError

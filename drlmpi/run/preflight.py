@@ -19,7 +19,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from drlmpi.algos.base import Algorithm
-from drlmpi.config.checks import check_config
+from drlmpi.config.checks import check_config, ignored_options
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.families import family_of
 from drlmpi.envs.make import env_make_kwargs, probe_spec
@@ -67,7 +67,8 @@ def make_plan(cfg: Any, world_size: int) -> RunPlan:
     frozen = copy.deepcopy(cfg) if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
     OmegaConf.set_readonly(frozen, True)  # nothing below the plan can change what was checked
     plan = RunPlan(cfg=frozen, world_size=world_size, algo_cls=algo_cls, topology_cls=topology_cls,
-                   spec=spec, device=device, resume_meta=resume_meta, warnings=budget_warnings(cfg),
+                   spec=spec, device=device, resume_meta=resume_meta,
+                   warnings=budget_warnings(cfg) + ignored_options(cfg),
                    job_options=job_options)
     topology_cls.check(plan)
     return plan
