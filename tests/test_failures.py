@@ -124,9 +124,10 @@ def test_star_hints_a_smaller_round_to_an_off_policy_learner(argv, ranks, rows, 
         assert hints == []
         return
     assert hints == [f"drlmpi: hint: topology=star: a round is {rows}, and an off-policy learner's data "
-                     f"lags by a round; on DQN LunarLander rounds of about 1,000 rows needed fewer env steps "
-                     f"to the threshold than larger ones (docs/results.md): topology.round_rows=960 sets "
-                     f"that size"]
+                     f"lags by a round; with rounds of 64 steps a simulator (960 rows on 16 ranks, 448 on "
+                     f"8) DQN LunarLander and TD3 HalfCheetah needed 1.05x and 0.95x the sequential run's "
+                     f"env steps to the threshold, against 1.70x and 1.2-1.4x with 256 (docs/results.md): "
+                     f"topology.sync_every=64, or topology.round_rows=960 for one size at every world size"]
 
 
 def test_a_resumed_run_says_where_it_continues(tmp_path):

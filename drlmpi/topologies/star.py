@@ -93,8 +93,10 @@ class Star(Topology):
             return ()
         return (f"topology=star: a round is {rows:,} rows ({simulators} simulator(s) x {envs} "
                 f"environment(s) x {steps} steps), and an off-policy learner's data lags by a round; "
-                f"on DQN LunarLander rounds of about 1,000 rows needed fewer env steps to the threshold "
-                f"than larger ones (docs/results.md): topology.round_rows=960 sets that size",)
+                f"with rounds of 64 steps a simulator (960 rows on 16 ranks, 448 on 8) DQN LunarLander "
+                f"and TD3 HalfCheetah needed 1.05x and 0.95x the sequential run's env steps to the "
+                f"threshold, against 1.70x and 1.2-1.4x with 256 (docs/results.md): "
+                f"topology.sync_every=64, or topology.round_rows=960 for one size at every world size",)
 
     @classmethod
     def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
