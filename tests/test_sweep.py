@@ -122,7 +122,7 @@ def test_dry_run_prints_the_command_it_would_submit(tmp_path):
 def test_a_sweep_packing_gpu_learners_side_by_side_says_they_share_the_gpu():
     """Cores are not GPUs: two or more device learners packed side by side are named in one
     line; jobs one at a time, or a single device learner among CPU jobs, say nothing."""
-    from drlmpi.sweep.jobs import shared_gpu_note
+    from drlmpi.sweep.scheduler import shared_gpu_note
 
     note = shared_gpu_note(["cuda", "cpu", "cuda"], 16)
     assert note is not None and "\n" not in note

@@ -118,6 +118,18 @@ class CorePool:
         return sorted({self.cpus[s % len(self.cpus)] for s in slots})
 
 
+def shared_gpu_note(devices: list[str], cores: int | None) -> str | None:
+    """The line a sweep logs before packing jobs whose learners run on a GPU side by side
+    (``cores`` set) - their seconds then include each other's GPU work - or ``None`` (jobs one
+    at a time, or fewer than two device learners). ``devices``: each job's resolved device."""
+    on_gpu = sum(device.startswith("cuda") for device in devices)
+    if cores is None or on_gpu < 2:
+        return None
+    return (f"sweep: {on_gpu} jobs learn on a GPU and run side by side on {cores} core(s): they share "
+            "the GPU, so their seconds include each other's work (a sequential TD3 run beside two "
+            "others ran 8-17% slower, docs/results.md); hydra.launcher.cores=null runs them one at a time")
+
+
 @dataclass
 class SweepJob:
     """One job of the sweep and what became of it."""

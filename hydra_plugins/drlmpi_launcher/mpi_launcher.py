@@ -52,14 +52,7 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
-from drlmpi.sweep.jobs import (
-    JOBS_FILE,
-    read_records,
-    read_summary,
-    recorded_overrides,
-    shared_gpu_note,
-    write_records,
-)
+from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
 from drlmpi.sweep.scheduler import (
     NO_BIND_ARGS,
     CorePool,
@@ -69,6 +62,7 @@ from drlmpi.sweep.scheduler import (
     _OneAtATime,
     mpi_flavour,
     parse_cores,
+    shared_gpu_note,
     usable_cpus,
 )
 
