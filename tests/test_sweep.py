@@ -300,28 +300,25 @@ def test_time_to_threshold_presets_shorten_star_rounds_only(preset):
     """Star's rounds are 64 steps a simulator in both studies; sequential keeps its default 256
     steps between training phases (a preset's ``topology.sync_every`` would otherwise reach both),
     and an added topology without an entry is refused by the interpolation, not run as is."""
-    from hydra import compose, initialize_config_dir
     from omegaconf.errors import InterpolationKeyError
 
     from drlmpi.config.schema import group_config
     from drlmpi.run.preflight import make_plan
 
-    def composed(*overrides):
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            return compose("config", overrides=[f"+experiment={preset}", *overrides])
-
-    star, sequential = composed("topology=star"), composed("topology=sequential")
+    star = _compose_preset(preset, "topology=star")
+    sequential = _compose_preset(preset, "topology=sequential")
     assert star.topology.sync_every == 64 and star.topology.sync_unit == "steps"
     assert sequential.topology.sync_every == group_config("topology", "sequential").sync_every == 256
     assert (sequential.world_size, star.world_size) == (1, 16 if preset.startswith("dqn") else 8)
     assert star.device == "auto" and star.run.stop_on_solve
     assert make_plan(sequential, world_size=1).topology_cls.name == "sequential"
     with pytest.raises(InterpolationKeyError):
-        _ = composed("topology=async").topology.sync_every
+        _ = _compose_preset(preset, "topology=async").topology.sync_every
 
 
-def _sweep_params(preset: str) -> dict[str, list[str]]:
-    """The preset's sweep: parameter -> its values, from its composed config."""
+def _compose_preset(preset: str, *overrides: str, hydra: bool = False):
+    """``+experiment=preset`` composed in-process with ``overrides`` (``hydra``: with Hydra's own
+    config, whose directories need the ``launch_time`` resolver)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -329,7 +326,12 @@ def _sweep_params(preset: str) -> dict[str, list[str]]:
 
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[f"+experiment={preset}"], return_hydra_config=True)
+        return compose("config", overrides=[f"+experiment={preset}", *overrides], return_hydra_config=hydra)
+
+
+def _sweep_params(preset: str) -> dict[str, list[str]]:
+    """The preset's sweep: parameter -> its values, from its composed config."""
+    cfg = _compose_preset(preset, hydra=True)
     params = cfg.hydra.sweeper.params or {}  # a one-run preset sweeps nothing
     return {key: str(value).split(",") for key, value in params.items()}
 
