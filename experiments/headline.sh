@@ -48,8 +48,9 @@
 #                    each) train at ~2,500 env steps/s each against 3,350 alone
 #   td3_variants     TD3's fused update at batch 256 with each critic layout, target pass and
 #                    matmul precision (bench.learner --stacked-critics --target-forward paired
-#                    --precision high medium: TF32 and bfloat16), DQN's at batch 64 at each
-#                    precision; writes the fastest TD3 variant's overrides to
+#                    --precision high medium: TF32 and bfloat16), DQN's at batch 64 and 128 at each
+#                    precision, one update and 8 updates a graph replay (rows 'fused x8 ...':
+#                    algo.updates_per_graph=8); writes the fastest TD3 variant's overrides to
 #                    OUT/fastest_td3.txt (for td3_ttt's arguments)
 #   td3_ttt          TD3 HalfCheetah-v5 to a greedy mean of 5,000: sequential and star on 8
 #                    ranks for SEEDS (default "0 1 2"; TTT_RUNS and STAR as for dqn_ttt, star8
@@ -160,8 +161,8 @@ td3_variants)
     python -m drlmpi.bench.learner --algo td3 --batch 256 --device cuda --modes fused --stacked-critics \
         --target-forward paired --precision high medium --kernels --seconds 2 --json "$out/bench_td3.json" \
         | tee "$out/bench_td3.txt"
-    python -m drlmpi.bench.learner --algo dqn --batch 64 --device cuda --modes fused --precision high medium --kernels \
-        --seconds 2 --json "$out/bench_dqn.json" | tee "$out/bench_dqn.txt"
+    python -m drlmpi.bench.learner --algo dqn --batch 64 128 --device cuda --modes fused --precision high medium \
+        --updates-per-graph 8 --kernels --seconds 2 --json "$out/bench_dqn.json" | tee "$out/bench_dqn.txt"
     python - "$out/bench_td3.json" > "$out/fastest_td3.txt" <<'EOF'
 import json, sys
 rows = [r for r in json.load(open(sys.argv[1]))["rows"] if r["updates_per_s"]]

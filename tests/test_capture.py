@@ -366,12 +366,14 @@ def test_capture_failing_after_a_cut_exchanges_once():
     assert float(x.sum()) == 4 * ((0 + 1) * 2 + 1) * 2
 
 
-def test_updates_per_graph_on_the_device():
-    """Four DQN updates per replay learn what one update per replay learns."""
+@pytest.mark.parametrize("mode", ["graph", "fused"])
+def test_updates_per_graph_on_the_device(mode):
+    """Four DQN updates per replay learn what one update per replay learns, captured (graph) and
+    with the compiled programs (fused) alike."""
     spec = probe_spec("CartPole-v1")
     cfg = cfg_for("dqn", target_update_every=3)
     rows = random_rows(DQN(spec, cfg, learner=False), 2000)
-    single, blocked = build(DQN, spec, cfg, "graph", rows), build(DQN, spec, cfg, "graph", rows)
+    single, blocked = build(DQN, spec, cfg, mode, rows), build(DQN, spec, cfg, mode, rows)
     blocked.updates_per_graph = 4
     for _ in range(5):
         single.run_updates(7)

@@ -236,6 +236,20 @@ def test_the_benchmark_measures_each_lowered_precision_once():
         main(["--precision", "low", "--device", "cpu"])
 
 
+def test_the_benchmark_measures_blocks_of_updates_in_each_captured_mode_asked_for():
+    """``bench.learner --updates-per-graph K``: rows ``graph xK`` and, for DQN and TD3, ``fused
+    xK`` (their lowered-precision rows follow the fused ones); ``--modes`` narrows them."""
+    from drlmpi.bench.learner import blocked_modes, build_parser
+
+    def blocked(algo, *argv):
+        return blocked_modes(build_parser().parse_args(["--updates-per-graph", "8", *argv]), algo)
+
+    assert blocked("dqn") == ["graph", "fused"] and blocked("td3") == ["graph", "fused"]
+    assert blocked("ppo") == ["graph"]
+    assert blocked("dqn", "--modes", "fused") == ["fused"]
+    assert blocked("dqn", "--modes", "eager") == []
+
+
 def test_auto_stacks_the_critics_on_cuda_only_and_a_checkpoint_keeps_its_layout(pendulum):
     """``algo.twin_critics=auto`` (the default) stacks the critics where kernels are the cost; a
     checkpoint of one layout refuses, in one line, to load into the other."""

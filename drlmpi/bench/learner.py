@@ -23,7 +23,6 @@ device synchronisation, so queued GPU work is counted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 import warnings
@@ -36,6 +35,7 @@ from omegaconf import OmegaConf
 
 from drlmpi.bench.bare import BARE
 from drlmpi.bench.kernels import device_ops_per_call
+from drlmpi.bench.table import print_table, write_json
 from drlmpi.config.schema import SCHEMA, group_config
 from drlmpi.device.determinism import CUBLAS_WORKSPACE, PRECISION_LABELS, set_deterministic
 from drlmpi.envs.spec import EnvSpec
@@ -176,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kernels", action="store_true",
                         help="also count each device row's kernels per update (drlmpi/bench/kernels.py)")
     parser.add_argument("--updates-per-graph", nargs="+", type=int, default=[],
-                        help="also measure graph mode with algo.updates_per_graph=K for each K "
-                             "(DQN, TD3; rows 'graph xK')")
+                        help="also measure each captured mode with algo.updates_per_graph=K for each K "
+                             "(DQN, TD3; rows 'graph xK', 'fused xK')")
     parser.add_argument("--obs", choices=("vector", "atari"), default="vector",
                         help="atari: 4x84x84 uint8 image observations and the Nature CNN (dqn, ppo; "
                              "no bare rows)")
@@ -283,10 +283,11 @@ def main(argv: list[str] | None = None) -> None:
                             set_deterministic(False)
                     if device == "cpu" or algo == "ppo":
                         continue
-                    for k in args.updates_per_graph:
-                        record(algo, batch, device, f"graph x{k}",
-                               lambda a=algo, b=batch, d=device, k=k: drlmpi_step(a, b, d, "graph", k,
-                                                                                  obs=args.obs),
+                    blocks = [(k, m) for k in args.updates_per_graph for m in blocked_modes(args, algo)]
+                    for k, mode in blocks:
+                        record(algo, batch, device, f"{mode} x{k}",
+                               lambda a=algo, b=batch, d=device, k=k, c=mode: drlmpi_step(a, b, d, c, k,
+                                                                                         obs=args.obs),
                                per_call=k)
     results = [(*key, rate, note) for key, (rate, note) in best.items()]
     print_table(results)
@@ -303,43 +304,16 @@ def target_forwards(args: argparse.Namespace, algo: str) -> list[str]:
     return [value for value in dict.fromkeys(wanted) if value != default]
 
 
+def blocked_modes(args: argparse.Namespace, algo: str) -> list[str]:
+    """The captured modes ``--updates-per-graph`` measures in blocks of K: graph, and fused
+    where ``algo`` has it, narrowed to ``--modes`` when given."""
+    return [m for m in ("graph", "fused") if m in modes_for("cuda", algo) and m in (args.modes or (m,))]
+
+
 def precisions_of(args: argparse.Namespace) -> list[str]:
     """The ``run.matmul_precision`` values each fused row is measured with besides ``highest``, in
     the order given, once each (``--tf32`` is ``high``)."""
     return list(dict.fromkeys([*(["high"] if args.tf32 else []), *args.precision]))
-
-
-def write_json(path: Path, results: list[tuple[str, int, str, str, float | None, str]],
-               args: dict) -> None:
-    """The table as JSON (``drlmpi.report.claims`` reads its rows: the ``bench`` kind)."""
-    rows = [{"algo": a, "batch": b, "device": d, "mode": m, "updates_per_s": r, "note": n}
-            for a, b, d, m, r, n in results]
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"rows": rows, "args": {k: str(v) for k, v in args.items()},
-                                "gpu": gpu, "torch": torch.__version__,
-                                "cpu_threads": torch.get_num_threads()}, indent=1))
-
-
-def print_table(results: list[tuple[str, int, str, str, float | None, str]]) -> None:
-    """The summary: updates/s and the ratios to the bare CPU loop and to drlmpi's CPU path."""
-    base: dict[tuple[str, int, str], float | None] = {}
-    for algo, batch, device, mode, rate, _ in results:
-        if device == "cpu":
-            base[(algo, batch, mode)] = rate
-
-    def ratio(rate: float | None, ref: float | None) -> str:
-        return "-" if not rate or not ref else f"{rate / ref:.2f}x"
-
-    width = max([8, *(len(row[3]) for row in results)])  # "drlmpi stacked", "graph det"
-    print()
-    print(f"{'algo':5} {'batch':>5} {'device':8} {'mode':{width}} {'updates/s':>10} {'vs bare cpu':>12} "
-          f"{'vs drlmpi cpu':>14}  note")
-    for algo, batch, device, mode, rate, note in results:
-        shown = "-" if rate is None else f"{rate:,.0f}"
-        print(f"{algo:5} {batch:5d} {device:8} {mode:{width}} {shown:>10} "
-              f"{ratio(rate, base.get((algo, batch, 'bare'))):>12} "
-              f"{ratio(rate, base.get((algo, batch, 'drlmpi'))):>14}  {note}")
 
 
 if __name__ == "__main__":
