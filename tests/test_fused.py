@@ -29,9 +29,10 @@ def batch_of(algo):
     return {k: v.clone() for k, v in algo.replay.sample(algo.batch_size).items()}
 
 
-def gradient_pair(group, loss_fn, inputs_eager, inputs_fused):
-    """The flat gradient and metrics of ``loss_fn`` taken eagerly, then functionally."""
-    gradient = LossGradient(group, loss_fn, "test")
+def gradient_pair(group, loss_fn, inputs_eager, inputs_fused, pair_with=None):
+    """The flat gradient and metrics of ``loss_fn`` taken eagerly, then functionally (over
+    ``group``'s buffer stacked with ``pair_with``, when given)."""
+    gradient = LossGradient(group, loss_fn, "test", pair_with=pair_with)
     metrics_eager = gradient(*inputs_eager)
     grads_eager = group.flat.grads.clone()
     gradient.fuse(compiler=uncompiled)
@@ -51,7 +52,8 @@ def test_dqn_functional_gradient_equals_eager_backward(cartpole, double_q, targe
         algo._target_flat.mul_(0.5)
     b = batch_of(algo)
     inputs = (b["obs"], b["action"], b["reward"], b["next_obs"], b["terminated"])
-    g_eager, g_fused, m_eager, m_fused = gradient_pair(algo.policy, algo.q_loss, inputs, inputs)
+    pair_with = algo._target_flat if algo.paired else None  # as the algorithm's own gradient
+    g_eager, g_fused, m_eager, m_fused = gradient_pair(algo.policy, algo.q_loss, inputs, inputs, pair_with)
     assert g_eager.abs().max() > 0
     assert torch.allclose(g_eager, g_fused, atol=1e-6, rtol=1e-5)
     for a, b_ in zip(m_eager, m_fused):

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from drlmpi.algos.encoders import network, resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
-from drlmpi.algos.gradients import LossGradient, forward, pairable, paired_forward
+from drlmpi.algos.gradients import LossGradient, forward, pairable, paired_forward, stacked_forward
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target, under
 from drlmpi.config.errors import ConfigError
@@ -71,10 +71,10 @@ class DQN(OffPolicyAlgorithm):
         self.eps_ladder = float(cfg["eps_ladder"])
         #: the fused loss evaluates the online and target networks together (``algo.target_forward``)
         self.paired = cfg["target_forward"] == "paired" and pairable(q_net)
-        self._target_params = dict(self.q_target.named_parameters())
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
-        self._gradient = LossGradient(self.policy, self.q_loss, "dqn q")
+        self._gradient = LossGradient(self.policy, self.q_loss, "dqn q",
+                                      pair_with=self._target_flat if self.paired else None)
         self.gradients = (self._gradient,)
         self._copy_target: Callable[..., None] = copy_when_due
 
@@ -131,11 +131,16 @@ class DQN(OffPolicyAlgorithm):
         network evaluates ``s`` and ``s'`` in ONE forward pass: on a GPU a second pass costs its
         kernels, a larger one nothing (its ``s'`` half only picks the next action). With
         ``algo.target_forward=paired`` (a plain MLP) the target network joins that pass too, each
-        layer one batched product for both networks (:func:`~drlmpi.algos.gradients.paired_forward`)."""
+        layer one batched product for both networks: ``params`` may hold both networks'
+        parameters already stacked, ``[2, *shape]`` each (the fused gradient's ``pair_with``:
+        :func:`~drlmpi.algos.gradients.stacked_forward`), else each pair is stacked here."""
         n = obs.shape[0]
         target_next = None
         if self.paired and params is not None:  # both networks on (s, s') in one pass
-            both = paired_forward(self.q, params, self._target_params, torch.cat((obs, next_obs)))
+            x = torch.cat((obs, next_obs))
+            stacked = next(iter(params.values())).dim() == 3  # a Linear's weight with the pair's dim
+            both = (stacked_forward(self.q, params, x) if stacked
+                    else paired_forward(self.q, params, dict(self.q_target.named_parameters()), x))
             q_now, q_next, target_next = both[0, :n], both[0, n:].detach(), both[1, n:].detach()
         elif self.double_q and params is not None:
             both = forward(self.q, params, torch.cat((obs, next_obs)))

@@ -57,12 +57,23 @@ def paired_forward(module: torch.nn.Module, first: Mapping[str, torch.Tensor],
                    x_second: torch.Tensor | None = None) -> torch.Tensor:
     """``module`` (:func:`pairable`) with two parameter sets at once: ``out[0]`` is ``module(x)``
     with ``first``, ``out[1]`` ``module(x_second)`` (default ``x``) with ``second`` (both sets map
-    the module's parameter names to tensors; both inputs have one shape).
+    the module's parameter names to tensors; both inputs have one shape): each parameter pair
+    stacked, then :func:`stacked_forward`. Gradients flow to whichever set requires them."""
+    return stacked_forward(module, {name: torch.stack((first[name], second[name])) for name in first},
+                           x, x_second)
 
-    Each linear layer is ONE batched matrix product over the two sets' stacked weights, so an
-    online and a target network cost a GPU the kernels of one network: at the batch sizes of
-    an off-policy update a matrix product's time is its launch and tiling, not its arithmetic.
-    Gradients flow to whichever set requires them (DQN, TD3: the online network)."""
+
+def stacked_forward(module: torch.nn.Module, stacked: Mapping[str, torch.Tensor], x: torch.Tensor,
+                    x_second: torch.Tensor | None = None) -> torch.Tensor:
+    """``module`` (:func:`pairable`) with two parameter sets given stacked: ``stacked`` maps each
+    parameter name to a ``[2, *shape]`` tensor; ``out[0]`` is ``module(x)`` with the first set,
+    ``out[1]`` ``module(x_second)`` (default ``x``) with the second.
+
+    Each linear layer is ONE batched matrix product over the two sets' weights, so an online
+    and a target network cost a GPU the kernels of one network: at the batch sizes of an
+    off-policy update a matrix product's time is its launch and tiling, not its arithmetic.
+    Views of one ``[2, numel]`` stack of two flat buffers (:meth:`~drlmpi.algos.params.FlatParams.views`)
+    need no copy per layer: :class:`LossGradient` with ``pair_with`` passes those."""
     if x_second is None:
         h = x.unsqueeze(0).expand(2, *x.shape).contiguous()  # a batched product copies a broadcast input
     else:
@@ -71,12 +82,11 @@ def paired_forward(module: torch.nn.Module, first: Mapping[str, torch.Tensor],
         if not isinstance(layer, torch.nn.Linear):
             h = layer(h)
             continue
-        weights = torch.stack((first[f"{index}.weight"], second[f"{index}.weight"])).transpose(1, 2)
+        weights = stacked[f"{index}.weight"].transpose(1, 2)
         if layer.bias is None:
             h = torch.bmm(h, weights)
         else:
-            bias = torch.stack((first[f"{index}.bias"], second[f"{index}.bias"])).unsqueeze(1)
-            h = torch.baddbmm(bias, h, weights)
+            h = torch.baddbmm(stacked[f"{index}.bias"].unsqueeze(1), h, weights)
     return h
 
 
@@ -89,14 +99,21 @@ class LossGradient:
             each parameter name of ``group.module`` to a view into a flat tensor (:func:`forward`
             takes either); ``metrics`` is a tuple of detached tensors returned alongside.
         name: shown in the warning if compiling fails.
+        pair_with: a second flat buffer laid out as the group's (its target network's): the
+            fused gradient then passes ``loss_fn`` views of both buffers stacked, each
+            ``[2, *shape]`` (the group's set first; :func:`stacked_forward` runs them), made by
+            ONE stacking of the two buffers where stacking each parameter pair costs a kernel
+            apiece. Only the group's set is differentiated. The eager gradient passes ``None``
+            as ever.
 
     Calling it with the inputs returns ``(loss.detach(), *metrics)``: by backward through the
     network, or after :meth:`fuse` as the compiled ``torch.func.grad`` of the loss over the flat
     buffer.
     """
 
-    def __init__(self, group: ParamGroup, loss_fn: LossFn, name: str) -> None:
-        self.group, self.loss_fn, self.name = group, loss_fn, name
+    def __init__(self, group: ParamGroup, loss_fn: LossFn, name: str,
+                 pair_with: torch.Tensor | None = None) -> None:
+        self.group, self.loss_fn, self.name, self.pair_with = group, loss_fn, name, pair_with
         self.program: Compiled | None = None
 
     def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
@@ -106,7 +123,8 @@ class LossGradient:
                                 compiler)
 
     def _flat_loss(self, flat: torch.Tensor, *inputs: Any) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        loss, metrics = self.loss_fn(self.group.flat.views(flat), *inputs)
+        both = flat if self.pair_with is None else torch.stack((flat, self.pair_with))
+        loss, metrics = self.loss_fn(self.group.flat.views(both), *inputs)
         return loss, (loss.detach(), *metrics)
 
     @property

@@ -229,8 +229,11 @@ class FlatParams:
     def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each parameter as a view into ``flat`` (a tensor laid out as :attr:`params`), keyed by
         its name in the module: what :func:`torch.func.functional_call` takes, so a loss written
-        over ``flat`` differentiates into one flat gradient."""
-        return {name: flat[offset : offset + shape.numel()].view(shape)
+        over ``flat`` differentiates into one flat gradient. Leading dimensions are kept: views
+        of a ``[2, numel]`` pair of buffers are ``[2, *shape]`` (the two parameter sets that
+        :func:`~drlmpi.algos.gradients.stacked_forward` runs at once)."""
+        lead = flat.shape[:-1]
+        return {name: flat[..., offset : offset + shape.numel()].view(*lead, *shape)
                 for name, shape, offset in self.layout}
 
     def _to_host(self, name: str, tensor: torch.Tensor) -> np.ndarray:
