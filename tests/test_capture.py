@@ -520,3 +520,19 @@ def test_rows_built_in_the_staging_buffer_reach_the_device_as_they_are():
     buffer[:] = rows
     ppo.observe(buffer)
     assert np.array_equal(ppo.store.current.rows.cpu().numpy(), rows)
+
+
+def test_the_paired_dqn_update_stacks_its_two_networks_once():
+    """The fused DQN update (``target_forward=paired``) stacks the online and target flat buffers
+    in one kernel, not one per weight and bias (six for CartPole's 256x256 MLP, as before);
+    ``bench.kernels``'s list is what ``bench.learner --kernels`` counts."""
+    from drlmpi.bench.kernels import device_ops, device_ops_per_call
+    from drlmpi.bench.learner import drlmpi_step
+
+    step = drlmpi_step("dqn", 64, "cuda", "fused")
+    for _ in range(5):
+        step()
+    ops = device_ops(step, torch.device("cuda"))
+    assert ops and all(micros >= 0 for _, micros in ops)
+    assert sum("stack" in name for name, _ in ops) <= 1, [name for name, _ in ops]
+    assert device_ops_per_call(step, torch.device("cuda")) == len(ops)

@@ -252,6 +252,18 @@ def test_the_benchmark_measures_blocks_of_updates_in_each_captured_mode_asked_fo
     assert blocked("dqn", "--modes", "eager") == []
 
 
+def test_the_kernel_list_refuses_a_machine_without_a_gpu(capsys):
+    """``python -m drlmpi.bench.kernels`` lists a GPU's kernels: without CUDA it stops in one line."""
+    from drlmpi.bench.kernels import device_ops, main
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU (tests/test_capture.py lists its kernels)")
+    with pytest.raises(SystemExit):
+        main(["--algo", "dqn"])
+    assert "needs a CUDA device" in capsys.readouterr().err
+    assert device_ops(lambda: None, torch.device("cpu")) == []
+
+
 def test_auto_stacks_the_critics_on_cuda_only_and_a_checkpoint_keeps_its_layout(pendulum):
     """``algo.twin_critics=auto`` (the default) stacks the critics where kernels are the cost; a
     checkpoint of one layout refuses, in one line, to load into the other."""

@@ -311,6 +311,8 @@ def test_time_to_threshold_presets_shorten_star_rounds_only(preset):
     assert sequential.topology.sync_every == group_config("topology", "sequential").sync_every == 256
     assert (sequential.world_size, star.world_size) == (1, 16 if preset.startswith("dqn") else 8)
     assert star.device == "auto" and star.run.stop_on_solve
+    for cfg in (star, sequential):  # as measured: 8 updates a graph replay, TF32 products
+        assert cfg.algo.updates_per_graph == 8 and cfg.run.matmul_precision == "high"
     assert make_plan(sequential, world_size=1).topology_cls.name == "sequential"
     with pytest.raises(InterpolationKeyError):
         _ = _compose_preset(preset, "topology=async").topology.sync_every
