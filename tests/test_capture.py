@@ -525,7 +525,7 @@ def test_rows_built_in_the_staging_buffer_reach_the_device_as_they_are():
 def test_the_paired_dqn_update_stacks_its_two_networks_once():
     """The fused DQN update (``target_forward=paired``) stacks the online and target flat buffers
     in one kernel, not one per weight and bias (six for CartPole's 256x256 MLP, as before);
-    ``bench.kernels``'s list is what ``bench.learner --kernels`` counts."""
+    ``bench.kernel_list``'s list is what ``bench.learner --kernels`` counts."""
     from drlmpi.bench.kernels import device_ops, device_ops_per_call
     from drlmpi.bench.learner import drlmpi_step
 

@@ -253,8 +253,9 @@ def test_the_benchmark_measures_blocks_of_updates_in_each_captured_mode_asked_fo
 
 
 def test_the_kernel_list_refuses_a_machine_without_a_gpu(capsys):
-    """``python -m drlmpi.bench.kernels`` lists a GPU's kernels: without CUDA it stops in one line."""
-    from drlmpi.bench.kernels import device_ops, main
+    """``python -m drlmpi.bench.kernel_list`` lists a GPU's kernels: without CUDA it stops in one line."""
+    from drlmpi.bench.kernel_list import main
+    from drlmpi.bench.kernels import device_ops
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU (tests/test_capture.py lists its kernels)")

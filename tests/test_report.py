@@ -450,6 +450,10 @@ def test_learner_device_is_its_own_regime(tmp_path):
     # so are lowered-precision products (run.matmul_precision), on a device only
     assert algo_label("td3", "cuda", 10, variants=["twin_critics=stacked"],
                       precision="high") == "td3[cuda,tf32,twin_critics=stacked]"
+    # and several updates a graph replay (algo.updates_per_graph), the rate of other updates
+    assert algo_label("dqn", "cuda", 10, precision="high", per_graph=8) == "dqn[cuda,tf32,x8]"
+    assert algo_label("dqn", "cuda", 10, per_graph=1) == "dqn[cuda]" == algo_label("dqn", "cuda", 10)
+    assert algo_label("dqn", "cpu", 10, per_graph=8) == "dqn"
     assert algo_label("td3", "cuda", 10, precision="highest") == "td3[cuda]"
     assert algo_label("dqn", "cpu", 10, precision="medium") == "dqn"
 

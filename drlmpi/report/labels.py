@@ -103,18 +103,20 @@ def topology_info(name: str, summary: dict[str, Any] | None, config: dict[str, A
 
 
 def algo_label(name: Any, device: Any, updates: Any = None, capture: Any = None,
-               variants: list[str] | None = None, precision: Any = None) -> str:
+               variants: list[str] | None = None, precision: Any = None, per_graph: Any = None) -> str:
     """The algorithm name, plus ``[cuda]`` (the learner's device) when it learned off the CPU (a
     regime of its own, compared with sequential on that device), or ``[cuda,graph]`` when an
     ``algo.capture`` other than ``auto`` was chosen (update paths are never averaged together),
     ``[cuda,tf32]`` (or ``bf16``) when ``run.matmul_precision`` lowered the products' precision,
-    and the algorithm's own ``variants`` (:func:`algo_variants`: ``ppo[vtrace=false]``). A run
-    that did no update (``algo=random``) has no learner to label."""
+    ``[cuda,x8]`` when ``algo.updates_per_graph`` replayed several updates a graph (the same
+    updates at another rate), and the algorithm's own ``variants`` (:func:`algo_variants`:
+    ``ppo[vtrace=false]``). A run that did no update (``algo=random``) has no learner to label."""
     device = str(device or "cpu")
     parts = []
     if device not in ("cpu", "auto", "None") and updates != 0:
         parts = [device] + ([str(capture)] if capture not in (None, "auto") else [])
         parts += [PRECISION_LABELS[precision]] if precision in PRECISION_LABELS else []
+        parts += [f"x{per_graph}"] if isinstance(per_graph, int) and per_graph > 1 else []
     parts += variants or []
     return f"{name}[{','.join(parts)}]" if parts else str(name)
 
