@@ -136,11 +136,34 @@ def test_a_bad_override_is_refused_before_anything_starts(override, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("override,scopes,message", [
+    ("topology.publish_every=0", {"topology": "star"},
+     "topology.publish_every is not an option of topology=star (async, groups take it), got 0"),
+    ("algo.updates_per_graph=8", {"algo": ("random", "dqn")},
+     "algo.updates_per_graph is not an option of algo=random (dqn, td3 take it): "
+     "++algo.updates_per_graph=... sets it for the jobs that take it, the others ignore it, got 8"),
+    ("algo.clip_range=0.1,0.2", {"algo": ("dqn", "ppo")},
+     "algo.clip_range is not an option of algo=dqn (ppo takes it): ++algo.clip_range=... sets it "
+     "for the jobs that take it, the others ignore it, got [0.1, 0.2]"),
+    ("run.max_env_step=5", {}, "run.max_env_step is not an option of run (did you mean "
+                               "run.max_env_steps?), got 5"),
+    ("algo.learning_start=10", {"algo": "dqn"}, "algo.learning_start is not an option of any algo "
+                                                "(did you mean algo.learning_starts?), got 10"),
+    ("algo.lr=-1", {"algo": ("dqn", "ppo")}, "algo.lr must be > 0, got -1"),  # each sweep's scope
+])
+def test_a_plain_key_the_chosen_scope_lacks_is_refused_in_one_line(override, scopes, message):
+    """Hydra refuses ``key=value`` for a key its config lacks in five lines; drlmpi does first,
+    in one, naming who takes the key (in a sweep over several algorithms, ``++`` adds it)."""
+    with pytest.raises(ConfigError) as info:
+        check_override(override, {"algo": "dqn", "topology": "sequential", **scopes})
+    assert str(info.value) == message
+
+
 def test_overrides_the_schema_leaves_to_hydra_pass():
     scopes = {"algo": "dqn", "topology": "star"}
     for ok in ("algo.lr=1e-3", "algo.hidden=[32,32]", "run.max_env_steps=null", "+foo=bar",
                "hydra.run.dir=x", "algo.lr=${oc.env:LR}", "algo.lr=range(1,3)", "algo=ppo",
-               "topology.publish_every=0"):  # not a star option: Hydra refuses it, not us
+               "++topology.publish_every=0", "algo._target_=my.Algo", "world_size_by_topology.star=8"):
         check_override(ok, scopes)
     check_override("algo.clip_range=-1", {"algo": None, "topology": None})  # scope unknown yet
     (lr, seven, yes, sweep, hidden) = parse(["a=1e-3", "b='7'", "c=True", "d=1,[2,3]", "e=[32,32]"])

@@ -12,7 +12,7 @@ composed with.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -101,11 +101,16 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def check_override(arg: str, scopes: Mapping[str, str | None]) -> None:
+def check_override(arg: str, scopes: Mapping[str, str | Sequence[str] | None]) -> None:
     """Check one command-line override ``key=value`` (each value of a ``a,b,c`` sweep, as Hydra's
     grammar reads it) before Hydra composes anything; ``scopes`` maps ``algo``/``topology`` to
-    the name chosen on the command line (or its default). Unknown keys, interpolations and sweep
-    functions are left to Hydra."""
+    the name chosen on the command line (or its default), or to each name of a sweep over them
+    (``None``: not known yet, an experiment preset may pick it). A value is checked against every
+    chosen scope that has the option. A plain ``run.``/``env.``/``algo.``/``topology.`` key that
+    a chosen scope lacks is refused in one line (Hydra's own refusal takes five): a typo, with a
+    "did you mean", or another algorithm's or topology's option, naming who takes it (in a
+    sweep, ``++`` sets it for the jobs that take it, the others ignore it). Interpolations and
+    sweep functions are left to Hydra."""
     from drlmpi.config.errors import ConfigError
 
     (override,) = parse([arg])
@@ -115,13 +120,43 @@ def check_override(arg: str, scopes: Mapping[str, str | None]) -> None:
         return
     path, _, leaf = key.rpartition(".")
     if path in ("algo", "topology"):
-        scope = named_scope(path, scopes.get(path))
+        names = scopes.get(path)
+        names = (names,) if isinstance(names, str) else tuple(names or ())
+        chosen = [(name, named_scope(path, name)) for name in names]
+        if any(scope is None for _, scope in chosen):  # a custom class's options are its own
+            chosen = []
+    elif path in ("", "run", "env"):
+        chosen = [(None, SCHEMA[path])]
     else:
-        scope = SCHEMA.get(path) if path in ("", "run", "env") else None
-    option = None if scope is None else scope.get(leaf)
-    if option is None or option.kind in ("map", "any"):
         return
-    for value in items:
-        problem = option.problem(value)
-        if problem is not None:
-            raise ConfigError(f"{key} {problem}, got {_show(value)}")
+    if path and chosen and not (override.is_add() or override.is_force_add()):
+        _refuse_missing(path, leaf, chosen, items)
+    for _, scope in chosen:
+        option = scope.get(leaf)
+        if option is None or option.kind in ("map", "any"):
+            continue
+        for value in items:
+            problem = option.problem(value)
+            if problem is not None:
+                raise ConfigError(f"{key} {problem}, got {_show(value)}")
+
+
+def _refuse_missing(path: str, leaf: str, chosen: list[tuple[str | None, Mapping[str, Any]]],
+                    items: list[Any]) -> None:
+    """Raise for a plain ``path.leaf=...`` that a scope of ``chosen`` (``(name, scope)``; name
+    ``None`` for ``run``/``env``) does not have: Hydra could not set it there."""
+    from drlmpi.config.errors import ConfigError
+
+    lacking = [name for name, scope in chosen if leaf not in scope]
+    if not lacking:
+        return
+    value = items[0] if len(items) == 1 else items
+    takers = sorted(name.split("/", 1)[1] for name, scope in SCHEMA.items()
+                    if name.startswith(f"{path}/") and leaf in scope)
+    if not takers:  # a typo, or run/env (one scope): no option of that name anywhere
+        _refuse_unknown(path, chosen[0][1] if path in ("run", "env") else {}, {leaf: value})
+    sweep = (f": ++{path}.{leaf}=... sets it for the jobs that take it, the others ignore it"
+             if len(lacking) < len(chosen) else "")
+    take = "takes" if len(takers) == 1 else "take"
+    raise ConfigError(f"{path}.{leaf} is not an option of {', '.join(f'{path}={n}' for n in lacking)} "
+                      f"({', '.join(takers)} {take} it){sweep}, got {_show(value)}")

@@ -11,15 +11,16 @@ from drlmpi.config.checks import check_override
 from drlmpi.config.overrides import find, parse, value_text, values
 
 
-def chosen(argv: list[str], group: str, default: str) -> str | None:
-    """The ``group=name`` the command line picks (``None`` for a sweep over several, or when an
-    experiment preset may change it)."""
+def chosen(argv: list[str], group: str, default: str) -> tuple[str, ...] | None:
+    """The ``group=name`` the command line picks, or each name of a sweep over several (``None``
+    when an experiment preset may change it, or for a sweep function Hydra expands)."""
     picked = find(argv, group)
     if picked is not None:
-        return value_text(picked)
+        names = values(picked)
+        return None if names is None else tuple(str(name) for name in names)
     if any(o.key_or_group.startswith("experiment") for o in parse(argv)):
         return None
-    return default
+    return (default,)
 
 
 def check_command_line(argv: list[str]) -> None:
