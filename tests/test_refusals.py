@@ -158,3 +158,30 @@ def test_a_refusal_under_mpiexec_ends_every_rank(tmp_path, override, ranks, mess
     assert job.stderr.count(message) == 1, job.stderr
     assert job.stderr.count("drlmpi: error") == 1 and "Traceback" not in job.stderr
 
+
+
+@pytest.mark.parametrize(("launcher", "rank", "speaks", "waits"), [
+    ("OMPI", "0", True, False), ("OMPI", "1", False, True),  # Open MPI ends the job at a failure
+    ("PMI", "0", True, False), ("PMI", "1", False, False),  # MPICH waits for every rank
+])
+def test_a_refusal_every_rank_makes_leaves_rank_0_time_to_say_it(monkeypatch, capsys, launcher, rank,
+                                                               speaks, waits):
+    """A refusal every rank makes before MPI: rank 0 says it; under Open MPI, whose launcher ends
+    every rank at the first that fails, the others wait before failing (rank 0's exit ends them),
+    or the job would end without the line (seen on an H200 host's Open MPI 4.1.6)."""
+    from drlmpi.job_control.abort import CONFIG_ERROR_GRACE_S
+    from drlmpi.run import command_line
+
+    for name in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    prefix = "OMPI_COMM_WORLD_" if launcher == "OMPI" else "PMI_"
+    monkeypatch.setenv(f"{prefix}RANK", rank)
+    monkeypatch.setenv(f"{prefix}SIZE", "2")
+    slept = []
+    monkeypatch.setattr(command_line.time, "sleep", slept.append)
+    with pytest.raises(SystemExit) as exited:
+        command_line.main(["algo.gamma=1.5"])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert said.count("drlmpi: error: algo.gamma must be in [0, 1], got 1.5") == (1 if speaks else 0)
+    assert slept == ([CONFIG_ERROR_GRACE_S] if waits else [])

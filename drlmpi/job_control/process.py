@@ -26,6 +26,12 @@ def first_process() -> bool:
     return True
 
 
+def ends_job_at_first_failure() -> bool:
+    """Whether the launcher ends every rank as soon as one exits non-zero, before MPI starts
+    (Open MPI's ``mpirun`` does; MPICH's ``mpiexec`` waits for each rank to exit on its own)."""
+    return "OMPI_COMM_WORLD_RANK" in os.environ
+
+
 def yield_when_oversubscribed() -> None:
     """Ask the MPI library to yield the core while it waits when the job's ranks fill the host,
     and to sleep when they exceed its cores (must run before MPI is initialised).

@@ -40,6 +40,7 @@ from drlmpi.job_control.abort import (
     end_job,
 )
 from drlmpi.job_control.process import (
+    ends_job_at_first_failure,
     first_process,
     set_thread_counts,
     under_mpi_launcher,
@@ -287,6 +288,11 @@ def main(argv: list[str] | None = None) -> None:
             if _is_single_run(argv):  # a live or finished run in hydra.run.dir: refused here
                 claimed = claim_run_directory(argv)
     except ConfigError as exc:
+        if launched and every_rank_refuses and not first and ends_job_at_first_failure():
+            # Every rank refuses, rank 0 alone says so: where the launcher ends the job at the
+            # first rank to fail (Open MPI), another rank must not fail before rank 0 has spoken.
+            # Rank 0's exit then ends this one; the grace only bounds a rank 0 that never speaks.
+            time.sleep(CONFIG_ERROR_GRACE_S)
         end_job(f"drlmpi: error: {exc}" if first else None, CONFIG_ERROR_EXIT,
                 abort=launched and not every_rank_refuses)
     if _is_single_run(argv):
