@@ -33,8 +33,8 @@ TOPOLOGIES = {
     "parameter_server": (3, ["topology=parameter_server"]),
     "async": (3, ["topology=async"]),  # PPO: the automatic lag bound; TD3 keeps every chunk
     "allgather": (2, ["topology=allgather"]),
-    "groups": (4, ["topology=groups"]),  # 2 x (learner + simulator), star wiring
-    "groups[async]": (4, ["topology=groups", "topology.group_wiring=async"]),
+    "groups": (4, ["topology=groups"]),  # 2 x (learner + simulator), star wiring (async wiring:
+    # the async cells' messages, and tests/test_groups.py's rows for it, exactly once)
     "central": (3, ["topology=central"]),  # PPO: 8 environments per simulator in 2 groups
     # every rank acts with its learner's own network (on a GPU learner: on the device)
     "allgather[act_device=learner]": (2, ["topology=allgather", "act_device=learner"]),
