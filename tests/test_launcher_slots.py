@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from drlmpi.sweep.scheduler import NO_BIND_ARGS, CorePool, Scheduler, SweepJob, cpu_list, parse_cores
+from drlmpi.job_control.launchers import NO_BIND_ARGS, oversubscribe_args
+from drlmpi.sweep.scheduler import CorePool, Scheduler, SweepJob, cpu_list, parse_cores
 from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher
 
 SHOW_AFFINITY = "import os, sys, time; print(sorted(os.sched_getaffinity(0))); time.sleep(float(sys.argv[1]))"
@@ -61,11 +62,18 @@ def test_cores_option():
 
 
 def test_binding_flags_only_when_packing(monkeypatch):
-    import drlmpi.sweep.scheduler as scheduler
+    import drlmpi.job_control.launchers as launchers
 
-    monkeypatch.setitem(scheduler._FLAVOURS, "mpirun", "openmpi")
+    monkeypatch.setitem(launchers._FLAVOURS, "mpirun", "openmpi")
     packed = MPILauncher(mpiexec=["mpirun"], cores=4).command(["seed=0"], 2, Path("/r"))
     assert packed[:5] == ["mpirun", "-n", "2", *NO_BIND_ARGS["openmpi"]]
+    # Open MPI refuses more ranks than slots (cores) unless told: a job wider than the machine
+    wide = len(os.sched_getaffinity(0)) + 1
+    assert MPILauncher(mpiexec=["mpirun"]).command(["seed=0"], wide, Path("/r"))[3] == "--oversubscribe"
+    assert oversubscribe_args("mpirun", 3, cpus=2) == ["--oversubscribe"]
+    assert oversubscribe_args("mpirun", 2, cpus=2) == []
+    monkeypatch.setitem(launchers._FLAVOURS, "mpiexec", "mpich")  # MPICH starts them as they are
+    assert oversubscribe_args("mpiexec", 3, cpus=2) == []
     alone = MPILauncher(mpiexec=["mpirun"]).command(["seed=0"], 2, Path("/r"))
     assert alone[:4] == ["mpirun", "-n", "2", sys.executable]
     unbound = MPILauncher(mpiexec=["mpirun"], cores=4, bind="none").command(["seed=0"], 2, Path("/r"))
@@ -194,3 +202,24 @@ def test_a_job_without_world_size_gets_the_smallest_world_its_topology_runs():
     assert job_ranks(compose(["topology=groups", "topology.learners=3"])) == 6
     assert job_ranks(compose(["topology=star"])) == 2
     assert job_ranks(compose(["topology=star", "world_size=5"])) == 5
+
+
+WRITE_SUMMARY_EXIT_1 = ("import pathlib, sys; d = pathlib.Path(sys.argv[1]); d.mkdir(parents=True, "
+                        "exist_ok=True); (d / 'summary.json').write_text('{\"stop_reason\": \"signal\"}'); "
+                        "sys.exit(1)")
+
+
+def test_a_job_whose_run_stopped_on_a_signal_says_so_whatever_its_launcher_exits_with(tmp_path):
+    """Open MPI's mpirun, signalled with its job, exits with 1 where the run exited with 4
+    (stopped with a checkpoint): the run's own summary.json, written after the job started,
+    decides; a summary left from before it started does not."""
+    fresh, stale = _job(tmp_path, 0, 1), _job(tmp_path, 1, 1)
+    fresh.cmd = [sys.executable, "-c", WRITE_SUMMARY_EXIT_1, str(fresh.run_dir)]
+    stale.run_dir.mkdir(parents=True)
+    (stale.run_dir / "summary.json").write_text('{"stop_reason": "signal"}')
+    os.utime(stale.run_dir / "summary.json", (time.time() - 60, time.time() - 60))
+    stale.cmd = [sys.executable, "-c", "import sys; sys.exit(1)"]
+    _scheduler(tmp_path, CorePool(2, [0, 1]), pin=False).run([fresh, stale])
+    assert fresh.record["returncode"] == 1 and fresh.record["status"] == "failed"
+    assert "stopped by a signal with a checkpoint" in fresh.record["reason"]
+    assert stale.record["returncode"] == 1 and "reason" not in stale.record

@@ -136,8 +136,13 @@ def test_a_refusal_is_one_line_exit_2_no_traceback(tmp_path, args, line):
 
 
 def test_world_size_is_checked_before_any_rank_starts():
-    """The plan every rank would make, made by the process that would exec mpiexec."""
+    """The plan every rank would make, made by the process that would exec mpiexec (which
+    leaves mpi4py's setting as it found it: a later import of MPI in the process initialises it)."""
+    import mpi4py
+
     from drlmpi.run.prelaunch import check_before_launch
+
+    initialize = mpi4py.rc.initialize
 
     with pytest.raises(ConfigError, match="topology=p2p needs exactly 2 ranks, but the job has 3"):
         check_before_launch(["topology=p2p", "world_size=3", "hydra.run.dir=/nonexistent"], 3)
@@ -145,6 +150,7 @@ def test_world_size_is_checked_before_any_rank_starts():
         check_before_launch(["topology=async", "run.eval_on=simulators", "world_size=3"], 3)
     check_before_launch(["topology=p2p", "world_size=2"], 2)  # a job that can run: no error
     check_before_launch(["--config-dir", "/elsewhere", "topology=p2p"], 3)  # Hydra's flags: the ranks check
+    assert mpi4py.rc.initialize == initialize
 
 
 @pytest.mark.parametrize(("override", "ranks", "message"), [

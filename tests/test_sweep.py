@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from drlmpi.job_control.launchers import NO_BIND_ARGS, mpi_flavour
 from drlmpi.run.command_line import DEFAULT_SWEEPER, _with_default_sweeper
 from tests import forked_sweeps
 from tests.mpirun import REPO
@@ -206,7 +207,8 @@ def test_a_sweep_runs_each_job_in_its_own_world_side_by_side_then_reuses_them(tm
     assert seq0["started"] < seq1["ended"] and seq1["started"] < seq0["ended"], "not side by side"
     assert {seq0["cpus"], seq1["cpus"]} == {str(c) for c in sorted(os.sched_getaffinity(0))[:2]}
     p2p = [j for key, j in jobs.items() if key[0] == "topology=p2p"]
-    assert all(j["command"][:5] == ["mpiexec", "-n", "2", "-bind-to", "none"] for j in p2p)
+    unbound = NO_BIND_ARGS[mpi_flavour("mpiexec")]  # MPICH's -bind-to, Open MPI's --bind-to
+    assert all(j["command"][:5] == ["mpiexec", "-n", "2", *unbound] for j in p2p)
     for j in p2p:  # a 2-rank job takes both cores: nothing beside it
         assert not any(o is not j and o["started"] < j["ended"] and j["started"] < o["ended"]
                        for o in jobs.values())

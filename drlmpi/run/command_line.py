@@ -127,7 +127,10 @@ def _requested_world_size(argv: list[str]) -> int | None:
 
 def _relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
     """``python -m drlmpi world_size=N`` started alone: re-execute under ``mpiexec -n N``."""
-    cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv]
+    from drlmpi.job_control.launchers import oversubscribe_args
+
+    cmd = ["mpiexec", "-n", str(ranks), *oversubscribe_args("mpiexec", ranks), sys.executable, "-m", "mpi4py",
+           "-m", "drlmpi", *argv]
     print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
     try:
         os.execvp(cmd[0], cmd)

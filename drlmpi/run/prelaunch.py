@@ -41,16 +41,18 @@ def check_before_launch(argv: list[str], ranks: int) -> None:
     if any(a.startswith("-") for a in argv):
         return  # Hydra's own flags (--config-dir, ...): the ranks compose with them and check
     import mpi4py
-
-    mpi4py.rc.initialize = False  # see the module's docstring
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     from drlmpi.config.errors import ConfigError
     from drlmpi.run.preflight import make_plan
 
+    initialize, mpi4py.rc.initialize = mpi4py.rc.initialize, False  # see the module's docstring
     try:
-        cfg = job_config(argv)
-    except (HydraException, OmegaConfBaseException) as exc:  # the ranks would fail alike
-        raise ConfigError(str(exc).strip().splitlines()[0]) from exc
-    make_plan(cfg, ranks)
+        try:
+            cfg = job_config(argv)
+        except (HydraException, OmegaConfBaseException) as exc:  # the ranks would fail alike
+            raise ConfigError(str(exc).strip().splitlines()[0]) from exc
+        make_plan(cfg, ranks)
+    finally:  # a process that goes on in-process (a test, a caller of this function) has MPI as before
+        mpi4py.rc.initialize = initialize

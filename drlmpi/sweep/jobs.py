@@ -31,6 +31,19 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
     return summary if isinstance(summary, dict) else None
 
 
+def stopped_by_signal(run_dir: Path, since: float) -> bool:
+    """Whether the run in ``run_dir`` stopped on a signal with a checkpoint, by the
+    ``summary.json`` it wrote after ``since`` (epoch seconds): what a launcher's exit code does
+    not always say (MPICH's ``mpiexec`` passes on the run's exit code 4; Open MPI's ``mpirun``,
+    signalled with its job, exits with 1)."""
+    summary = read_summary(run_dir)
+    try:
+        fresh = (run_dir / "summary.json").stat().st_mtime >= since
+    except OSError:
+        return False
+    return fresh and summary is not None and summary.get("stop_reason") == "signal"
+
+
 def recorded_overrides(run_dir: Path) -> list[str] | None:
     """The overrides a run directory was made with (``.hydra/overrides.yaml``), if known; without
     ``run.overwrite=``, which says how the run started, not what it ran."""

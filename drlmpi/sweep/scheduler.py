@@ -27,18 +27,13 @@ from typing import Any  # noqa: UP035 (OmegaConf needs typing generics)
 from hydra.core.utils import JobStatus
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
-from drlmpi.sweep.jobs import read_summary, tail
+from drlmpi.sweep.jobs import read_summary, stopped_by_signal, tail
 
 POLL_S = 0.2
 #: the signals that stop a sweep (SIGINT, Ctrl-C, interrupts it and kills its jobs at once)
 SWEEP_STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 #: seconds the running jobs of a sweep stopped by a signal get to stop with a checkpoint
 STOP_GRACE_S = 60.0
-# Launcher commands whose MPI library is asked for its flavour (to switch its own binding off).
-MPIEXEC_NAMES = ("mpiexec", "mpirun", "mpiexec.hydra", "orterun", "prterun", "mpiexec.mpich",
-                 "mpirun.mpich", "mpiexec.openmpi", "mpirun.openmpi")
-NO_BIND_ARGS = {"openmpi": ["--bind-to", "none"], "mpich": ["-bind-to", "none"]}
-
 log = logging.getLogger(__name__)
 
 
@@ -68,28 +63,6 @@ def parse_cores(cores: Any) -> int | None:
     if value < 1:
         raise ValueError(f"hydra.launcher.cores must be null, 'auto' or an integer >= 1, got {cores!r}")
     return value
-
-
-_FLAVOURS: dict[str, str] = {}
-
-
-def mpi_flavour(exe: str) -> str:
-    """``openmpi``, ``mpich`` or ``other`` for a launcher command (asks ``exe --version`` once)."""
-    if Path(exe).name not in MPIEXEC_NAMES:
-        return "other"  # srun, aprun, ...: binding is the resource manager's
-    if exe not in _FLAVOURS:
-        try:
-            out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30)
-            text = (out.stdout + out.stderr).lower()
-        except (OSError, subprocess.SubprocessError):
-            text = ""
-        if any(k in text for k in ("open mpi", "open-mpi", "openrte", "prrte")):
-            _FLAVOURS[exe] = "openmpi"
-        elif "hydra" in text or "mpich" in text:
-            _FLAVOURS[exe] = "mpich"
-        else:
-            _FLAVOURS[exe] = "other"
-    return _FLAVOURS[exe]
 
 
 class CorePool:
@@ -315,7 +288,8 @@ class Scheduler:
             return
         log_tail = tail(job.run_dir / "job.log")
         job.record.update(status="failed", log_tail=log_tail)
-        if returncode == SIGNAL_EXIT:
+        signalled = returncode > 0 and stopped_by_signal(job.run_dir, job.record["started"])
+        if returncode == SIGNAL_EXIT or signalled:  # a launcher may not pass on the run's exit code
             job.record["reason"] = ("stopped by a signal with a checkpoint: re-run the same command "
                                     "with the same hydra.sweep.dir to resume it")
             log.error(f"{tag}: {job.record['reason']}")

@@ -52,15 +52,14 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
+from drlmpi.job_control.launchers import NO_BIND_ARGS, mpi_flavour, oversubscribe_args
 from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
 from drlmpi.sweep.scheduler import (
-    NO_BIND_ARGS,
     CorePool,
     JobFailedError,
     Scheduler,
     SweepJob,
     _OneAtATime,
-    mpi_flavour,
     parse_cores,
     shared_gpu_note,
     usable_cpus,
@@ -153,9 +152,8 @@ class MPILauncher(Launcher):
 
     def command(self, overrides: list[str], ranks: int, run_dir: Path) -> list[str]:
         """The command line of one job."""
-        binding = NO_BIND_ARGS.get(mpi_flavour(self.mpiexec[0]), []) if self.pin else []
-        return [*self.mpiexec, self.ranks_flag, str(ranks), *binding, *self.extra_args, self.python,
-                "-m", "mpi4py", "-m", "drlmpi", *overrides, f"hydra.run.dir={run_dir}",
+        return [*self.mpiexec, self.ranks_flag, str(ranks), *self._flags(ranks), *self.extra_args,
+                self.python, "-m", "mpi4py", "-m", "drlmpi", *overrides, f"hydra.run.dir={run_dir}",
                 "hydra.mode=RUN"]  # a preset may set MULTIRUN: the job itself is one run
 
     def replacing(self, run_dir: Path) -> list[str]:
@@ -165,9 +163,14 @@ class MPILauncher(Launcher):
 
     def resume_command(self, ranks: int, run_dir: Path) -> list[str]:
         """The command line of a job that continues ``run_dir`` from its checkpoint."""
+        return [*self.mpiexec, self.ranks_flag, str(ranks), *self._flags(ranks), *self.extra_args,
+                self.python, "-m", "mpi4py", "-m", "drlmpi", f"resume={run_dir}", "hydra.mode=RUN"]
+
+    def _flags(self, ranks: int) -> list[str]:
+        """The launcher's own flags for a job of ``ranks``: binding off when jobs are packed side by
+        side, Open MPI's ``--oversubscribe`` when the ranks exceed the CPUs."""
         binding = NO_BIND_ARGS.get(mpi_flavour(self.mpiexec[0]), []) if self.pin else []
-        return [*self.mpiexec, self.ranks_flag, str(ranks), *binding, *self.extra_args, self.python,
-                "-m", "mpi4py", "-m", "drlmpi", f"resume={run_dir}", "hydra.mode=RUN"]
+        return [*binding, *oversubscribe_args(self.mpiexec[0], ranks)]
 
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
