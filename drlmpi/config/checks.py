@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from drlmpi.config.overrides import parse, values
-from drlmpi.config.schema import SCHEMA, named_scope, scope_of
+from drlmpi.config.schema import SCHEMA, group_scopes, named_scope, scope_of
 
 
 def check_config(cfg: Mapping[str, Any]) -> None:
@@ -77,9 +77,8 @@ def _refuse_unknown(path: str, scope: Mapping[str, Any], node: Mapping[str, Any]
 
     known = set(scope)
     if path in ("algo", "topology"):
-        for name, other in SCHEMA.items():
-            if name.startswith(f"{path}/"):
-                known |= set(other)
+        for other in group_scopes(path).values():
+            known |= set(other)
     for key in node.keys():
         if key not in known:
             close = difflib.get_close_matches(str(key), sorted(known), n=1)
@@ -151,8 +150,7 @@ def _refuse_missing(path: str, leaf: str, chosen: list[tuple[str | None, Mapping
     if not lacking:
         return
     value = items[0] if len(items) == 1 else items
-    takers = sorted(name.split("/", 1)[1] for name, scope in SCHEMA.items()
-                    if name.startswith(f"{path}/") and leaf in scope)
+    takers = sorted(name for name, scope in group_scopes(path).items() if leaf in scope)
     if not takers:  # a typo, or run/env (one scope): no option of that name anywhere
         _refuse_unknown(path, chosen[0][1] if path in ("run", "env") else {}, {leaf: value})
     sweep = (f": ++{path}.{leaf}=... sets it for the jobs that take it, the others ignore it"

@@ -282,9 +282,10 @@ def add_scope(scope: str, options: dict[str, Option]) -> None:
     _store(f"schema/{scope}", defaults(scope))
 
 
-def topology_scopes() -> list[str]:
-    """The topology scopes added so far (``topology/<name>``)."""
-    return [scope for scope in SCHEMA if scope.startswith("topology/")]
+def group_scopes(group: str) -> dict[str, dict[str, Option]]:
+    """Every scope of ``algo`` or ``topology`` added so far, by option name (``dqn``, ``star``)."""
+    return {scope.split("/", 1)[1]: options for scope, options in SCHEMA.items()
+            if scope.startswith(f"{group}/")}
 
 
 def group_config(group: str, name: str) -> DictConfig:
@@ -307,7 +308,7 @@ def scope_of(cfg: Mapping[str, Any], path: str) -> dict[str, Option] | None:
 
 def named_scope(group: str, name: Any) -> dict[str, Option] | None:
     """The scope of ``algo`` or ``topology`` option ``name`` (``None``: no scope of that name)."""
-    if group == "topology" and not topology_scopes():
+    if group == "topology" and not group_scopes("topology"):
         raise RuntimeError("no topology is registered: call drlmpi.topologies.registry.register() "
                            "before checking a config")
     return SCHEMA.get(f"{group}/{name}")

@@ -6,9 +6,10 @@ where MPICH runs it (``python -m drlmpi world_size=N`` and every sweep job).
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
+
+from drlmpi.job_control.process import usable_cpus
 
 #: launcher commands whose MPI library is asked for its flavour (``exe --version``)
 MPIEXEC_NAMES = ("mpiexec", "mpirun", "mpiexec.hydra", "orterun", "prterun", "mpiexec.mpich",
@@ -44,8 +45,5 @@ def oversubscribe_args(exe: str, ranks: int, cpus: int | None = None) -> list[st
     a job of more ranks; MPICH starts them (drlmpi's waiting ranks yield their core:
     :func:`~drlmpi.job_control.process.yield_when_oversubscribed`)."""
     if cpus is None:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except AttributeError:  # pragma: no cover (not Linux)
-            cpus = os.cpu_count() or 1
+        cpus = len(usable_cpus())
     return ["--oversubscribe"] if ranks > cpus and mpi_flavour(exe) == "openmpi" else []

@@ -17,6 +17,14 @@ def under_mpi_launcher() -> bool:
     return any(v in os.environ for v in LAUNCHER_VARIABLES)
 
 
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity; every CPU where there is none)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (not Linux)
+        return list(range(os.cpu_count() or 1))
+
+
 def first_process() -> bool:
     """Whether this process is the job's rank 0 (or a singleton), read from the launcher's
     variables before MPI starts."""
@@ -54,10 +62,7 @@ def yield_when_oversubscribed() -> None:
     local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") \
         or os.environ.get("PMI_SIZE")
     forced = os.environ.get("DRLMPI_YIELD")
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        cores = os.cpu_count() or 1
+    cores = len(usable_cpus())
     ranks = int(local) if local is not None and local.isdigit() else 1
     if forced == "1" or (forced != "0" and ranks >= cores and ranks > 1):
         os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")  # MPICH

@@ -36,9 +36,9 @@ from omegaconf import OmegaConf
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
 from drlmpi.device.determinism import apply_run_settings
+from drlmpi.job_control.process import usable_cpus
 from drlmpi.planner import LAUNCH_ENV, mpi_command
 from drlmpi.run.preflight import make_plan, resolve_classes
-from drlmpi.sweep.scheduler import usable_cpus
 from drlmpi.topologies.pace import Probe
 
 #: message latency and bandwidth assumed when no MPI launcher can run the ping-pong

@@ -36,12 +36,13 @@ def stopped_by_signal(run_dir: Path, since: float) -> bool:
     ``summary.json`` it wrote after ``since`` (epoch seconds): what a launcher's exit code does
     not always say (MPICH's ``mpiexec`` passes on the run's exit code 4; Open MPI's ``mpirun``,
     signalled with its job, exits with 1)."""
-    summary = read_summary(run_dir)
     try:
-        fresh = (run_dir / "summary.json").stat().st_mtime >= since
+        if (run_dir / "summary.json").stat().st_mtime < since:
+            return False  # an earlier run's, not this job's
     except OSError:
         return False
-    return fresh and summary is not None and summary.get("stop_reason") == "signal"
+    summary = read_summary(run_dir)
+    return summary is not None and summary.get("stop_reason") == "signal"
 
 
 def recorded_overrides(run_dir: Path) -> list[str] | None:

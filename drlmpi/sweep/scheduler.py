@@ -27,6 +27,7 @@ from typing import Any  # noqa: UP035 (OmegaConf needs typing generics)
 from hydra.core.utils import JobStatus
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
+from drlmpi.job_control.process import usable_cpus
 from drlmpi.sweep.jobs import read_summary, stopped_by_signal, tail
 
 POLL_S = 0.2
@@ -40,14 +41,6 @@ log = logging.getLogger(__name__)
 class JobFailedError(RuntimeError):
     """A job of the sweep exited non-zero (its exit code and log tail are in the message)."""
 
-
-
-def usable_cpus() -> list[int]:
-    """The CPUs this process may run on."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        return list(range(os.cpu_count() or 1))
 
 
 def parse_cores(cores: Any) -> int | None:

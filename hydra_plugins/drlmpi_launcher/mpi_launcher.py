@@ -53,6 +53,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
 from drlmpi.job_control.launchers import NO_BIND_ARGS, mpi_flavour, oversubscribe_args
+from drlmpi.job_control.process import usable_cpus
 from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
 from drlmpi.sweep.scheduler import (
     CorePool,
@@ -62,7 +63,6 @@ from drlmpi.sweep.scheduler import (
     _OneAtATime,
     parse_cores,
     shared_gpu_note,
-    usable_cpus,
 )
 
 log = logging.getLogger(__name__)
