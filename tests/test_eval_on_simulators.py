@@ -82,8 +82,11 @@ class _EvalLearner(Stopping):
         self.env_steps += rows.shape[0]
         return rows.shape[0]
 
-    def train(self) -> None:
+    def train(self, settle: bool = True) -> None:
         self.updates += 5
+
+    def settle(self) -> float:
+        return 0.0
 
     def finish(self) -> None:
         pass

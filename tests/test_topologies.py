@@ -260,8 +260,11 @@ class _RoundLearner:
     def stop_reason(self):
         return "max_env_steps" if self.rounds == 4 else None
 
-    def train(self) -> None:
+    def train(self, settle: bool = True) -> None:
         self.updates += 5
+
+    def settle(self) -> float:
+        return 0.0
 
     def finish(self) -> None:
         pass

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from drlmpi.algos.exchange import GradientExchange
+from drlmpi.algos.host_forward import MAX_HOST_ROWS
 from drlmpi.algos.params import ParamGroup
 from drlmpi.algos.training_state import TrainingState
 from drlmpi.algos.update_path import UpdatePath
@@ -231,8 +232,16 @@ class Algorithm(TrainingState, UpdatePath, ABC):
             ``actions`` ``(n_envs, action_dim)`` float32 (a discrete action as its index) and the
             extra columns ``(n_envs, sum of extra widths)`` or ``None``.
         """
-        out = self.act_tensor(self.obs_tensor(obs), explore)
-        return self.finish_act(out.float().cpu().numpy(), env_steps, explore)
+        out = self.act_host(obs) if len(obs) <= MAX_HOST_ROWS else None
+        if out is None:
+            out = self.act_tensor(self.obs_tensor(obs), explore).float().cpu().numpy()
+        return self.finish_act(out, env_steps, explore)
+
+    def act_host(self, obs: np.ndarray) -> np.ndarray | None:
+        """:meth:`act_tensor`'s output computed in numpy on the host (a plain MLP on the CPU, at
+        most ``MAX_HOST_ROWS`` observations: :mod:`drlmpi.algos.host_forward`), or ``None``: act
+        through torch."""
+        return None
 
     def act_tensor(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """The device part of :meth:`act`: one float tensor ``(n, k)`` from a batch of

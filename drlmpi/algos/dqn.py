@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from drlmpi.algos.encoders import network, resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.gradients import LossGradient, forward, pairable, paired_forward, stacked_forward
+from drlmpi.algos.host_forward import HostMLP
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target, under
 from drlmpi.config.errors import ConfigError
@@ -60,6 +61,7 @@ class DQN(OffPolicyAlgorithm):
         self.q = q_net
         self.policy = ParamGroup(q_net, cfg["lr"], cfg.get("max_grad_norm"), with_optimizer=learner)
         self.groups = {"q": self.policy}
+        self._host_q = HostMLP.of(q_net)  # on views of the flat parameters: see act_host
         self.gamma = float(cfg["gamma"])
         self.target_update_every = int(cfg["target_update_every"])
         self.tau = float(cfg["tau"])
@@ -98,6 +100,11 @@ class DQN(OffPolicyAlgorithm):
     def act_tensor(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """The greedy actions (epsilon is applied on the host: :meth:`finish_act`)."""
         return self.q(obs).argmax(dim=1, keepdim=True).float()
+
+    def act_host(self, obs: np.ndarray) -> np.ndarray | None:
+        if self._host_q is None:
+            return None
+        return self._host_q(obs).argmax(axis=1)[:, None].astype(np.float32)
 
     def row_epsilons(self, env_steps: int, rows: int) -> float | np.ndarray:
         """Epsilon for each of ``rows`` acting rows: :meth:`epsilon`, or with ``algo.eps_ladder``

@@ -34,6 +34,7 @@ from torch import nn
 from drlmpi.algos.critics import CRITICS, critic_layout
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.gradients import LossGradient, forward
+from drlmpi.algos.host_forward import HostMLP
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target, mlp, under
 from drlmpi.config.errors import ConfigError
@@ -85,6 +86,8 @@ class TD3(OffPolicyAlgorithm):
         max_grad_norm = cfg.get("max_grad_norm")
         self.policy = ParamGroup(actor, float(cfg["actor_lr"]), max_grad_norm, with_optimizer=learner)
         self.groups = {"actor": self.policy}
+        self._host_actor = HostMLP.of(actor.net)  # on views of the flat parameters: see act_host
+        self._center = ((self.high + self.low) / 2.0).astype(np.float32)
         if learner:
             #: the critics' layout, ``separate`` or ``stacked`` (``algo.twin_critics`` resolved)
             self.twin_critics = critic_layout(cfg["twin_critics"], self.device)
@@ -142,6 +145,11 @@ class TD3(OffPolicyAlgorithm):
     def act_tensor(self, obs: torch.Tensor, explore: bool) -> torch.Tensor:
         """The deterministic policy's actions (noise is added on the host: :meth:`finish_act`)."""
         return self.actor(obs)
+
+    def act_host(self, obs: np.ndarray) -> np.ndarray | None:
+        if self._host_actor is None:
+            return None
+        return self._center + self.half_range * self._host_actor(obs)
 
     def finish_act(self, out: np.ndarray, env_steps: int, explore: bool) -> tuple[np.ndarray, None]:
         if explore and env_steps < self.learning_starts:

@@ -1,6 +1,7 @@
 """Copying experience to the learner's device: :class:`Staging` moves numpy rows arriving from the
 wire to a device tensor once per chunk (through a pinned host buffer with a ``non_blocking``
-copy on CUDA, directly on the CPU); :func:`synchronize` waits for the device.
+copy on CUDA, directly on the CPU); :func:`synchronize` waits for the device; :class:`DeviceSpan`
+times queued work on it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,28 @@ def synchronize(device: torch.device) -> None:
     """Wait for the work queued on ``device`` (no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+class DeviceSpan:
+    """The device time of work queued between :meth:`begin` and :meth:`end` (CUDA events, read
+    once it is done: :meth:`seconds` waits for it). What a learner that goes on while its updates
+    run (:meth:`~drlmpi.roles.learner.Learner.train` with ``settle=False``) counts as their time."""
+
+    def __init__(self, device: torch.device) -> None:
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+        self._start.record(torch.cuda.current_stream(device))
+        self.device = device
+
+    def end(self) -> DeviceSpan:
+        self._end.record(torch.cuda.current_stream(self.device))
+        return self
+
+    def seconds(self) -> float:
+        """Wait for the span's work; its seconds on the device, from the first queued operation's
+        start to the last one's end."""
+        self._end.synchronize()
+        return self._start.elapsed_time(self._end) / 1e3
 
 
 class Staging:

@@ -73,9 +73,9 @@ def yield_when_oversubscribed() -> None:
 
 
 def set_thread_counts(threads: object) -> None:
-    """``threads_per_rank`` for the OpenMP and MKL runtimes as well as torch's intra-op pool
-    (set before torch is imported; ranks sharing a host must not each start one thread per
-    core)."""
+    """``threads_per_rank`` for the OpenMP, MKL and OpenBLAS runtimes as well as torch's intra-op
+    pool (set before torch and numpy are imported; ranks sharing a host must not each start one
+    thread per core)."""
     if isinstance(threads, int) and threads >= 1:
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(threads)

@@ -19,16 +19,14 @@ from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.data.finite import first_non_finite
 from drlmpi.device.capture import CapturedForward
+from drlmpi.device.staging import DeviceSpan
 from drlmpi.job_control.progress import PROGRESS
 from drlmpi.roles.actor import Actor, episode_stats
-from drlmpi.roles.stopping import Stopping, TrainingClock
-
-# A batch of updates records progress for the watchdog at least every this many updates
-# (rounded up to a multiple of algo.updates_per_graph), so a long batch is not one silent step.
-UPDATES_PER_PROGRESS = 32
+from drlmpi.roles.stopping import TrainingClock
+from drlmpi.roles.training import Training
 
 
-class Learner(Stopping):
+class Learner(Training):
     """Owns the learning algorithm, the job-wide counters, evaluation and the stop decision.
 
     Topologies drive it through methods only (they never assign its attributes):
@@ -93,6 +91,7 @@ class Learner(Stopping):
         self.episodes = 0
         self.pending_updates = 0
         self.learn_s = 0.0
+        self._unsettled: DeviceSpan | None = None  # updates queued by train(settle=False)
         self.next_eval = self.eval_every
         self.solved_at: dict[str, float] | None = None
         self.last_eval: float | None = None
@@ -115,6 +114,7 @@ class Learner(Stopping):
     def checkpoint_state(self, with_storage: bool = True) -> dict[str, Any]:
         """The algorithm's training state and this learner's counters, clocks and evaluation
         history (tensors and plain values only: see :mod:`drlmpi.outputs.checkpoint`)."""
+        self.settle()
         return {
             "algo": self.algo.training_state(with_storage=with_storage),
             "learner": {
@@ -217,49 +217,6 @@ class Learner(Stopping):
         del self.recent_returns[:-self.recent_window]
         if self.log is not None:
             self.log("episode", return_=episode_return, length=length, rank=source_rank)
-
-    # -- learning -----------------------------------------------------------------------------
-    def train(self, max_updates: int | None = None) -> int:
-        """Run the updates the stored data entitles (at most ``max_updates``); returns count."""
-        n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
-        self.train_exactly(n)
-        self.pending_updates -= n
-        return n
-
-    def train_free(self) -> None:
-        """One update regardless of what the data entitles (a free-running learner; the
-        algorithm must be :meth:`~drlmpi.algos.base.Algorithm.ready_to_update`)."""
-        self.train_exactly(1)
-
-    def train_exactly(self, n: int) -> None:
-        """``n`` updates (a parameter server runs as many as its workers: its exchange brings
-        their gradients in, steps and broadcasts; the algorithm's target networks follow)."""
-        if n <= 0:
-            return
-        # The batch runs in parts of UPDATES_PER_PROGRESS updates (a multiple of
-        # algo.updates_per_graph, so the updates run are the same), each of which is progress
-        # for the watchdog; gradient collectives inside them are progress of their own. Their
-        # time, less MPI, is charged to learn_s.
-        self.algo.set_progress(self.budget_used())
-        per_graph = self.algo.updates_per_graph
-        part = per_graph * -(-UPDATES_PER_PROGRESS // per_graph)
-        t0, mpi0 = time.perf_counter(), self.mpi_clock()
-        for first in range(0, n, part):
-            k = min(part, n - first)
-            PROGRESS.begin("learner updates (%d to %d of a batch of %d)", first + 1, first + k, n)
-            self.last_metrics = self.algo.run_updates(k, self.exchange)
-            PROGRESS.done()
-        PROGRESS.begin("learner updates (waiting for the device)")
-        self.algo.synchronize()  # a device queues updates: count them when they are done
-        PROGRESS.done()
-        self.learn_s += (time.perf_counter() - t0) - (self.mpi_clock() - mpi0)
-
-    def finish(self) -> None:
-        """At a budget stop, run the updates the last data entitled (as the sequential loop
-        does), so every topology does the same number of updates for the same experience.
-        After a solve they would be wasted, so they are skipped."""
-        if self.stop_reason() != "solved":
-            self.train()
 
     def finite_weights(self) -> bool:
         """Whether every parameter of every trained network is finite (one check per flat

@@ -103,6 +103,10 @@ class Stopping:
                           f"under data-parallel learners (their clocks differ); with only "
                           f"run.max_train_seconds the learning rate stays constant", stacklevel=2)
 
+    def settle(self) -> float:
+        """Wait for queued updates (:meth:`~drlmpi.roles.learner.Learner.settle`)."""
+        return 0.0
+
     # -- evaluation and stopping --------------------------------------------------------------
     def evaluation_due(self) -> bool:
         """Whether ``eval_every`` job-wide steps have passed since the last evaluation was due."""
@@ -132,6 +136,7 @@ class Stopping:
         """
         if not force and not self.evaluation_due():
             return False
+        self.settle()  # queued updates finish on the training clock, not the evaluation's
         index = self.take_evaluation()
         t0 = time.perf_counter()
         if self._eval_envs is None:

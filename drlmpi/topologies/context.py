@@ -277,6 +277,8 @@ class RunContext:
         at the same point when ``collective``, meeting over ``comm``, by default this context's).
         The time it takes is off the training clock."""
         rows = self.log.flush() if self.log is not None else None
+        if learner is not None:  # queued updates finish on the training clock, not the checkpoint's
+            learner.settle()
         start = time.perf_counter()
         with PROGRESS.paused("writing a checkpoint"):  # a large replay may take a while
             self.checkpointer.save(learner, (comm or self.comm) if collective else None,

@@ -192,7 +192,9 @@ def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None
     entitled, :meth:`~drlmpi.roles.learner.Learner.finish`); ``after_round`` runs after each
     round's training (checkpoints, progress). Each round's rows record their policy lag: the
     updates the learner ran since it sent the weights that acted (the previous round's training;
-    0 in the first round), so the summary's ``policy_lag_mean`` says how stale a round is.
+    0 in the first round), so the summary's ``policy_lag_mean`` says how stale a round is. A
+    device learner's updates run while it receives the next round's rows (it settles them once
+    the rows are in, before anything reads the weights or pauses the clock).
 
     ``simulators``: with ``run.eval_on=simulators``, how many share the evaluations (0: the
     learner evaluates). The round that stops evaluates on the learner, if one is due then.
@@ -210,6 +212,7 @@ def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None
         for source, rows in link.gather(learner.layout):
             learner.ingest(rows, source_rank=source, policy_lag=lag)
         clock.gathered(time.perf_counter() - started)
+        clock.settled(learner.settle())  # the last round's updates ran while the rows arrived
         if asked is not None:
             eval_s += receive_evaluation(learner, link, simulators, asked[1])
             asked = None
@@ -231,7 +234,7 @@ def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None
         sent_at = learner.updates
         link.send_weights(learner.policy_weights())
         started = time.perf_counter()
-        learner.train()
+        learner.train(settle=False)
         clock.trained(time.perf_counter() - started)
         after_round()
 
@@ -242,7 +245,8 @@ class RoundClock:
     the simulators collect the next round). The summary's ``topology_stats`` gets ``rounds``,
     ``first_gather_s`` (the first round, which no training overlaps), ``gather_s_median`` and
     ``train_s_median`` (the later rounds): a learner-bound job gathers in almost no time, a
-    simulator-bound one trains in less time than it gathers."""
+    simulator-bound one trains in less time than it gathers. On a device the learner gathers
+    while the last round's updates run (``gather_s`` then overlaps them)."""
 
     def __init__(self) -> None:
         self.gathers: list[float] = []
@@ -253,6 +257,12 @@ class RoundClock:
 
     def trained(self, seconds: float) -> None:
         self.trains.append(seconds)
+
+    def settled(self, device_seconds: float) -> None:
+        """The last round's updates, queued on a device (``Learner.train(settle=False)``), took
+        ``device_seconds`` there: its training time is that, or the time queueing took if longer."""
+        if self.trains:
+            self.trains[-1] = max(self.trains[-1], device_seconds)
 
     def stats(self) -> dict[str, float]:
         if not self.gathers:
