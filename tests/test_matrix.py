@@ -24,8 +24,10 @@ TINY = ["run.progress_every_s=0", "run.stop_on_solve=false", "run.eval_every=100
 PAIRS = {
     "td3": ["algo=td3", "env=pendulum", "env.id=tests.tiny_env:CueBox-v0", "algo.learning_starts=256",
             "algo.hidden=[32,32]", "algo.batch_size=32", "run.max_env_steps=1536"],
-    "ppo": ["algo=ppo", "env=cartpole", "env.id=tests.tiny_env:Cue-v0", "run.max_env_steps=4096"],
+    "ppo": ["algo=ppo", "env=cartpole", "env.id=tests.tiny_env:Cue-v0", "run.max_env_steps=3072"],
 }
+# PPO's 3072 steps (12 rollouts of 256; was 4096): every cell's last quarter returned 6.4-7.0
+# (first quarter 3.4-4.3). TD3 stays at 1536: at 1152, star's and async's were below LEARNED.
 LEARNED = 5.5
 TOPOLOGIES = {
     "p2p": (2, ["topology=p2p"]),
@@ -51,7 +53,7 @@ def test_every_sensible_cell_runs_and_learns(runs, algo, topology):
     ranks = TOPOLOGIES[topology][0]
     summary = run.summary()
     assert summary["algo"] == algo and summary["world_size"] == ranks
-    assert summary["updates"] > 0 and summary["env_steps"] >= (1536 if algo == "td3" else 4096)
+    assert summary["updates"] > 0 and summary["env_steps"] >= (1536 if algo == "td3" else 3072)
     returns = run.returns("episode")
     n = len(returns) // 4
     first, last = statistics.mean(returns[:n]), statistics.mean(returns[-n:])

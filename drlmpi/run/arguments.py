@@ -25,15 +25,23 @@ def chosen(argv: list[str], group: str, default: str) -> tuple[str, ...] | None:
 
 def check_command_line(argv: list[str]) -> None:
     """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
-    rejects (every value of a sweep). Registers every topology's options first (a plugin
-    topology that cannot be imported is refused here)."""
-    from drlmpi.topologies.registry import register
-
-    register()
+    rejects (every value of a sweep). Registers every topology's options (a plugin topology that
+    cannot be imported is refused here): before the first ``topology.`` override, else once the
+    others pass - registering imports every topology class, and with it torch (about 2 s), which
+    a refusal of any other option need not wait for."""
     scopes = {"algo": chosen(argv, "algo", "dqn"), "topology": chosen(argv, "topology", "sequential")}
     for arg in argv:
         if not arg.startswith("-"):
+            if parse([arg])[0].key_or_group.startswith("topology."):
+                _register_topologies()
             check_override(arg, scopes)
+    _register_topologies()
+
+
+def _register_topologies() -> None:
+    from drlmpi.topologies.registry import register  # imported here: it imports torch
+
+    register()
 
 
 def check_output_directories(argv: list[str]) -> None:

@@ -14,7 +14,6 @@ from drlmpi.config.options import Option, format_number
 from drlmpi.config.plugins import group_files
 from drlmpi.config.schema import SCHEMA
 from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, end_job
-from drlmpi.topologies.registry import register
 
 
 def shown_default(option: Option) -> str:
@@ -35,6 +34,8 @@ def shown_default(option: Option) -> str:
 
 def reference_table() -> str:
     """The markdown reference of every option: scope, key, allowed values, doc."""
+    from drlmpi.topologies.registry import register  # here: it imports torch (command_line imports this)
+
     register()
     lines = ["| option | default | allowed | meaning |", "|---|---|---|---|"]
     for scope, options in SCHEMA.items():
@@ -50,6 +51,8 @@ def reference_table() -> str:
 
 def help_lines() -> list[str]:
     """One line per option for ``python -m drlmpi --help``."""
+    from drlmpi.topologies.registry import register
+
     register()
     out = []
     for scope, options in SCHEMA.items():
