@@ -209,10 +209,15 @@ def learn_in_rounds(learner: Learner, link: Link, after_round: Callable[[], None
     while True:
         lag = learner.updates - sent_at
         started = time.perf_counter()
-        for source, rows in link.gather(learner.layout):
+        parts = link.gather(learner.layout)
+        waited = time.perf_counter() - started
+        # the last round's updates ran on the device while the rows arrived: settled before the
+        # rows are stored (a copy queued behind them would hold the next part's staging buffer)
+        clock.settled(learner.settle())
+        started = time.perf_counter()
+        for source, rows in parts:
             learner.ingest(rows, source_rank=source, policy_lag=lag)
-        clock.gathered(time.perf_counter() - started)
-        clock.settled(learner.settle())  # the last round's updates ran while the rows arrived
+        clock.gathered(waited + time.perf_counter() - started)
         if asked is not None:
             eval_s += receive_evaluation(learner, link, simulators, asked[1])
             asked = None
@@ -246,17 +251,21 @@ class RoundClock:
     ``first_gather_s`` (the first round, which no training overlaps), ``gather_s_median`` and
     ``train_s_median`` (the later rounds): a learner-bound job gathers in almost no time, a
     simulator-bound one trains in less time than it gathers. On a device the learner gathers
-    while the last round's updates run (``gather_s`` then overlaps them)."""
+    while the last round's updates run (``gather_s`` then overlaps them); ``queue_s_median`` is
+    the host's time in the train call (on a device, queueing the updates: near ``train_s`` when
+    the device's queue fills and the host waits for it)."""
 
     def __init__(self) -> None:
         self.gathers: list[float] = []
         self.trains: list[float] = []
+        self.queues: list[float] = []  # the host's seconds in each round's train call
 
     def gathered(self, seconds: float) -> None:
         self.gathers.append(seconds)
 
     def trained(self, seconds: float) -> None:
         self.trains.append(seconds)
+        self.queues.append(seconds)
 
     def settled(self, device_seconds: float) -> None:
         """The last round's updates, queued on a device (``Learner.train(settle=False)``), took
@@ -270,7 +279,8 @@ class RoundClock:
         later = self.gathers[1:]
         return {"rounds": len(self.gathers), "first_gather_s": round(self.gathers[0], 6),
                 "gather_s_median": round(float(np.median(later)), 6) if later else 0.0,
-                "train_s_median": round(float(np.median(self.trains)), 6) if self.trains else 0.0}
+                "train_s_median": round(float(np.median(self.trains)), 6) if self.trains else 0.0,
+                "queue_s_median": round(float(np.median(self.queues)), 6) if self.queues else 0.0}
 
 
 def receive_evaluation(learner: Learner, link: Link, simulators: int, at: Moment) -> np.ndarray:
