@@ -131,8 +131,8 @@ def plot_breakdown(groups: list[Group], path: Path) -> None:
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=7, loc="upper left")
     if overlap:
-        fig.suptitle(title + "\nbars above the dashed line: the ranks' timers overlap (they "
-                     "should not: simulate, learn and MPI wait are timed apart)", fontsize=10)
+        fig.suptitle(title + "\nbars above the dashed line: the ranks' timers overlap (MPI inside "
+                     "updates, or a device learner's updates running while it waits for rows)", fontsize=10)
     save_figure(fig, path)
 
 
