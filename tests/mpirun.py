@@ -31,6 +31,13 @@ class JobResult(RunResult):
     stderr: str = ""
 
 
+def fresh_python(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter in the repository (what a new process imports, its exit
+    code and output)."""
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def mpiexec_command(ranks: int) -> list[str]:
     """The launcher for ``ranks`` processes (none for 1 rank: MPI singleton init)."""
     if ranks == 1:

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import csv
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from drlmpi.device.determinism import CUBLAS_WORKSPACE, set_deterministic
-from tests.mpirun import REPO, run_job
+from tests.mpirun import fresh_python, run_job
 from tests.shared_runs import TINY_DQN
 from tests.test_images import IMAGE_ENV
 from tests.test_reproducible import CLOCKS, tensors
@@ -74,7 +72,7 @@ def test_leaving_it_off_never_loads_the_compiler_stack():
             "algo.load_training_state(algo.training_state())\n"
             "loaded = [m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules]\n"
             "print(algo.updates, sorted(loaded))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = fresh_python(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "1 []"
 

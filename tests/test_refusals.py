@@ -22,7 +22,7 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.run.arguments import check_command_line, check_output_directories, resume_arguments
 from drlmpi.run.preflight import make_plan
 from tests.conftest import REPO
-from tests.mpirun import run_job
+from tests.mpirun import fresh_python, run_job
 from tests.pool_worker import compose
 from tests.shared_runs import declare
 
@@ -145,7 +145,7 @@ def test_a_command_line_refusal_does_not_wait_for_torch():
             "except SystemExit as exc:\n"
             "    assert exc.code == 2, exc.code\n"
             "assert 'torch' not in sys.modules, 'the refusal imported torch'\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = fresh_python(code)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr == "drlmpi: error: algo.gamma must be in [0, 1], got 1.5\n"
 

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
 from drlmpi.outputs.checkpoint import rank_file, read_meta
-from tests.mpirun import REPO
+from tests.mpirun import fresh_python
 from tests.resume_probe import assert_restored, holders, saved_digests
 from tests.test_resume import FAST, MORE_STEPS, NEVER_REACHED, episode_rows, start
 
@@ -137,7 +136,7 @@ def test_a_second_ctrl_c_aborts_at_once(tmp_path):
             "os.kill(os.getpid(), signal.SIGINT)\n"
             "time.sleep(5)\n"
             "print('not aborted')\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = fresh_python(code)
     assert proc.returncode == 130 and proc.stdout == "asked\n", proc.stderr
     assert proc.stderr.count("stopping at the next safe point") == 1
     assert "interrupted again: aborting without a checkpoint" in proc.stderr

@@ -17,8 +17,8 @@ def synchronize(device: torch.device) -> None:
 
 
 class DeviceSpan:
-    """The device time of work queued between :meth:`begin` and :meth:`end` (CUDA events, read
-    once it is done: :meth:`seconds` waits for it). What a learner that goes on while its updates
+    """The device time of work queued between its construction and :meth:`end` (CUDA events,
+    read once it is done: :meth:`seconds` waits for it). What a learner that goes on while its updates
     run (:meth:`~drlmpi.roles.learner.Learner.train` with ``settle=False``) counts as their time."""
 
     def __init__(self, device: torch.device) -> None:

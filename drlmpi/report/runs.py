@@ -188,10 +188,8 @@ def load_run(run_dir: Path) -> Run | MissingRun:
         returns = read_returns(run_dir / "metrics.csv")
         return Run(
             path=run_dir, summary=summary, config=config, env=env, base_env=env,
-            algo=algo_label(summary.get("algo", dig(config, "algo", "name")),
-                            summary.get("device", config.get("device")), summary.get("updates"),
-                            dig(config, "algo", "capture"), algo_variants(config),
-                            dig(config, "run", "matmul_precision"), dig(config, "algo", "updates_per_graph")),
+            algo=_algo_label(summary.get("algo", dig(config, "algo", "name")),
+                             summary.get("device", config.get("device")), config, summary.get("updates")),
             topology=info.label, world_size=world_size,
             seed=summary.get("seed", config.get("seed")),
             evals=returns["eval"], order=info.order, paper=info.paper, episodes=returns["episode"],
@@ -215,15 +213,21 @@ def load_run(run_dir: Path) -> Run | MissingRun:
     return MissingRun(
         path=run_dir,
         env=env_label(what("env") or "?", dig(config, "env", "sim_cost_ms"), config.get("env")),
-        algo=algo_label(what("algo") or "?", config.get("device"), capture=dig(config, "algo", "capture"),
-                        variants=algo_variants(config), precision=dig(config, "run", "matmul_precision"),
-                        per_graph=dig(config, "algo", "updates_per_graph")),
+        algo=_algo_label(what("algo") or "?", config.get("device"), config),
         topology=topology,
         world_size=world_size,
         seed="?" if what("seed", "") is None else what("seed", ""),
         overrides=overrides, reason=reason, log_tail=log_tail(run_dir / "rank0.log"), last_eval=last,
         job_log_tail=log_tail(run_dir / JOB_LOG),
     )
+
+
+def _algo_label(name: Any, device: Any, config: dict[str, Any], updates: Any = None) -> str:
+    """:func:`algo_label` with the regimes the run's composed ``config`` chose (capture mode,
+    variants, matmul precision, updates a graph replay)."""
+    return algo_label(name, device, updates, capture=dig(config, "algo", "capture"),
+                      variants=algo_variants(config), precision=dig(config, "run", "matmul_precision"),
+                      per_graph=dig(config, "algo", "updates_per_graph"))
 
 
 def is_run_dir(path: Path) -> bool:

@@ -152,8 +152,7 @@ class MPILauncher(Launcher):
 
     def command(self, overrides: list[str], ranks: int, run_dir: Path) -> list[str]:
         """The command line of one job."""
-        return [*self.mpiexec, self.ranks_flag, str(ranks), *self._flags(ranks), *self.extra_args,
-                self.python, "-m", "mpi4py", "-m", "drlmpi", *overrides, f"hydra.run.dir={run_dir}",
+        return [*self._drlmpi(ranks), *overrides, f"hydra.run.dir={run_dir}",
                 "hydra.mode=RUN"]  # a preset may set MULTIRUN: the job itself is one run
 
     def replacing(self, run_dir: Path) -> list[str]:
@@ -163,14 +162,16 @@ class MPILauncher(Launcher):
 
     def resume_command(self, ranks: int, run_dir: Path) -> list[str]:
         """The command line of a job that continues ``run_dir`` from its checkpoint."""
-        return [*self.mpiexec, self.ranks_flag, str(ranks), *self._flags(ranks), *self.extra_args,
-                self.python, "-m", "mpi4py", "-m", "drlmpi", f"resume={run_dir}", "hydra.mode=RUN"]
+        return [*self._drlmpi(ranks), f"resume={run_dir}", "hydra.mode=RUN"]
 
-    def _flags(self, ranks: int) -> list[str]:
-        """The launcher's own flags for a job of ``ranks``: binding off when jobs are packed side by
-        side, Open MPI's ``--oversubscribe`` when the ranks exceed the CPUs."""
-        binding = NO_BIND_ARGS.get(mpi_flavour(self.mpiexec[0]), []) if self.pin else []
-        return [*binding, *oversubscribe_args(self.mpiexec[0], ranks)]
+    def _drlmpi(self, ranks: int) -> list[str]:
+        """``mpiexec -n RANKS [flags] python -m mpi4py -m drlmpi``: the launcher's own flags for a
+        job of ``ranks`` are binding off when jobs are packed side by side and Open MPI's
+        ``--oversubscribe`` when the ranks exceed the CPUs."""
+        exe = self.mpiexec[0]
+        binding = NO_BIND_ARGS.get(mpi_flavour(exe), []) if self.pin else []
+        return [*self.mpiexec, self.ranks_flag, str(ranks), *binding, *oversubscribe_args(exe, ranks),
+                *self.extra_args, self.python, "-m", "mpi4py", "-m", "drlmpi"]
 
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
