@@ -17,6 +17,9 @@ from typing import Any
 # One thread per process, as drlmpi's ranks run (threads_per_rank=1): the test process shares the
 # machine with the pool's ranks and the jobs it starts, and idle OpenMP threads spin.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The suite's jobs share the machine with each other (two workers, each starting jobs): a job
+# that pinned its ranks to "its" cores would pin them onto another job's (bind_ranks=auto).
+os.environ.setdefault("DRLMPI_BIND_RANKS", "none")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -1,5 +1,6 @@
 """This process as one rank of an MPI job, before MPI starts: whether a launcher started it, thread
-counts, and yielding the core while waiting when ranks outnumber cores.
+counts, and yielding the core while waiting when ranks outnumber cores; then, once MPI has started
+and before torch starts any thread, pinning the rank to a core of its own (``bind_ranks``).
 """
 
 from __future__ import annotations
@@ -79,3 +80,62 @@ def set_thread_counts(threads: object) -> None:
     if isinstance(threads, int) and threads >= 1:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(threads)
+
+
+#: ``bind_ranks`` values (:func:`bind_rank`)
+BIND_CHOICES = ("auto", "core", "none")
+
+
+def pinned_cpu(mode: str, local_rank: int, local_size: int, cpus: list[int]) -> int | None:
+    """The CPU a rank pins itself to under ``bind_ranks=mode`` (``None``: it stays as it is).
+
+    ``local_rank`` of ``local_size`` ranks on this host, ``cpus`` the CPUs it may use (its
+    affinity). ``core`` pins rank i to the i-th of them (wrapping when ranks outnumber them);
+    ``auto`` does so only when the host's ranks are exactly as many as those CPUs - a job that
+    has the host to itself, or its CPU list from the sweep launcher, and that no launcher bound
+    (a rank bound to one core, or to a socket, sees fewer CPUs than the job has ranks). Fewer
+    ranks than cores stay unbound: the spare cores take the learner's helper threads.
+    """
+    if mode == "none" or not cpus or (mode == "auto" and (local_size < 2 or local_size != len(cpus))):
+        return None
+    return cpus[local_rank % len(cpus)]
+
+
+def bind_rank(mode: str, comm) -> int | None:
+    """Pin this rank to one core as :func:`pinned_cpu` says (call after MPI starts, before torch
+    starts its threads: threads started later inherit the pin); returns the CPU or ``None``.
+
+    Why: a job whose ranks fill a host's cores, unbound, lets the scheduler place two busy ranks
+    on one core for a while. On a 16-core H200 host, star with 16 ranks (DQN LunarLander,
+    ``env.sim_cost_ms=1``, 25,000 steps) ran at 5,651-8,137 env steps/s unbound and
+    8,131-8,480 with a core per rank, the simulators' stepping slower in the slow runs
+    (docs/results.md, "A core per rank"). ``DRLMPI_BIND_RANKS`` (``auto`` | ``core`` |
+    ``none``) replaces ``auto`` - the test suite sets ``none``: its jobs share the machine with
+    each other - an explicit ``core`` or ``none`` wins over it. Every rank calls this (one
+    collective: the host's ranks are counted with ``MPI_Comm_split_type``).
+    """
+    if mode == "auto":
+        mode = os.environ.get("DRLMPI_BIND_RANKS") or mode
+    if mode not in BIND_CHOICES:
+        raise ValueError(f"bind_ranks must be one of {', '.join(BIND_CHOICES)}, got {mode!r}")
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        cpu = pinned_cpu(mode, local.Get_rank(), local.Get_size(), usable_cpus())
+    finally:
+        local.Free()
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    return cpu
+
+
+def cpu_list(cpus: list[int]) -> str:
+    """``cpus`` as ranges, the way ``taskset -c`` takes them: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and runs[-1][1] == cpu - 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -40,6 +40,7 @@ from drlmpi.job_control.abort import (
     end_job,
 )
 from drlmpi.job_control.process import (
+    bind_rank,
     ends_job_at_first_failure,
     first_process,
     set_thread_counts,
@@ -171,6 +172,7 @@ def _task(cfg) -> float | int:
     from mpi4py import MPI
 
     set_thread_counts(cfg.get("threads_per_rank"))
+    bind_rank(str(cfg.get("bind_ranks", "auto")), MPI.COMM_WORLD)  # before torch starts threads
     from drlmpi.config.errors import ConfigError, NonFiniteError
     from drlmpi.outputs.files import FileWriteError
     from drlmpi.run.experiment import run_experiment

@@ -15,6 +15,7 @@ import torch
 
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.device.determinism import apply_run_settings
+from drlmpi.job_control.process import cpu_list, usable_cpus
 from drlmpi.job_control.progress import PROGRESS
 from drlmpi.job_control.stop import STOP, stopped_by_signal_line
 from drlmpi.job_control.watchdog import start_watchdog
@@ -111,6 +112,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
     report.extra["mpi_wait_after_run_s"] = report.extra["mpi_wait_s"] - wait_in_run
     report.extra["mpi_wait_s"] = wait_in_run
     report.extra["host"] = socket.gethostname()  # where this rank ran
+    report.extra["cpus"] = cpu_list(usable_cpus())  # the cores it could run on (bind_ranks)
     if memory is not None:
         report.extra["rss_kib"] = memory.stop()
     if learner is not None:
