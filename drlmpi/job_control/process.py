@@ -112,12 +112,15 @@ def bind_rank(mode: str, comm) -> int | None:
     (docs/results.md, "A core per rank"). ``DRLMPI_BIND_RANKS`` (``auto`` | ``core`` |
     ``none``) replaces ``auto`` - the test suite sets ``none``: its jobs share the machine with
     each other - an explicit ``core`` or ``none`` wins over it. Every rank calls this (one
-    collective: the host's ranks are counted with ``MPI_Comm_split_type``).
+    collective unless the choice is ``none``: the host's ranks are counted with
+    ``MPI_Comm_split_type``).
     """
     if mode == "auto":
         mode = os.environ.get("DRLMPI_BIND_RANKS") or mode
     if mode not in BIND_CHOICES:
         raise ValueError(f"bind_ranks must be one of {', '.join(BIND_CHOICES)}, got {mode!r}")
+    if mode == "none":  # every rank reads the same config and environment: all return here
+        return None
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)

@@ -172,7 +172,7 @@ def _task(cfg) -> float | int:
     from mpi4py import MPI
 
     set_thread_counts(cfg.get("threads_per_rank"))
-    bind_rank(str(cfg.get("bind_ranks", "auto")), MPI.COMM_WORLD)  # before torch starts threads
+    bind_rank(str(cfg.bind_ranks), MPI.COMM_WORLD)  # before torch starts threads
     from drlmpi.config.errors import ConfigError, NonFiniteError
     from drlmpi.outputs.files import FileWriteError
     from drlmpi.run.experiment import run_experiment
