@@ -26,6 +26,12 @@
 #                    first round are a small part of the run (RANKS, DEVICE and MPIEXEC_LIST, the
 #                    launcher as a Hydra list, for a smaller check elsewhere; reports in
 #                    paired/report and separate/report)
+#   bind             star on RANKS (default 16) ranks over STEPS (default 25,000) env steps of DQN
+#                    LunarLander (env.sim_cost_ms=1, rounds of 64, 8 updates a replay, TF32),
+#                    bind_ranks=none against bind_ranks=core, alternating REPEATS (default 3)
+#                    times, with the raw-stepping ceiling under each (OUT/none, OUT/core, a report
+#                    each): what pinning each rank to a core buys a job that fills the host
+#                    (docs/results/h200host_bind_ranks/bind: the same with mpirun --bind-to core)
 #   breakout_share   the raw-stepping ceiling (8 games a rank) and the ppo_breakout_16 preset,
 #                    SECONDS each (default 120), in one call: central's share of the ceiling
 #   breakout         the ppo_breakout_16 preset for SEEDS (default "0 1 2") under TOPOLOGY
@@ -133,6 +139,23 @@ fused_scaling)
     bash experiments/fused_scaling.sh "$out/runs" "$@"
     for d in $(find "$out/runs" -name summary.json -printf '%h\n'); do keep "$d"; done
     ;;
+bind)
+    thr=(+experiment=topology_throughput env.sim_cost_ms=1 run.max_env_steps="${STEPS:-25000}"
+         world_size="${RANKS:-16}" hydra.launcher.mpiexec="${MPIEXEC_LIST:-[mpirun,--oversubscribe,--bind-to,none]}")
+    star=(device="${DEVICE:-cuda}" algo=dqn topology=star topology.sync_every=64 algo.updates_per_graph=8
+          run.matmul_precision=high)
+    for b in none core; do
+        python -m drlmpi "${thr[@]}" algo=random topology=allgather bind_ranks="$b" \
+            hydra.sweep.dir="$out/$b/ceiling" "$@" > /dev/null
+    done
+    for r in $(seq "${REPEATS:-3}"); do
+        for b in none core; do
+            python -m drlmpi "${thr[@]}" "${star[@]}" bind_ranks="$b" hydra.sweep.dir="$out/$b/star_$r" "$@" > /dev/null
+        done
+    done
+    for d in $(find "$out" -name summary.json -printf '%h\n'); do keep "$d"; done
+    for b in none core; do report "$out/$b" "$out/$b"; done
+    ;;
 breakout_share)
     s=${SECONDS_PER_RUN:-120}
     run ceiling 16 algo=random topology=allgather env=breakout env.num_envs=8 run.max_env_steps=null \
@@ -178,7 +201,7 @@ td3_ttt)
     ttt 8 "$@"
     ;;
 *)
-    echo "unknown part: $part (learner, learner_modes, steady, fused_scaling, breakout_share, breakout, dqn_ttt, td3, td3_variants, td3_ttt)" >&2
+    echo "unknown part: $part (learner, learner_modes, steady, fused_scaling, bind, breakout_share, breakout, dqn_ttt, td3, td3_variants, td3_ttt)" >&2
     exit 2
     ;;
 esac
