@@ -47,6 +47,8 @@ def plugin(monkeypatch):
         sys.path.remove(str(PLUGINS))
 
 
+# A report panel with nothing drawn (no evaluation) shows no empty legend: matplotlib warned
+@pytest.mark.filterwarnings("error:No artists with labels:UserWarning")
 def test_a_plugin_topology_is_checked_run_planned_and_reported(plugin, tmp_path):
     # Its options are the schema's: its own defaults and types, its YAML file's values.
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

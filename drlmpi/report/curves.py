@@ -71,7 +71,8 @@ def _return_panels(groups: list[Group], path: Path, title: str, xlabel: str, yla
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        if ax.get_legend_handles_labels()[0]:  # a panel with nothing drawn has no legend to show
+            ax.legend(fontsize=7, loc="best")
     save_figure(fig, path)
 
 
@@ -148,6 +149,7 @@ def plot_training_metric(groups: list[Group], metric: str, path: Path) -> None:
         ax.set_xlabel("environment steps (job-wide)")
         ax.set_ylabel(metric)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        if ax.get_legend_handles_labels()[0]:  # a panel with nothing drawn has no legend to show
+            ax.legend(fontsize=7, loc="best")
     save_figure(fig, path)
 
