@@ -1,5 +1,6 @@
 """Write ``provenance.json`` into a study's artifact folder: the command that produced it, the
-commit, the date, the machine (CPU model, cores, GPU) and the library versions.
+commit, the date, the machine (CPU model, cores, GPUs with their driver, clocks, power limit and
+MIG mode) and the library versions.
 
     python experiments/provenance.py OUT_DIR -- COMMAND...
 
@@ -56,12 +57,26 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+#: what nvidia-smi tells of each GPU beside its name: two hosts with the same GPU model ran the
+#: same DQN round 25% apart (docs/results/h200host_bind_ranks), and clocks, power limits, the
+#: driver or MIG are where such a difference shows
+GPU_FIELDS = ("driver_version", "clocks.max.sm", "clocks.max.memory", "power.limit", "mig.mode.current",
+              "pcie.link.gen.current", "memory.total")
+
+
+def _gpu_details() -> list[dict[str, str]]:
+    """One ``{field: value}`` per GPU (:data:`GPU_FIELDS`; empty without nvidia-smi)."""
+    lines = _run("nvidia-smi", f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader")
+    return [dict(zip(GPU_FIELDS, (v.strip() for v in line.split(",")), strict=False))
+            for line in lines.splitlines() if line.strip()]
+
+
 def provenance(command: list[str]) -> dict[str, object]:
     gpus = [g for g in _run("nvidia-smi", "--query-gpu=name", "--format=csv,noheader").splitlines() if g]
     return {"command": " ".join(command), "commit": _commit(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpus": gpus,
-                        "host": platform.node()},
+                        "gpu_details": _gpu_details(), "host": platform.node()},
             "versions": _versions()}
 
 
