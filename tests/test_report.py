@@ -662,3 +662,13 @@ def test_final_evaluations_sit_next_to_the_published_figure(tmp_path):
     expected = "| star(8) | 2 | 1,000,000 | 9,200 +- 200 | 9,350 +- 250 | 9,637 +- 859 (TD3 paper"
     assert expected in rows["halfcheetah"]
     assert rows["cartpole"].endswith("| 500 | 500 | - |")
+
+
+def test_runs_pinned_and_unbound_are_flagged_as_not_comparable(tmp_path):
+    root = tmp_path / "runs"
+    for seed, bind in ((0, "none"), (1, "core")):
+        run = make_run(root, f"star_{bind}", "star", 4, seed, 10.0)
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "bind_ranks": bind}))
+    text = (build_report([root], tmp_path / "out").out / "report.md").read_text()
+    assert "`bind_ranks` differs between runs - 'core': star(4) seed 1; 'none': star(4) seed 0" in text

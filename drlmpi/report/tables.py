@@ -296,6 +296,9 @@ COMPARED_SETTINGS = {
     "budget_env_steps": lambda r: r.config.get("budget_env_steps"),
     "device": lambda r: r.summary.get("device"),
     "threads_per_rank": lambda r: r.summary.get("threads_per_rank"),
+    # pinned ranks ran star 16 up to 1.5x faster than unbound ones (docs/results.md, "A core per
+    # rank"); runs from before the setting was recorded read None
+    "bind_ranks": lambda r: r.summary.get("bind_ranks"),
 }
 
 
