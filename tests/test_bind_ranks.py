@@ -28,6 +28,12 @@ def test_which_core_a_rank_takes(mode, rank, size, cpus, expected):
     assert pinned_cpu(mode, rank, size, cpus) == expected
 
 
+def test_auto_leaves_ranks_of_several_threads_unbound():
+    # threads_per_rank=2 or env.num_threads=2 on a full host: one core would serialise them
+    assert pinned_cpu("auto", 3, 16, list(range(16)), threads=2) is None
+    assert pinned_cpu("core", 3, 16, list(range(16)), threads=2) == 3  # asked for: pinned
+
+
 def test_cpu_lists_read_like_tasksets():
     assert cpu_list([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
     assert cpu_list([3]) == "3" and cpu_list([]) == ""

@@ -55,8 +55,9 @@ SCHEMA: dict[str, dict[str, Option]] = {
                            "auto", "learner", "cpu"),
         "threads_per_rank": integer(1, "torch, OpenMP and MKL threads per rank"),
         "bind_ranks": choice("auto", "pin each rank to a core of its own: auto (when a host's ranks are "
-                                   "exactly the cores they may use and no launcher bound them), core "
-                                   "(always: rank i on the i-th usable core), none",
+                                   "exactly the cores they may use, no launcher bound them and each "
+                                   "runs one thread), core (always: rank i on the i-th usable core), "
+                                   "none",
                            "auto", "core", "none"),
         "world_size": integer(None, "the number of ranks the job must have (null: any)", nullable=True),
         "budget_env_steps": integer(None, "the step budget the report judges 'budget met' by "

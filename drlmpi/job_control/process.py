@@ -86,22 +86,27 @@ def set_thread_counts(threads: object) -> None:
 BIND_CHOICES = ("auto", "core", "none")
 
 
-def pinned_cpu(mode: str, local_rank: int, local_size: int, cpus: list[int]) -> int | None:
+def pinned_cpu(mode: str, local_rank: int, local_size: int, cpus: list[int],
+               threads: int = 1) -> int | None:
     """The CPU a rank pins itself to under ``bind_ranks=mode`` (``None``: it stays as it is).
 
     ``local_rank`` of ``local_size`` ranks on this host, ``cpus`` the CPUs it may use (its
-    affinity). ``core`` pins rank i to the i-th of them (wrapping when ranks outnumber them);
-    ``auto`` does so only when the host's ranks are exactly as many as those CPUs - a job that
-    has the host to itself, or its CPU list from the sweep launcher, and that no launcher bound
-    (a rank bound to one core, or to a socket, sees fewer CPUs than the job has ranks). Fewer
-    ranks than cores stay unbound: the spare cores take the learner's helper threads.
+    affinity), ``threads`` the busy threads a rank runs (``threads_per_rank``, ALE's
+    ``env.num_threads``). ``core`` pins rank i to the i-th of them (wrapping when ranks
+    outnumber them); ``auto`` does so only when the host's ranks are exactly as many as those
+    CPUs - a job that has the host to itself, or its CPU list from the sweep launcher, and that
+    no launcher bound (a rank bound to one core, or to a socket, sees fewer CPUs than the job has
+    ranks) - and each runs one thread. Fewer ranks than cores stay unbound: the spare cores take
+    the learner's helper threads; so do ranks of several threads, which one core would serialise.
     """
-    if mode == "none" or not cpus or (mode == "auto" and (local_size < 2 or local_size != len(cpus))):
+    if mode == "none" or not cpus:
+        return None
+    if mode == "auto" and (local_size < 2 or local_size != len(cpus) or threads > 1):
         return None
     return cpus[local_rank % len(cpus)]
 
 
-def bind_rank(mode: str, comm) -> int | None:
+def bind_rank(mode: str, comm, threads: int = 1) -> int | None:
     """Pin this rank to one core as :func:`pinned_cpu` says (call after MPI starts, before torch
     starts its threads: threads started later inherit the pin); returns the CPU or ``None``.
 
@@ -125,7 +130,7 @@ def bind_rank(mode: str, comm) -> int | None:
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        cpu = pinned_cpu(mode, local.Get_rank(), local.Get_size(), usable_cpus())
+        cpu = pinned_cpu(mode, local.Get_rank(), local.Get_size(), usable_cpus(), threads)
     finally:
         local.Free()
     if cpu is not None:

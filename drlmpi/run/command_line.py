@@ -172,7 +172,8 @@ def _task(cfg) -> float | int:
     from mpi4py import MPI
 
     set_thread_counts(cfg.get("threads_per_rank"))
-    bind_rank(str(cfg.bind_ranks), MPI.COMM_WORLD)  # before torch starts threads
+    threads = max(int(cfg.threads_per_rank), int(cfg.env.num_threads))
+    bind_rank(str(cfg.bind_ranks), MPI.COMM_WORLD, threads)  # before torch starts threads
     from drlmpi.config.errors import ConfigError, NonFiniteError
     from drlmpi.outputs.files import FileWriteError
     from drlmpi.run.experiment import run_experiment
