@@ -27,7 +27,7 @@ from typing import Any  # noqa: UP035 (OmegaConf needs typing generics)
 from hydra.core.utils import JobStatus
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
-from drlmpi.job_control.process import usable_cpus
+from drlmpi.job_control.process import cpu_list, usable_cpus
 from drlmpi.sweep.jobs import read_summary, stopped_by_signal, tail
 
 POLL_S = 0.2
@@ -117,18 +117,6 @@ class SweepJob:
     log_file: Any = None
     #: the job continues its run directory from a checkpoint (it was stopped by a signal)
     resumes: bool = False
-
-
-def cpu_list(cpus: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
-    parts, start = [], None
-    for i, c in enumerate(cpus):
-        if start is None:
-            start = c
-        if i + 1 == len(cpus) or cpus[i + 1] != c + 1:
-            parts.append(str(start) if start == c else f"{start}-{c}")
-            start = None
-    return ",".join(parts)
 
 
 class Scheduler:
