@@ -89,6 +89,11 @@ run() {  # run NAME RANKS overrides...: one drlmpi job into OUT_DIR/NAME
     "${mpirun[@]}" -n "$ranks" python -m mpi4py -m drlmpi hydra.run.dir="$out/$name" "$@" 2>&1 | tail -3
     keep "$out/$name"
 }
+throughput() {  # throughput DEFAULT_STEPS: thr=(...), the topology_throughput preset's common
+                # arguments for RANKS (default 16) ranks over STEPS (else DEFAULT_STEPS) env steps
+    thr=(+experiment=topology_throughput env.sim_cost_ms=1 run.max_env_steps="${STEPS:-$1}"
+         world_size="${RANKS:-16}" hydra.launcher.mpiexec="${MPIEXEC_LIST:-[mpirun,--oversubscribe,--bind-to,none]}")
+}
 ttt() {  # ttt STAR_RANKS overrides...: per seed, sequential then star on STAR_RANKS ranks, to the
          # threshold (${common[@]} first; TTT_RUNS picks the runs, STAR adds to the star ones)
     local ranks=$1
@@ -121,9 +126,7 @@ learner_modes)
         | tee "$out/bench_det_atari.txt"
     ;;
 steady)
-    n=${RANKS:-16}
-    thr=(+experiment=topology_throughput env.sim_cost_ms=1 run.max_env_steps="${STEPS:-100000}"
-         world_size="$n" hydra.launcher.mpiexec="${MPIEXEC_LIST:-[mpirun,--oversubscribe,--bind-to,none]}")
+    throughput 100000
     dev=device=${DEVICE:-cuda}
     python -m drlmpi "${thr[@]}" algo=random topology=allgather hydra.sweep.dir="$out/ceiling" "$@"
     python -m drlmpi "${thr[@]}" "$dev" algo=dqn topology=star,async hydra.sweep.dir="$out/paired" "$@"
@@ -140,8 +143,7 @@ fused_scaling)
     for d in $(find "$out/runs" -name summary.json -printf '%h\n'); do keep "$d"; done
     ;;
 bind)
-    thr=(+experiment=topology_throughput env.sim_cost_ms=1 run.max_env_steps="${STEPS:-25000}"
-         world_size="${RANKS:-16}" hydra.launcher.mpiexec="${MPIEXEC_LIST:-[mpirun,--oversubscribe,--bind-to,none]}")
+    throughput 25000
     star=(device="${DEVICE:-cuda}" algo=dqn topology=star topology.sync_every=64 algo.updates_per_graph=8
           run.matmul_precision=high)
     for b in none core; do
