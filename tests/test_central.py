@@ -177,3 +177,82 @@ def test_one_serve_answers_each_group_with_the_actions_of_its_own_observations()
         assert np.array_equal(reply[1:], own.reshape(-1)) and own[:, 0].tolist() == actions
         assert torch.equal(torch.as_tensor(group.out), algo.act_tensor(torch.as_tensor(group.obs), True))
         assert group.version == 7 and group.extras is None
+
+
+def test_acting_beside_updates_acts_from_the_copy_last_refreshed():
+    """``topology.overlap`` (drlmpi/device/acting.py): the learner acts from a copy of its
+    policy, which follows the learning network only when refreshed (on the CPU, published by the
+    next call); a serve records the copy's update count as the version that acted, and the
+    algorithm's own network is in place again after each pass."""
+    import torch
+
+    from drlmpi.device.acting import Acting
+
+    spec = env_spec(make_env(IMAGE, episode_steps=3, noise=255))
+    cfg = group_config("algo", "ppo")
+    cfg.hidden = [16]
+    algo = PPO(spec, cfg, seed=0)
+    obs = np.stack([make_env(IMAGE, episode_steps=3, noise=255).reset(seed=s)[0] for s in range(5)])
+    net = algo.net
+
+    def logits() -> np.ndarray:  # the log-probabilities of every action: no sampling in them
+        return algo.act_tensor(algo.obs_tensor(obs), True).numpy()[:, 2:]
+
+    acting = Acting(algo, 8, "off", beside_updates=True)
+    before = logits()
+    assert np.array_equal(acting(obs, 0)[2][:, 2:], before) and acting.published_at == 0
+    with torch.no_grad():  # an update: the learning network moves, the acting copy does not
+        for p in net.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    algo.updates = 5
+    after = logits()
+    assert not np.allclose(after, before)
+    assert np.array_equal(acting(obs, 0)[2][:, 2:], before) and acting.published_at == 0
+    acting.refresh()
+    assert np.allclose(acting(obs, 0)[2][:, 2:], after) and acting.published_at == 5
+    assert algo.net is net and np.array_equal(logits(), after)
+
+    groups = [Group(1, 0, 5, 0, StepWire(algo.layout))]
+    groups[0].obs = obs
+    learner = Taking(algo)
+    learner.updates, learner.env_steps = 9, 0  # the learner's latest: the copy that acted has seen 5
+    stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0}
+    Central._serve(Replying(), groups, learner, acting, stats)
+    assert groups[0].version == 5 and np.allclose(groups[0].out[:, 2:], after)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_device_acting_beside_queued_updates_sees_only_refreshed_copies():
+    """On CUDA: updates queued on the default stream do not hold up a pass on the acting stream,
+    a refresh is published once its copy is done, and rows copied to the device on the copy
+    stream are what a kernel queued behind the updates reads."""
+    import torch
+
+    from drlmpi.device.acting import Acting
+    from drlmpi.device.staging import Staging
+
+    spec = env_spec(make_env(IMAGE, episode_steps=3, noise=255))
+    cfg = group_config("algo", "ppo")
+    cfg.hidden = [16]
+    algo = PPO(spec, cfg, device="cuda", seed=0)
+    obs = np.stack([make_env(IMAGE, episode_steps=3, noise=255).reset(seed=s)[0] for s in range(5)])
+    acting = Acting(algo, 8, "graph", beside_updates=True)
+    before = acting(obs, 0)[2][:, 2:]
+    busy = torch.randn(4096, 4096, device="cuda")
+    for _ in range(20):  # long work on the default stream, as queued updates are
+        busy = busy @ busy / 64
+    with torch.no_grad():
+        for p in algo.net.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    algo.updates = 3
+    acting.refresh()  # queued behind the long work
+    assert np.array_equal(acting(obs, 0)[2][:, 2:], before) and acting.published_at == 0
+    rows = np.random.default_rng(0).normal(size=(7, 11)).astype(np.float32)
+    staging = Staging(11, torch.device("cuda"))
+    on_device = staging.to_device(rows)
+    total = (on_device * 1).sum()  # queued behind the long work and the copy
+    torch.cuda.synchronize()
+    assert total.item() == pytest.approx(float(rows.sum()), rel=1e-5)
+    after = algo.act_tensor(algo.obs_tensor(obs), True).cpu().numpy()[:, 2:]
+    assert np.abs(after - before).max() > 1e-2  # (cuDNN's convolutions may use TF32: 1e-3 apart)
+    assert np.allclose(acting(obs, 0)[2][:, 2:], after, atol=1e-3) and acting.published_at == 3

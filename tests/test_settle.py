@@ -29,10 +29,14 @@ class StubSpan:
 
     def __init__(self, device, events: list[str]) -> None:
         self.events = events
+        self.finished = False  # what a query of its end event says (done())
 
     def end(self):
         self.events.append("queued")
         return self
+
+    def done(self) -> bool:
+        return self.finished
 
     def seconds(self) -> float:
         self.events.append("settled")
@@ -81,6 +85,23 @@ def test_an_evaluation_a_checkpoint_and_more_updates_settle_first(queued):
     learner.train_free()  # a settled update: the queued ones are settled before it runs
     assert events[3:] == ["queued", "settled", "queued", "settled"]
     assert learner.learn_s >= 3 * SPAN_S
+
+
+def test_batches_queued_ahead_wait_only_for_the_oldest_beyond_the_allowance(queued):
+    """``train(settle=False, ahead=2)`` (central acting beside its updates): a second batch is
+    queued behind the first without waiting; a third waits for the oldest only; a batch whose
+    end a query finds done is counted without waiting (``queued_batches``)."""
+    learner, events = queued
+    spans = []
+    for _ in range(3):
+        learner.pending_updates = 4
+        learner.train(4, settle=False, ahead=2)
+        spans.append(learner._unsettled[-1])
+    assert events == ["queued", "queued", "settled", "queued"] and learner.learn_s == SPAN_S
+    assert learner.queued_batches() == 2 and events[-1] == "queued", "a query never waits"
+    spans[1].finished = True
+    assert learner.queued_batches() == 1 and learner.learn_s == 2 * SPAN_S
+    assert learner.settle() == SPAN_S and learner.queued_batches() == 0
 
 
 def test_a_learner_exchanging_gradients_never_defers(queued):

@@ -69,6 +69,9 @@ class Algorithm(TrainingState, UpdatePath, ABC):
     #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured graph
     #: of that many updates); callers split a batch of updates into multiples of this.
     updates_per_graph: int = 1
+    #: the attributes holding the modules :meth:`act_tensor` reads (a learner acting beside its
+    #: updates acts from copies of them: :mod:`drlmpi.device.acting`); empty: it cannot
+    acting_modules: ClassVar[tuple[str, ...]] = ()
     #: whether :meth:`next_batch` and :meth:`learn` may be captured (device work only), and
     #: their gradients compiled too (``fusable``: ``algo.capture=fused``)
     capturable, fusable = False, False

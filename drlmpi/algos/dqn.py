@@ -43,6 +43,7 @@ class DQN(OffPolicyAlgorithm):
     """
 
     metric_names = ("loss", "q_mean")
+    acting_modules = ("q",)
     report_variants = ("eps_ladder",)  # per-environment exploration changes what is collected
     loss_metrics = ("loss",)
     takes_images = True

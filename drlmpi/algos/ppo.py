@@ -81,6 +81,7 @@ class PPO(RolloutTargets, Algorithm):
     """
 
     kind = "on_policy"
+    acting_modules = ("net",)
     capturable = True
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"

@@ -67,6 +67,7 @@ class TD3(OffPolicyAlgorithm):
     """
 
     metric_names = ("critic_loss", "actor_loss", "q_mean")
+    acting_modules = ("actor",)
     loss_metrics = ("critic_loss",)  # the actor loss is NaN until the first actor step
     report_variants = ("twin_critics",)  # the same learning, another update rate
 

@@ -285,13 +285,18 @@ class CapturedForward:
     rows are computed on stale input and dropped. Random draws inside ``fn`` come from torch's
     default CUDA generator, which every replay advances. A capture that fails warns once and every
     later call runs eagerly. ``mode="off"`` (the CPU, or no capture): ``fn`` on the batch as it is.
+    ``stream``: every pass runs on that CUDA stream (a learner acting beside its queued updates:
+    :mod:`drlmpi.device.acting`).
     """
 
     def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype,
-                 device: torch.device, max_rows: int, mode: str, name: str, warmup: int = 2) -> None:
+                 device: torch.device, max_rows: int, mode: str, name: str, warmup: int = 2,
+                 stream: torch.cuda.Stream | None = None) -> None:
         self.fn, self.shape, self.dtype, self.device = fn, tuple(shape), dtype, torch.device(device)
         self.max_rows, self.name, self.warmup = int(max_rows), name, warmup
         self.mode = mode if self.device.type == "cuda" else "off"
+        #: the CUDA stream every pass runs on (``None``: the current one)
+        self.stream = stream
         self.failure: str | None = None
         #: bucket size -> (graph, device input, device output, pinned input, pinned output)
         self.slots: dict[int, tuple[Any, ...]] = {}
@@ -302,6 +307,12 @@ class CapturedForward:
         return max(8, 1 << (int(n) - 1).bit_length())
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
+        if self.stream is None:
+            return self._call(batch)
+        with torch.cuda.stream(self.stream):
+            return self._call(batch)
+
+    def _call(self, batch: np.ndarray) -> np.ndarray:
         n = batch.shape[0]
         if self.mode != "graph" or self.failure is not None or n > self.max_rows:
             return self._eager(batch)

@@ -31,6 +31,10 @@ class DeviceSpan:
         self._end.record(torch.cuda.current_stream(self.device))
         return self
 
+    def done(self) -> bool:
+        """Whether the span's work has finished (a query: never waits)."""
+        return self._end.query()
+
     def seconds(self) -> float:
         """Wait for the span's work; its seconds on the device, from the first queued operation's
         start to the last one's end."""
@@ -52,6 +56,7 @@ class Staging:
         self.device = device
         self.pinned: torch.Tensor | None = None
         self._event: torch.cuda.Event | None = None
+        self._stream: torch.cuda.Stream | None = None  # to_device's copies (CUDA)
 
     def host_rows(self, n: int) -> np.ndarray:
         """A host array for ``n`` rows that :meth:`copy` sends as it is: on CUDA a view of the
@@ -91,7 +96,21 @@ class Staging:
         self._event.record(torch.cuda.current_stream(self.device))
 
     def to_device(self, rows: np.ndarray) -> torch.Tensor:
-        """A new ``(n, width)`` device tensor holding ``rows``."""
-        out = torch.empty((rows.shape[0], self.width), dtype=torch.float32, device=self.device)
-        self.copy(out, rows)
+        """A new ``(n, width)`` device tensor holding ``rows``. On CUDA the copy runs on a stream
+        of its own, so it does not wait behind the updates queued on the current stream (which
+        waits for the copy before any later use of the tensor): the pinned buffer is free again
+        as soon as the rows have crossed."""
+        shape = (rows.shape[0], self.width)
+        if self.device.type != "cuda" or rows.shape[0] == 0:
+            out = torch.empty(shape, dtype=torch.float32, device=self.device)
+            self.copy(out, rows)
+            return out
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        current = torch.cuda.current_stream(self.device)
+        with torch.cuda.stream(self._stream):  # allocated for the copy stream, used by the current one
+            out = torch.empty(shape, dtype=torch.float32, device=self.device)
+            self.copy(out, rows)  # records the buffer's event on the copy stream
+        current.wait_event(self._event)
+        out.record_stream(current)
         return out

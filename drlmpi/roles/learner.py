@@ -18,7 +18,7 @@ from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.data.finite import first_non_finite
-from drlmpi.device.capture import CapturedForward
+from drlmpi.device.acting import Acting, HostActing
 from drlmpi.device.staging import DeviceSpan
 from drlmpi.job_control.progress import PROGRESS
 from drlmpi.roles.actor import Actor, episode_stats
@@ -91,7 +91,7 @@ class Learner(Training):
         self.episodes = 0
         self.pending_updates = 0
         self.learn_s = 0.0
-        self._unsettled: DeviceSpan | None = None  # updates queued by train(settle=False)
+        self._unsettled: list[DeviceSpan] = []  # batches of updates queued by train(settle=False)
         self.next_eval = self.eval_every
         self.solved_at: dict[str, float] | None = None
         self.last_eval: float | None = None
@@ -260,25 +260,19 @@ class Learner(Training):
         """``n`` rows to build experience into (pinned staging rows on a device learner)."""
         return self.algo.row_buffer(n)
 
-    def acting_for_simulators(self, max_rows: int) -> Callable[[np.ndarray, int], tuple[Any, Any, Any]]:
+    def acting_for_simulators(self, max_rows: int, beside_updates: bool = False) -> Acting:
         """``act(observations, env_steps) -> (actions, extras, forward output)``: this learner
         acting for simulators that hold no policy (central inference). On a CUDA learner with
         ``algo.capture`` the forward pass is replayed from CUDA graphs (:class:`CapturedForward`),
         exploration finished on the host; an algorithm that acts on the host only acts as it does
-        (no forward output)."""
+        (no forward output). ``beside_updates``: from copies of the acting modules, on a stream of
+        their own, while updates queued by ``train(settle=False)`` run
+        (:mod:`drlmpi.device.acting`)."""
         algo = self.algo
         if type(algo).act_tensor is Algorithm.act_tensor:
-            return lambda obs, steps: (*algo.act(obs, steps, explore=True), None)
-        layout, mode = algo.layout, "graph" if algo.capture in ("graph", "fused") else "off"
-        forward = CapturedForward(lambda x: algo.act_tensor(x, True), layout.obs_shape,
-                                  torch.uint8 if layout.packed else torch.float32, algo.device, max_rows,
-                                  mode, f"{algo.config_name(algo.cfg)} act")
-
-        def act(obs: np.ndarray, steps: int) -> tuple[Any, Any, Any]:
-            out = forward(obs)
-            return (*algo.finish_act(out, steps, True), out)
-
-        return act
+            return HostActing(algo)
+        mode = "graph" if algo.capture in ("graph", "fused") else "off"
+        return Acting(algo, max_rows, mode, beside_updates=beside_updates and bool(algo.acting_modules))
 
     def extras_of(self, out: Any, obs: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
         """The extra columns (PPO: log-probabilities, values) of ``actions`` other than the ones

@@ -27,15 +27,16 @@ class Training(Stopping):
     learn_s: float
     last_metrics: Mapping[str, float]
     mpi_clock: Callable[[], float]
-    _unsettled: DeviceSpan | None
+    _unsettled: list[DeviceSpan]
 
-    def train(self, max_updates: int | None = None, settle: bool = True) -> int:
+    def train(self, max_updates: int | None = None, settle: bool = True, ahead: int = 1) -> int:
         """Run the updates the stored data entitles (at most ``max_updates``); returns count.
         ``settle=False``: on a device that queues updates, return once they are queued; the
         caller goes on (receiving the next rows) while they run and calls :meth:`settle`
-        before it needs their result."""
+        before it needs their result. ``ahead``: how many such batches may be queued at once
+        (the oldest is waited for first when more would be)."""
         n = self.pending_updates if max_updates is None else min(self.pending_updates, max_updates)
-        self.train_exactly(n, settle)
+        self.train_exactly(n, settle, ahead)
         self.pending_updates -= n
         return n
 
@@ -44,17 +45,18 @@ class Training(Stopping):
         algorithm must be :meth:`~drlmpi.algos.base.Algorithm.ready_to_update`)."""
         self.train_exactly(1)
 
-    def train_exactly(self, n: int, settle: bool = True) -> None:
+    def train_exactly(self, n: int, settle: bool = True, ahead: int = 1) -> None:
         """``n`` updates (a parameter server runs as many as its workers: its exchange brings
         their gradients in, steps and broadcasts; the algorithm's target networks follow).
-        ``settle``: see :meth:`train` (a learner exchanging gradients always settles)."""
-        self.settle()
+        ``settle``, ``ahead``: see :meth:`train` (a learner exchanging gradients always settles)."""
+        queue = not settle and self.algo.queues_updates and not self.exchange.crosses_ranks
+        self._settle_done(keep=max(0, ahead - 1) if queue and n > 0 else 0)
         if n <= 0:
             return
-        if not settle and self.algo.queues_updates and not self.exchange.crosses_ranks:
+        if queue:
             span = DeviceSpan(self.algo.device)
             self._queue(n)
-            self._unsettled = span.end()
+            self._unsettled.append(span.end())
             return
         # Their time, less MPI, is charged to learn_s.
         t0, mpi0 = time.perf_counter(), self.mpi_clock()
@@ -82,12 +84,23 @@ class Training(Stopping):
         ``learn_s`` (returns it; 0 when nothing was queued). Whatever takes time off the
         training clock (an evaluation, a checkpoint) settles first, so that the wait is not
         taken off with it."""
-        if self._unsettled is None:
-            return 0.0
-        PROGRESS.begin("learner updates (waiting for the device)")
-        seconds = self._unsettled.seconds()
-        PROGRESS.done()
-        self._unsettled = None
+        return self._settle_done(keep=0)
+
+    def queued_batches(self) -> int:
+        """Batches queued by ``train(settle=False)`` still running (the finished ones are counted
+        in ``learn_s``; never waits)."""
+        self._settle_done(keep=len(self._unsettled))
+        return len(self._unsettled)
+
+    def _settle_done(self, keep: int) -> float:
+        """Count the queued batches that are done; wait for the oldest ones until at most
+        ``keep`` are still queued. Returns the device seconds counted."""
+        seconds = 0.0
+        while self._unsettled and (len(self._unsettled) > keep or self._unsettled[0].done()):
+            if len(self._unsettled) > keep:
+                PROGRESS.begin("learner updates (waiting for the device)")
+            seconds += self._unsettled.pop(0).seconds()
+            PROGRESS.done()
         self.learn_s += seconds
         return seconds
 

@@ -35,12 +35,12 @@ topologies' simulators do, so its busy share includes it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from drlmpi.config.options import integer
+from drlmpi.config.options import choice, integer
+from drlmpi.device.acting import Acting
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.outputs.figures import fmt, percent, table
@@ -50,6 +50,10 @@ from drlmpi.topologies.central_wire import LEARNER_RANK, STEP_COLUMNS, Group, St
 from drlmpi.topologies.context import RunContext
 from drlmpi.topologies.pace import Pace, Probe, learner_side
 from drlmpi.topologies.reports import RankReport, learner_report
+
+#: batches of updates a learner acting beside them keeps queued on its device (the oldest is
+#: waited for before queueing more): bounds how far the acting copy lags behind
+QUEUED_BATCHES = 2
 
 
 class Central(Topology):
@@ -65,6 +69,12 @@ class Central(Topology):
         "max_pending_updates": integer(None, "owed updates above which the learner trains them all before "
                                              "serving again (null: twice one PPO rollout's updates, else "
                                              "twice updates_per_serve)", nullable=True),
+        "overlap": choice("auto",
+                          "act while updates run: serve from a copy of the policy on a CUDA stream of its "
+                          "own while the updates queued since run on the default one, the copy refreshed "
+                          "after each batch of them (auto: on a CUDA learner unless run.deterministic; on: "
+                          "also on the CPU, where nothing overlaps; off: wait for each batch of updates)",
+                          "auto", "on", "off"),
     }
     min_ranks = 2
     max_ranks = None
@@ -127,14 +137,16 @@ class Central(Topology):
         per_serve = int(self.cfg.updates_per_serve)
         limit = self.cfg.get("max_pending_updates")
         limit = int(limit) if limit is not None else 2 * (learner.rollout_updates() or per_serve)
-        acting = learner.acting_for_simulators(len(groups) * max(g.n for g in groups))
+        acting = learner.acting_for_simulators(len(groups) * max(g.n for g in groups),
+                                               self._overlaps(ctx, learner))
+        queue = {"settle": not acting.beside_updates, "ahead": QUEUED_BATCHES}
         after = ctx.after_round(learner)
         stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // (comm.size - 1)}
         while True:
             ready = comm.testsome(requests)
-            if not ready and learner.pending_updates > 0:  # nothing to serve: train meanwhile
-                learner.train(per_serve)
+            if not ready and learner.pending_updates > 0 and self._room(learner, queue):
+                self._train(learner, acting, per_serve, queue)  # nothing to serve: train meanwhile
                 after()
                 continue
             if not ready:
@@ -150,15 +162,38 @@ class Central(Topology):
             for i in ready:
                 requests[i] = groups[i].post(comm)
             owed = learner.pending_updates
-            learner.train(owed if owed > limit else per_serve)
+            if owed > limit or self._room(learner, queue):
+                self._train(learner, acting, owed if owed > limit else per_serve, queue)
             after()
         self._shut_down(comm, groups, requests, ready, learner, wire)
         learner.finish()
         stats["rows_per_serve"] = stats["rows_served"] / max(1, stats["serves"])
         stats["update_s"] = learner.learn_s
+        stats["overlap"] = acting.beside_updates
         report = learner_report(comm.rank, learner, role="learner+acting", stats=stats)
         report.simulate_s = stats["inference_s"]  # acting, which other topologies' simulators do
         return report
+
+    def _overlaps(self, ctx: RunContext, learner: Learner) -> bool:
+        """Whether the learner acts beside its queued updates (``topology.overlap``)."""
+        mode = str(self.cfg.overlap)
+        if mode == "auto":
+            return learner.algo.device.type == "cuda" and not bool(ctx.cfg.run.deterministic)
+        return mode == "on"
+
+    @staticmethod
+    def _room(learner: Learner, queue: dict[str, Any]) -> bool:
+        """Whether updates may be started now: always when each batch is waited for; acting
+        beside them, while fewer than ``QUEUED_BATCHES`` batches are queued (the learner goes on
+        serving rather than wait for the device)."""
+        return queue["settle"] or learner.queued_batches() < QUEUED_BATCHES
+
+    @staticmethod
+    def _train(learner: Learner, acting: Acting, n: int, queue: dict[str, Any]) -> None:
+        """``n`` of the owed updates; acting beside them, they are queued and the acting copy
+        refreshed behind them."""
+        if learner.train(n, **queue):
+            acting.refresh()
 
     @staticmethod
     def _ingest(arrived: list[Group], learner: Learner, wire: StepWire) -> None:
@@ -198,7 +233,7 @@ class Central(Topology):
         group.obs = msg[:n, wire.slices["obs"]]
 
     @staticmethod
-    def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, acting: Callable,
+    def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, acting: Acting,
                stats: dict[str, Any]) -> None:
         """One batched forward pass over every arrived group's observations; actions back."""
         layout = learner.layout
@@ -213,7 +248,7 @@ class Central(Topology):
             part = slice(start, start + group.n)
             group.extras = None if extras is None else extras[part]
             group.out = None if out is None else out[part]
-            group.version = learner.updates
+            group.version = learner.updates if acting.published_at is None else acting.published_at
             group.answer(comm, actions[part])
             start += group.n
 
