@@ -222,11 +222,13 @@ def test_acting_beside_updates_acts_from_the_copy_last_refreshed():
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
-def test_on_a_device_acting_beside_queued_updates_sees_only_refreshed_copies():
+def test_on_a_device_acting_beside_queued_updates_sees_only_refreshed_copies(monkeypatch):
     """On CUDA: updates queued on the default stream do not hold up a pass on the acting stream,
     a refresh is published once its copy is done, and rows copied to the device on the copy
     stream are what a kernel queued behind the updates reads."""
     import torch
+
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # eager and captured passes alike
 
     from drlmpi.device.acting import Acting
     from drlmpi.device.staging import Staging
@@ -254,5 +256,5 @@ def test_on_a_device_acting_beside_queued_updates_sees_only_refreshed_copies():
     torch.cuda.synchronize()
     assert total.item() == pytest.approx(float(rows.sum()), rel=1e-5)
     after = algo.act_tensor(algo.obs_tensor(obs), True).cpu().numpy()[:, 2:]
-    assert np.abs(after - before).max() > 1e-2  # (cuDNN's convolutions may use TF32: 1e-3 apart)
-    assert np.allclose(acting(obs, 0)[2][:, 2:], after, atol=1e-3) and acting.published_at == 3
+    assert np.abs(after - before).max() > 1e-2
+    assert np.allclose(acting(obs, 0)[2][:, 2:], after, rtol=1e-4, atol=1e-4) and acting.published_at == 3
