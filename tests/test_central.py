@@ -240,9 +240,7 @@ def test_on_a_device_acting_beside_queued_updates_sees_only_refreshed_copies(mon
     obs = np.stack([make_env(IMAGE, episode_steps=3, noise=255).reset(seed=s)[0] for s in range(5)])
     acting = Acting(algo, 8, "graph", beside_updates=True)
     before = acting(obs, 0)[2][:, 2:]
-    busy = torch.randn(4096, 4096, device="cuda")
-    for _ in range(20):  # long work on the default stream, as queued updates are
-        busy = busy @ busy / 64
+    torch.cuda._sleep(2_000_000_000)  # about a second of work on the default stream, as queued updates are
     with torch.no_grad():
         for p in algo.net.parameters():
             p.add_(0.05 * torch.randn_like(p))
