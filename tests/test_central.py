@@ -241,9 +241,9 @@ def test_on_a_device_acting_beside_queued_updates_sees_only_refreshed_copies(mon
     acting = Acting(algo, 8, "graph", beside_updates=True)
     before = acting(obs, 0)[2][:, 2:]
     torch.cuda._sleep(2_000_000_000)  # about a second of work on the default stream, as queued updates are
-    with torch.no_grad():
+    with torch.no_grad():  # an update queued behind it (no random draw: one may wait for the device)
         for p in algo.net.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+            p.mul_(-1.5).add_(0.01)
     algo.updates = 3
     acting.refresh()  # queued behind the long work
     assert np.array_equal(acting(obs, 0)[2][:, 2:], before) and acting.published_at == 0
