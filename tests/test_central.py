@@ -239,6 +239,11 @@ def test_on_a_device_acting_beside_queued_updates_sees_only_refreshed_copies(mon
     algo = PPO(spec, cfg, device="cuda", seed=0)
     obs = np.stack([make_env(IMAGE, episode_steps=3, noise=255).reset(seed=s)[0] for s in range(5)])
     acting = Acting(algo, 8, "graph", beside_updates=True)
+    acting.refresh()  # a kernel's first launch may wait for the device (lazy loading): launch each once
+    with torch.no_grad():
+        for p in algo.net.parameters():
+            p.mul_(1.0).add_(0.0)
+    torch.cuda.synchronize()
     before = acting(obs, 0)[2][:, 2:]
     torch.cuda._sleep(2_000_000_000)  # about a second of work on the default stream, as queued updates are
     with torch.no_grad():  # an update queued behind it (no random draw: one may wait for the device)
