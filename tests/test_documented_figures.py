@@ -1,4 +1,4 @@
-"""Documented figures against their raw outputs (drlmpi/report/claims.py): every figure of the
+"""Documented figures against their raw outputs (tests/doccheck/claims.py): every figure of the
 README and docs/results.md marked ``<!-- figure ... -->`` is recomputed from its artifact under
 docs/results/ and must equal what is written, within the printed rounding."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drlmpi.report.claims import check_file
 from tests.conftest import REPO
+from tests.doccheck.claims import check_file
 
 RESULTS = REPO / "docs" / "results"
 #: the marked figures today: fewer means markers were lost, not that figures became checkable
@@ -24,16 +24,16 @@ def test_every_marked_figure_recomputes_from_its_artifact():
 
 
 def test_every_study_folder_names_its_provenance():
-    from drlmpi.report.provenance import provenance_problems
+    from tests.doccheck.provenance import provenance_problems
 
     assert provenance_problems(RESULTS) == []
 
 
 def test_a_study_without_provenance_or_with_a_thin_record_fails(tmp_path, capsys):
-    from drlmpi.report.claims import main
-    from drlmpi.report.provenance import provenance_problems
+    from tests.doccheck.claims import main
+    from tests.doccheck.provenance import provenance_problems
 
-    results = tmp_path / "results"
+    results = tmp_path / "docs" / "results"
     full = {"command": "bash experiments/x.sh OUT", "commit": "abc1234", "date": "2026-11-28",
             "machine": {"cores": 2}, "versions": {"torch": "2.13.0"}}
     for name, record in {"ok": full, "reconstructed": {**full, "commit": None, "recorded": "after the run"},
@@ -52,7 +52,7 @@ def test_a_study_without_provenance_or_with_a_thin_record_fails(tmp_path, capsys
         "thin/provenance.json", "thin/provenance.json"]
     assert "no provenance.json" in problems[0] and "outside any study folder" in problems[1]
     assert "command unknown, and no 'recorded'" in problems[3] and "no 'commit'" in problems[4]
-    doc = tmp_path / "doc.md"
+    doc = tmp_path / "docs" / "doc.md"
     doc.write_text("no figures\n")
     assert main([str(doc)]) == 1 and capsys.readouterr().out.count("FAIL provenance") == 6
 
@@ -93,13 +93,17 @@ def test_a_wrong_rounded_or_unsourced_figure_fails(tmp_path):
 
 
 def test_the_command_line_checks_files_and_says_which_failed(tmp_path, capsys):
-    from drlmpi.report.claims import main
+    from tests.doccheck.claims import main
 
     assert main([str(REPO / "docs" / "results.md")]) == 0
     out = capsys.readouterr().out
     assert "FAIL" not in out and out.count("ok ") >= AT_LEAST["docs/results.md"]
     assert main([]) == 2
     assert Path(REPO / "docs" / "results").is_dir()
+    capsys.readouterr()
+    assert main([str(tmp_path / "gone.md")]) == 2  # one line, no traceback
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file" in err and "gone.md" in err
 
 
 def test_learner_benchmark_rows_and_their_ratios(tmp_path):
@@ -232,7 +236,7 @@ def test_one_figure_over_another(tmp_path):
 
 
 def test_every_table_figure_has_a_marker_or_says_its_output_was_not_kept():
-    from drlmpi.report.unbacked import unbacked_rows
+    from tests.doccheck.unbacked import unbacked_rows
 
     for name in ("README.md", "docs/results.md"):
         rows = unbacked_rows((REPO / name).read_text())
@@ -241,7 +245,7 @@ def test_every_table_figure_has_a_marker_or_says_its_output_was_not_kept():
 
 
 def test_every_sentence_measurement_has_a_marker_or_says_why_not():
-    from drlmpi.report.unbacked import unbacked_prose
+    from tests.doccheck.unbacked import unbacked_prose
 
     for name in ("README.md", "docs/results.md"):
         found = unbacked_prose((REPO / name).read_text())
@@ -250,7 +254,7 @@ def test_every_sentence_measurement_has_a_marker_or_says_why_not():
 
 
 def test_unbacked_prose_finds_measurements_not_targets_settings_or_code(tmp_path):
-    from drlmpi.report.unbacked import main, unbacked_prose
+    from tests.doccheck.unbacked import main, unbacked_prose
 
     doc = "\n".join([
         "## A study",
@@ -283,7 +287,7 @@ def test_unbacked_prose_finds_measurements_not_targets_settings_or_code(tmp_path
 
 
 def test_unbacked_rows_finds_unmarked_numbers_outside_declared_parts(tmp_path):
-    from drlmpi.report.unbacked import main, unbacked_rows
+    from tests.doccheck.unbacked import main, unbacked_rows
 
     doc = "\n".join([
         "## A study",
@@ -311,3 +315,4 @@ def test_unbacked_rows_finds_unmarked_numbers_outside_declared_parts(tmp_path):
     assert main([str(path)]) == 1 and main([]) == 2
     path.write_text("| a | b |\n|---|---|\n| x | 1 <!-- figure field s/r k --> |\n")
     assert main([str(path)]) == 0
+    assert main([str(tmp_path / "gone.md")]) == 2
