@@ -295,6 +295,20 @@ def _written_value(text: str) -> tuple[float, float, float]:
     return float(digits), 0.5 * 10.0 ** -decimals, SCALE.get(match.group("unit") or "", 1.0)
 
 
+def check_figure(figure: Figure, text: str, results: Path) -> Figure:
+    """``figure`` with its value recomputed from the artifacts under ``results``, or its problem:
+    ``text`` ends with the number as written (its unit read as :data:`NUMBER` reads it)."""
+    try:
+        shown, tolerance, scale = _written_value(text)
+        figure.value = compute(figure.spec, results) * scale
+    except (OSError, KeyError, ValueError) as exc:
+        figure.problem = str(exc)
+        return figure
+    if abs(figure.value - shown) > tolerance * (1 + 1e-9):
+        figure.problem = f"the artifact gives {figure.value:.6g}, not {shown:g}"
+    return figure
+
+
 def check_file(path: Path, results: Path) -> list[Figure]:
     """Every marked figure of ``path``, each with its recomputed value or its problem."""
     figures = []
@@ -305,15 +319,7 @@ def check_file(path: Path, results: Path) -> list[Figure]:
             start = marker.end()
             written = before.strip().split("|")[-1].strip()
             figure = Figure(Path(path), number, written, marker.group("spec"))
-            figures.append(figure)
-            try:
-                shown, tolerance, scale = _written_value(line[:marker.start()])
-                figure.value = compute(figure.spec, results) * scale
-            except (OSError, KeyError, ValueError) as exc:
-                figure.problem = str(exc)
-                continue
-            if abs(figure.value - shown) > tolerance * (1 + 1e-9):
-                figure.problem = f"the artifact gives {figure.value:.6g}, not {shown:g}"
+            figures.append(check_figure(figure, line[:marker.start()], results))
     return figures
 
 
