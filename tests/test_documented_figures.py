@@ -1,39 +1,46 @@
-"""Documented figures against their raw outputs (drlmpi/report/claims.py): every figure of the
-README and docs/results.md marked ``<!-- figure ... -->`` is recomputed from its artifact under
-docs/results/ and must equal what is written, within the printed rounding."""
+"""Documented figures against their raw outputs (tests/doccheck/claims.py): every figure of
+docs/results.md and of each study folder's README.md marked ``<!-- figure ... -->`` is recomputed
+from its artifact under docs/results/ and must equal what is written, within the printed rounding;
+results.md states no measurement without a marker. The README's results table, which carries no
+markers, is checked in tests/test_readme_figures.py."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from drlmpi.report.claims import check_file
 from tests.conftest import REPO
+from tests.doccheck.claims import check_file
 
 RESULTS = REPO / "docs" / "results"
 #: the marked figures today: fewer means markers were lost, not that figures became checkable
-AT_LEAST = {"README.md": 22, "docs/results.md": 1439}
+AT_LEAST = {"docs/results.md": 260, "docs/results/*/README.md": 2029}
+
+
+def _marked_documents() -> dict[str, list[Path]]:
+    return {"docs/results.md": [REPO / "docs" / "results.md"],
+            "docs/results/*/README.md": sorted(RESULTS.glob("*/README.md"))}
 
 
 def test_every_marked_figure_recomputes_from_its_artifact():
-    for name in ("README.md", "docs/results.md"):
-        figures = check_file(REPO / name, RESULTS)
-        assert len(figures) >= AT_LEAST.get(name, 0), name
+    for name, paths in _marked_documents().items():
+        figures = [f for path in paths for f in check_file(path, RESULTS)]
+        assert len(figures) >= AT_LEAST[name], name
         problems = [str(f) for f in figures if f.problem]
         assert not problems, "\n".join(problems)
 
 
 def test_every_study_folder_names_its_provenance():
-    from drlmpi.report.provenance import provenance_problems
+    from tests.doccheck.provenance import provenance_problems
 
     assert provenance_problems(RESULTS) == []
 
 
 def test_a_study_without_provenance_or_with_a_thin_record_fails(tmp_path, capsys):
-    from drlmpi.report.claims import main
-    from drlmpi.report.provenance import provenance_problems
+    from tests.doccheck.claims import main
+    from tests.doccheck.provenance import provenance_problems
 
-    results = tmp_path / "results"
+    results = tmp_path / "docs" / "results"
     full = {"command": "bash experiments/x.sh OUT", "commit": "abc1234", "date": "2026-11-28",
             "machine": {"cores": 2}, "versions": {"torch": "2.13.0"}}
     for name, record in {"ok": full, "reconstructed": {**full, "commit": None, "recorded": "after the run"},
@@ -52,7 +59,7 @@ def test_a_study_without_provenance_or_with_a_thin_record_fails(tmp_path, capsys
         "thin/provenance.json", "thin/provenance.json"]
     assert "no provenance.json" in problems[0] and "outside any study folder" in problems[1]
     assert "command unknown, and no 'recorded'" in problems[3] and "no 'commit'" in problems[4]
-    doc = tmp_path / "doc.md"
+    doc = tmp_path / "docs" / "doc.md"
     doc.write_text("no figures\n")
     assert main([str(doc)]) == 1 and capsys.readouterr().out.count("FAIL provenance") == 6
 
@@ -93,13 +100,17 @@ def test_a_wrong_rounded_or_unsourced_figure_fails(tmp_path):
 
 
 def test_the_command_line_checks_files_and_says_which_failed(tmp_path, capsys):
-    from drlmpi.report.claims import main
+    from tests.doccheck.claims import main
 
     assert main([str(REPO / "docs" / "results.md")]) == 0
     out = capsys.readouterr().out
     assert "FAIL" not in out and out.count("ok ") >= AT_LEAST["docs/results.md"]
     assert main([]) == 2
     assert Path(REPO / "docs" / "results").is_dir()
+    capsys.readouterr()
+    assert main([str(tmp_path / "gone.md")]) == 2  # one line, no traceback
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no such file" in err and "gone.md" in err
 
 
 def test_learner_benchmark_rows_and_their_ratios(tmp_path):
@@ -232,25 +243,25 @@ def test_one_figure_over_another(tmp_path):
 
 
 def test_every_table_figure_has_a_marker_or_says_its_output_was_not_kept():
-    from drlmpi.report.unbacked import unbacked_rows
+    from tests.doccheck.unbacked import unbacked_rows
 
-    for name in ("README.md", "docs/results.md"):
+    for name in ("docs/results.md",):
         rows = unbacked_rows((REPO / name).read_text())
         assert not rows, f"{name}: table rows with a number and no figure marker:\n" + "\n".join(
             f"{n}: {row[:120]}" for n, row in rows)
 
 
 def test_every_sentence_measurement_has_a_marker_or_says_why_not():
-    from drlmpi.report.unbacked import unbacked_prose
+    from tests.doccheck.unbacked import unbacked_prose
 
-    for name in ("README.md", "docs/results.md"):
+    for name in ("docs/results.md",):
         found = unbacked_prose((REPO / name).read_text())
         assert not found, f"{name}: speedups, shares or rates in sentences with no marker:\n" + "\n".join(
             f"{n}: {figure}" for n, figure in found)
 
 
 def test_unbacked_prose_finds_measurements_not_targets_settings_or_code(tmp_path):
-    from drlmpi.report.unbacked import main, unbacked_prose
+    from tests.doccheck.unbacked import main, unbacked_prose
 
     doc = "\n".join([
         "## A study",
@@ -283,7 +294,7 @@ def test_unbacked_prose_finds_measurements_not_targets_settings_or_code(tmp_path
 
 
 def test_unbacked_rows_finds_unmarked_numbers_outside_declared_parts(tmp_path):
-    from drlmpi.report.unbacked import main, unbacked_rows
+    from tests.doccheck.unbacked import main, unbacked_rows
 
     doc = "\n".join([
         "## A study",
@@ -311,3 +322,4 @@ def test_unbacked_rows_finds_unmarked_numbers_outside_declared_parts(tmp_path):
     assert main([str(path)]) == 1 and main([]) == 2
     path.write_text("| a | b |\n|---|---|\n| x | 1 <!-- figure field s/r k --> |\n")
     assert main([str(path)]) == 0
+    assert main([str(tmp_path / "gone.md")]) == 2

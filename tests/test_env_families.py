@@ -1,4 +1,4 @@
-"""Environment families (drlmpi/envs/families/): every id goes to the first family that claims
+"""Environment families (drlmpi/envs/families/): every id goes to the first family that recognises
 it, ``gym`` last; a family added to the registry is found for its ids and its option check,
 make and make options are the ones a run uses."""
 
@@ -23,9 +23,9 @@ def test_each_id_goes_to_its_family(env_id, name):
     assert family_of(env_id).name == name
 
 
-def test_gym_is_the_last_family_and_claims_every_id():
+def test_gym_is_the_last_family_and_recognises_every_id():
     assert [family.name for family in FAMILIES] == ["atari", "mujoco", "gym"]
-    assert FAMILIES[-1].claims("Anything-v0")
+    assert FAMILIES[-1].recognises("Anything-v0")
 
 
 def test_what_each_family_declares():
@@ -50,7 +50,7 @@ def test_a_family_added_to_the_registry_is_found_checked_and_made(monkeypatch):
         if env.get("speed", 1) > 9:
             raise ConfigError(f"env.speed must be at most 9, got env.speed={env.speed}")
 
-    fake = Family(name="fake", claims=lambda env_id: env_id.startswith("Fake/"),
+    fake = Family(name="fake", recognises=lambda env_id: env_id.startswith("Fake/"),
                   make=lambda env_id, **kwargs: _Made(env_id, kwargs),
                   make_options=lambda env_cfg: {"speed": env_cfg.get("speed", 1)},
                   check_options=check, install_hint="pip install fake")

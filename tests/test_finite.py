@@ -1,5 +1,5 @@
 """A simulator whose observations or rewards turn NaN stops the run in one line, naming the rank,
-the env step and what was not finite, and never leaves a NaN ``policy.pt`` (docs/architecture.md,
+the env step and what was not finite, and never leaves a NaN ``policy.pt`` (docs/failures.md,
 "Failing clearly, never hanging"). The check itself, where every topology's experience is stored
 (``Learner.store``), the loss where update metrics are read, the weights before a checkpoint, and
 one real job (tests/nan_env.py)."""

@@ -1,7 +1,7 @@
 """Same seed, same config, same result (CPU): a second run of a shared run writes the same
 metrics.csv - every row and column but the two clocks - and the same policy.pt, tensor for
 tensor, under every topology whose data order does not depend on timing. (async and central
-learn from whatever arrives first, so they are not bit-reproducible: docs/architecture.md,
+learn from whatever arrives first, so they are not bit-reproducible: docs/runs.md,
 "Reproducibility".) Each repeat is one more pool run of the same overrides."""
 
 from __future__ import annotations

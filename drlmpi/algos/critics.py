@@ -102,7 +102,8 @@ CRITICS = {"separate": TwinCritic, "stacked": StackedTwinCritic}
 def critic_layout(asked: str, device: torch.device) -> str:
     """``algo.twin_critics`` resolved: ``auto`` stacks the critics on a CUDA learner, where a
     small update is bound by its count of kernels (1.37x the fused update's rate on an H200), and
-    keeps them separate on the CPU, where stacking gains nothing (docs/results.md)."""
+    keeps them separate on the CPU, where stacking gains nothing (docs/results/h200host_td3_variants/,
+    docs/results/2core_td3_stacked_critics/)."""
     if asked == "auto":
         return "stacked" if device.type == "cuda" else "separate"
     if asked not in CRITICS:

@@ -35,8 +35,8 @@ def _tanh(x: np.ndarray) -> np.ndarray:
 
 #: the most observations a call acts on in numpy: OpenBLAS's single-thread products of 8 rows by
 #: 256x256 take about as long as torch's whole call (``python -m drlmpi.bench.act --envs 8`` on an
-#: H200 host: 1.02-1.16x), of 1-4 a third to a half of it (2.05-3.77x; docs/results.md); larger
-#: batches act through torch
+#: H200 host: 1.02-1.16x), of 1-4 a third to a half of it (2.05-3.77x;
+#: docs/results/h200host_numpy_act/); larger batches act through torch
 MAX_HOST_ROWS = 4
 
 Activation = Callable[[np.ndarray], np.ndarray]

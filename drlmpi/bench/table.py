@@ -17,7 +17,7 @@ Row = tuple[str, int, str, str, "float | None", str]
 
 def write_json(path: Path, results: list[Row],
                args: dict) -> None:
-    """The table as JSON (``drlmpi.report.claims`` reads its rows: the ``bench`` kind)."""
+    """The table as JSON (the repository's figure checker under tests/doccheck/ reads its rows)."""
     rows = [{"algo": a, "batch": b, "device": d, "mode": m, "updates_per_s": r, "note": n}
             for a, b, d, m, r, n in results]
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

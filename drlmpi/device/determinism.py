@@ -1,11 +1,11 @@
 """``run.deterministic``: CUDA learners that repeat bit for bit; ``run.matmul_precision``.
 
 A CPU run of drlmpi is already reproducible where its topology fixes the data order
-(docs/architecture.md, "Reproducibility"). On CUDA three things vary from run to run: kernels
+(docs/runs.md, "Reproducibility"). On CUDA three things vary from run to run: kernels
 that accumulate with atomics (scatter-adds, some backward passes), cuBLAS's choice of
 reduction split when its workspace is not fixed, and cuDNN's autotuning (on for image
 learners), which may pick a different convolution algorithm each time. The switch turns all
-three off; its cost is measured in docs/results.md ("Deterministic CUDA runs").
+three off; what it costs, and the command that measures it: docs/results/h200host_device_check/README.md.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ one line and ends the whole job with ``MPI_Abort``.
 :class:`~drlmpi.job_control.progress.ProgressClock` (:mod:`drlmpi.job_control.progress` says what counts);
 a paused clock (building a role) counts as alive until the phase ends.
 
-The rule (see docs/architecture.md, "Failing clearly, never hanging"):
+The rule (see docs/failures.md, "The watchdog"):
 
 * a rank doing its own work (not inside an MPI call) ends the job when it has made no progress
   for ``timeout_s``;

@@ -4,7 +4,7 @@ Two jobs writing one directory interleave ``metrics.csv`` and overwrite each oth
 a command re-run with a finished run's ``hydra.run.dir`` replaces its results. So, before any
 rank starts (in the process the user started, for a ``hydra.run.dir`` given literally or
 ``resume=``; otherwise on rank 0 once Hydra has resolved the directory, before it writes there),
-the run *claims* its directory:
+the run *locks* its directory:
 
 * a ``run.lock`` whose process is alive on this host, or that was written on another host (which
   this one cannot check), is a live run: refused in one line;
@@ -18,8 +18,8 @@ The lock is written whole (a temporary file hard-linked into place, which fails 
 linked first). A process that re-launches itself under ``mpiexec`` passes ``host:pid`` of its
 lock to the ranks in ``DRLMPI_RUN_LOCK``; rank 0 recognises it as its own and rewrites it with
 its pid. Rank 0 removes the lock when the run ends (a clean end, a refusal, a crash it reports).
-Multirun jobs are claimed by their own ranks, like any run (the sweep launcher starts each job
-with its ``hydra.run.dir``); the sweeping process claims nothing.
+Multirun jobs are locked by their own ranks, like any run (the sweep launcher starts each job
+with its ``hydra.run.dir``); the sweeping process locks nothing.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink, learner_round
 
 #: job-wide rows above which star suggests a smaller round to an off-policy learner: a round is
 #: the lag of the data it learns from, and on DQN LunarLander (16 ranks) rounds of 1,920 and 3,840
-#: rows needed more env steps to the threshold than rounds of 960 (docs/results.md, "Why DQN
-#: LunarLander's speedups differ from seed to seed")
+#: rows needed more env steps to the threshold than rounds of 960
+#: (docs/results/2core_dqn_lunar_seed_spread/README.md)
 LARGE_ROUND_ROWS = 1024
 
 
@@ -49,7 +49,7 @@ class Star(Topology):
     evaluates_on_simulators = True
     #: a round's size is a regime of its own: the report never averages two sizes together (on
     #: 16 ranks, rounds of 64 steps reach DQN LunarLander's threshold in fewer env steps than the
-    #: default's: docs/results.md)
+    #: default's: docs/results/h200host_dqn_lunar_ttt/README.md)
     report_variants = {"sync_every": None, "sync_unit": None, "round_rows": None, "ramp_from": None}
 
     @classmethod

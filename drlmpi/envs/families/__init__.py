@@ -8,17 +8,17 @@ from __future__ import annotations
 from drlmpi.envs.families import atari, gym, mujoco
 from drlmpi.envs.families.base import Family
 
-#: tried in this order; the first that claims an id is its family. ``gym`` claims every id, so
+#: tried in this order; the first that recognises an id is its family. ``gym`` recognises every id, so
 #: it comes last: a new family goes before it.
 FAMILIES: tuple[Family, ...] = (atari.FAMILY, mujoco.FAMILY, gym.FAMILY)
 
 
 def family_of(env_id: str) -> Family:
-    """The first family of :data:`FAMILIES` that claims ``env_id``."""
+    """The first family of :data:`FAMILIES` that recognises ``env_id``."""
     for family in FAMILIES:
-        if family.claims(str(env_id)):
+        if family.recognises(str(env_id)):
             return family
-    raise LookupError(f"no environment family claims env.id={env_id}")
+    raise LookupError(f"no environment family recognises env.id={env_id}")
 
 
 __all__ = ["FAMILIES", "Family", "family_of"]

@@ -57,6 +57,6 @@ def check_options(env: Any) -> None:
         raise ConfigError(str(exc)) from exc
 
 
-FAMILY = Family(name="atari", claims=is_atari, make=make, make_options=make_options,
+FAMILY = Family(name="atari", recognises=is_atari, make=make, make_options=make_options,
                 check_options=check_options, install_hint=INSTALL_HINT, renders=False,
                 no_render_reason="ALE ids are played by AtariVectorEnv, which does not render")

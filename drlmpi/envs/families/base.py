@@ -23,7 +23,7 @@ class Family:
     #: a short name (``gym``, ``atari``, ``mujoco``)
     name: str
     #: whether an ``env.id`` is one of this family's
-    claims: Callable[[str], bool]
+    recognises: Callable[[str], bool]
     #: one environment of an id of this family
     make: Callable[..., gymnasium.Env]
     #: the family's own ``make`` keyword arguments read from an ``env`` config section

@@ -1,6 +1,6 @@
 """The default family: any id Gymnasium registers (``CartPole-v1``, ``LunarLander-v3``...),
 made by ``gymnasium.make`` with the time limit and :class:`~drlmpi.envs.sim_cost.SimCost` of a run.
-It claims every id, so it is tried last."""
+It recognises every id, so it is tried last."""
 
 from __future__ import annotations
 
@@ -44,5 +44,5 @@ def check_options(env: Any) -> None:
                           f"parallel, got env.num_threads={threads}")
 
 
-FAMILY = Family(name="gym", claims=lambda env_id: True, make=make, make_options=make_options,
+FAMILY = Family(name="gym", recognises=lambda env_id: True, make=make, make_options=make_options,
                 check_options=check_options)

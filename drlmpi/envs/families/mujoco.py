@@ -51,5 +51,5 @@ def check_options(env: Any) -> None:
     check_gym_options(env)
 
 
-FAMILY = Family(name="mujoco", claims=is_mujoco, make=make, make_options=make_options,
+FAMILY = Family(name="mujoco", recognises=is_mujoco, make=make, make_options=make_options,
                 check_options=check_options, install_hint=INSTALL_HINT)

@@ -1,5 +1,5 @@
 """Table figures with no source: the rows of a Markdown document's tables that state a number but
-carry no figure marker (:mod:`drlmpi.report.claims`), outside the parts that say why not.
+carry no figure marker (:mod:`tests.doccheck.claims`), outside the parts that say why not.
 
 A part declares itself with a line ``<!-- not figures: WHY -->`` (settings rather than
 measurements: machines, versions, a paper's own numbers) or ``<!-- by hand: HOW -->`` (a
@@ -17,7 +17,7 @@ the declared parts. A target (``goal >= 6x``, ``at least 1.5x``) or a rounded re
 after it, ``<!-- unmarked: WHY -->``. Other numbers in sentences (settings, counts, budgets) are
 left to the writer.
 
-``python -m drlmpi.report.unbacked [--prose] FILE.md ...`` prints each such row (and, with
+``python -m tests.doccheck.unbacked [--prose] FILE.md ...`` prints each such row (and, with
 ``--prose``, each such sentence figure) and exits 1 if any.
 """
 
@@ -26,9 +26,9 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
-from drlmpi.report.claims import row_cells
+from tests.doccheck import documents
+from tests.doccheck.claims import row_cells
 
 #: a part that says why its numbers carry no marker (a missing raw output is no reason)
 DECLARED = re.compile(r"<!--\s*(not figures|by hand):\s*[^\s-][^>]*-->")
@@ -108,9 +108,8 @@ def unbacked_prose(text: str) -> list[tuple[int, str]]:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     prose = "--prose" in args
-    files = [Path(a) for a in args if a != "--prose"]
-    if not files:
-        print("usage: python -m drlmpi.report.unbacked [--prose] FILE.md [...]")
+    files = documents("unbacked", [a for a in args if a != "--prose"], "[--prose] FILE.md [...]")
+    if files is None:
         return 2
     found = 0
     for path in files:

@@ -1,5 +1,6 @@
-"""Where each artifact under ``docs/results/`` came from: every study is a folder with a
-``provenance.json`` (or several, ``provenance_<part>.json``) at its top.
+"""Where each artifact under ``docs/results/`` came from (a check of this repository's documents,
+not part of the package): every study is a folder with a ``provenance.json`` (or several,
+``provenance_<part>.json``) at its top.
 
 A record names the ``command`` that produced the folder, the ``commit`` it ran, the ``date``, the
 ``machine`` and the library ``versions`` (``experiments/provenance.py`` writes one at run time).

@@ -1,4 +1,5 @@
-"""Documented figures, recomputed from their raw outputs.
+"""Documented figures, recomputed from their raw outputs (a check of this repository's documents,
+not part of the package).
 
 A figure in a Markdown file names where it comes from with a marker right after it, invisible
 once rendered::
@@ -57,9 +58,9 @@ more than the printed rounding (half a unit of the last digit written). Kinds:
     per_rank.{0..15}.learn_s RUN per_rank.{0..15}.updates`` is the mean over 16 ranks of the
     seconds an update took, written in ``ms`` or ``s``).
 
-``python -m drlmpi.report.claims README.md docs/results.md`` checks files by hand (and that
-every study folder names its provenance: :mod:`drlmpi.report.provenance`); the test
-suite checks the README and docs/results.md (tests/test_documented_figures.py).
+``python -m tests.doccheck.claims docs/results.md docs/results/*/README.md`` checks files by hand
+(and that every study folder names its provenance: :mod:`tests.doccheck.provenance`); the test
+suite checks docs/results.md and every study folder's README (tests/test_documented_figures.py).
 """
 
 from __future__ import annotations
@@ -76,9 +77,10 @@ from typing import Any
 
 import numpy as np
 
-from drlmpi.report.provenance import provenance_problems
 from drlmpi.report.runs import read_returns
 from drlmpi.report.train_returns import first_reaching_row, return_at
+from tests.doccheck import documents
+from tests.doccheck.provenance import provenance_problems
 
 MARKER = re.compile(r"<!--\s*figure\s+(?P<spec>[^>]*?)\s*-->")
 #: the number a marker stands after: digits with thousands commas and a decimal part (a minus
@@ -279,7 +281,7 @@ def _compute(words: list[str], results: Path) -> float:
         if row is None:
             raise ValueError(f"the mean of the last 100 games never reached {args[1]}")
         return float(_episodes(runs[0])[row, column])
-    raise ValueError(f"unknown figure kind or arguments: {spec!r} (see drlmpi/report/claims.py)")
+    raise ValueError(f"unknown figure kind or arguments: {spec!r} (see tests/doccheck/claims.py)")
 
 
 def _written_value(text: str) -> tuple[float, float, float]:
@@ -293,6 +295,20 @@ def _written_value(text: str) -> tuple[float, float, float]:
     return float(digits), 0.5 * 10.0 ** -decimals, SCALE.get(match.group("unit") or "", 1.0)
 
 
+def check_figure(figure: Figure, text: str, results: Path) -> Figure:
+    """``figure`` with its value recomputed from the artifacts under ``results``, or its problem:
+    ``text`` ends with the number as written (its unit read as :data:`NUMBER` reads it)."""
+    try:
+        shown, tolerance, scale = _written_value(text)
+        figure.value = compute(figure.spec, results) * scale
+    except (OSError, KeyError, ValueError) as exc:
+        figure.problem = str(exc)
+        return figure
+    if abs(figure.value - shown) > tolerance * (1 + 1e-9):
+        figure.problem = f"the artifact gives {figure.value:.6g}, not {shown:g}"
+    return figure
+
+
 def check_file(path: Path, results: Path) -> list[Figure]:
     """Every marked figure of ``path``, each with its recomputed value or its problem."""
     figures = []
@@ -303,31 +319,38 @@ def check_file(path: Path, results: Path) -> list[Figure]:
             start = marker.end()
             written = before.strip().split("|")[-1].strip()
             figure = Figure(Path(path), number, written, marker.group("spec"))
-            figures.append(figure)
-            try:
-                shown, tolerance, scale = _written_value(line[:marker.start()])
-                figure.value = compute(figure.spec, results) * scale
-            except (OSError, KeyError, ValueError) as exc:
-                figure.problem = str(exc)
-                continue
-            if abs(figure.value - shown) > tolerance * (1 + 1e-9):
-                figure.problem = f"the artifact gives {figure.value:.6g}, not {shown:g}"
+            figures.append(check_figure(figure, line[:marker.start()], results))
     return figures
 
 
+def results_of(path: Path) -> Path:
+    """The ``docs/results/`` folder whose artifacts a document's markers name: the one the
+    document lies in (a study folder's README) or the one of the repository above it."""
+    for folder in Path(path).resolve().parents:
+        if folder.name == "results" and folder.parent.name == "docs":
+            return folder
+        if (folder / "docs" / "results").is_dir():
+            return folder / "docs" / "results"
+    raise FileNotFoundError(f"{path}: no docs/results/ folder above it")
+
+
 def main(argv: list[str] | None = None) -> int:
-    files = [Path(a) for a in (sys.argv[1:] if argv is None else argv)]
-    if not files:
-        print("usage: python -m drlmpi.report.claims FILE.md [...]  (artifacts under docs/results/)")
+    files = documents("claims", list(sys.argv[1:] if argv is None else argv),
+                      "FILE.md [...]  (artifacts under docs/results/)")
+    if files is None:
         return 2
     bad, folders = 0, set()
     for path in files:
-        results = path.resolve().parent / ("docs/results" if path.name == "README.md" else "results")
+        try:
+            results = results_of(path)
+        except FileNotFoundError as exc:
+            print(f"claims: error: {exc}", file=sys.stderr)
+            return 2
         folders.add(results)
         for figure in check_file(path, results):
             bad += figure.problem is not None
             print(("FAIL " if figure.problem else "ok   ") + str(figure))
-    for results in sorted(r for r in folders if r.is_dir()):
+    for results in sorted(folders):
         for problem in provenance_problems(results):
             bad += 1
             print(f"FAIL provenance: {problem}")
