@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     from omegaconf import OmegaConf
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("--help", "-h") for a in argv):
-        print_help()
+    if any(a in ("--help", "-h", "--help-all") for a in argv):
+        print_help(full="--help-all" in argv)
         return
     from drlmpi.config.errors import ConfigError
 
