@@ -239,14 +239,49 @@ def test_no_baseline_says_na_and_labels_come_from_the_topologies(tmp_path):
     report = build_report([root], tmp_path / "out")
     rows = _table(report.out)
     assert {k[2] for k in rows} == {"star", "allgather[allgather]", "async[free]", "fake[turbo]", "gone"}
-    for row in rows.values():
-        assert row["speedup_fixed"] == "n/a (no sequential run)"
-        assert row["efficiency_threshold"] == "n/a (no sequential run)"
+    for row in rows.values():  # table.csv: empty cells and why (report.md: the reason in the cell)
+        assert row["speedup_fixed"] == row["efficiency_threshold"] == ""
+        assert row["note"] == ("speedup_fixed, efficiency_fixed, speedup_threshold, efficiency_threshold, "
+                               "speedup_threshold_median, speedup_throughput, efficiency_throughput: "
+                               "no sequential run")
     assert float(rows[("cartpole", "ppo", "async[free]", 3)]["policy_lag_mean"]) == 3.5
     # rows in the topologies' own order: star 20, fake 25, async 40, allgather 50, unknown last
     assert [g.topology for g in report.groups] == ["star", "fake[turbo]", "async[free]",
                                                    "allgather[allgather]", "gone"]
     assert [g.paper for g in report.groups] == ["MP(3)", "F(2)", None, None, None]
+
+
+def test_table_csv_keeps_its_numeric_columns_numeric(tmp_path):
+    """A figure that cannot be given leaves its cell empty and the note says why, so that a
+    reader (a spreadsheet, pandas) gets numbers; report.md keeps the reason in the cell."""
+    from drlmpi.report.tables import RUN_COLUMNS, RUN_TEXT, TABLE_COLUMNS, TABLE_TEXT
+
+    root = tmp_path / "runs"
+    make_run(root, "seq", "sequential", 1, 0, 100.0, solved=False)
+    make_run(root, "star", "star", 3, 0, 40.0)
+    make_run(root, "star_short", "star", 3, 1, 30.0, max_env_steps=3000)
+    make_run(root, "p2p", "p2p", 2, 0, 50.0, solved=False)
+    (root / "p2p" / ".hydra" / "config.yaml").write_text(_config_yaml("p2p", 0).replace("100000", "null"))
+    report = build_report([root], tmp_path / "out")
+    for name, columns, text in (("table.csv", TABLE_COLUMNS, TABLE_TEXT), ("runs.csv", RUN_COLUMNS, RUN_TEXT)):
+        with open(report.out / name, newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and list(rows[0]) == columns
+        for row in rows:
+            for column in set(columns) - set(text) - {"note"}:
+                if row[column]:
+                    float(row[column])  # a number, or nothing
+    rows = _table(report.out)
+    star = rows[("cartpole", "dqn", "star", 3)]
+    assert float(star["speedup_fixed"]) == pytest.approx(100.0 / 35.0)
+    assert star["speedup_threshold"] == star["max_env_steps"] == ""
+    assert star["note"] == ("max_env_steps: 3000/100000; speedup_threshold, efficiency_threshold, "
+                            "speedup_threshold_median: sequential not solved")
+    p2p = rows[("cartpole", "dqn", "p2p", 2)]
+    assert p2p["max_env_steps"] == "" and p2p["note"].startswith("max_env_steps: null; ")
+    assert p2p["note"].endswith("speedup_threshold_median: sequential not solved")
+    text = (report.out / "report.md").read_text()
+    assert "n/a (sequential not solved)" in text and "| 3000/100000 |" in text
 
 
 def test_star_rounds_of_another_size_are_a_regime_of_their_own(tmp_path):
