@@ -594,6 +594,56 @@ def test_scaling_counts_only_ranks_that_step_environments(tmp_path):
             "comparable: 100000 (1 run(s)), 5000 (1 run(s)).") in section
 
 
+def _figures(monkeypatch) -> dict:
+    """The report's figures by file name, kept instead of saved (to read their panels' notes)."""
+    from drlmpi.report import curves, drawing, plots
+
+    saved: dict = {}
+    for module in (curves, drawing, plots):
+        monkeypatch.setattr(module, "save_figure", lambda fig, path: saved.__setitem__(path.name, fig))
+    return saved
+
+
+def _notes(figure) -> list[str]:
+    return [" ".join(t.get_text().split()) for ax in figure.axes for t in ax.texts]
+
+
+def test_an_empty_panel_says_why_and_what_to_run(tmp_path, monkeypatch):
+    """Star at 2 and 4 ranks, one environment each (1 and 3 simulating ranks): no sequential
+    run to compare with, no total of environments at two sizes - each panel says what is missing
+    and which run gives it, and report.md says the same."""
+    saved = _figures(monkeypatch)
+    root = tmp_path / "runs"
+    _grid_run(root, "a", 2, 1, 0, 100.0, topology="star", learner_only_rank=True)
+    _grid_run(root, "b", 4, 1, 0, 270.0, topology="star", learner_only_rank=True)
+    report = build_report([root], tmp_path / "out")
+    strong = ("No strong scaling: no total of environments (simulating ranks x env.num_envs) was run at "
+              "two world sizes. A run of env.num_envs=3 at world_size=2 gives it (3 environments, as "
+              "world_size=4 with env.num_envs=1).")
+    assert strong in _notes(saved["scaling_tetris_ppo.png"])
+    assert strong in _section((report.out / "report.md").read_text(), "tetris / ppo / star")
+    (speedup,) = _notes(saved["speedup.png"])
+    assert speedup.startswith("No speedup: the runs read hold no sequential run of tetris / ppo")
+    assert "topology=sequential" in speedup
+
+    one_size = tmp_path / "one_size"  # one world size, two numbers of environments
+    for envs in (1, 2):
+        _grid_run(one_size, f"e{envs}", 1, envs, 0, 100.0 * envs)
+    build_report([one_size], tmp_path / "out1")
+    weak, strong = _notes(saved["scaling_tetris_ppo.png"])
+    assert weak == ("No weak scaling: each env.num_envs was run at one world size only. A run of "
+                    "env.num_envs=1 at world_size=2 gives it (the same environments per rank as world_size=1).")
+    assert strong.endswith("Runs with the same total at two world sizes give it, e.g. 8 environments as "
+                           "2 simulating ranks x env.num_envs=4 and 4 x env.num_envs=2.")
+
+    partial = tmp_path / "partial" / "run"  # only a run that never finished: nothing to draw
+    (partial / ".hydra").mkdir(parents=True)
+    (partial / ".hydra" / "config.yaml").write_text(_config_yaml("star", 0))
+    build_report([partial.parent], tmp_path / "out2")
+    assert _notes(saved["return_vs_time.png"])[0].startswith(
+        "Nothing to draw: no run under the paths given has finished (a summary.json).")
+
+
 def test_no_scaling_section_without_a_grid(tmp_path):
     """One world size and one num_envs per (env, algo, topology): no scaling section or files."""
     root = tmp_path / "runs"
