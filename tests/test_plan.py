@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -179,6 +180,60 @@ def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():
     assert "3 of 3 cells within +-25% (100%); median signed error +2%" in lines
 
 
+TURNS = "stepping and learning in turn"
+
+
+def test_a_topology_on_one_rank_is_sequential_under_another_name():
+    """Never recommended, even where its model predicts it a little faster; the table says so."""
+    from drlmpi.planner.cli import recommend, table
+    from drlmpi.planner.model import recommended
+
+    cells = [Prediction("sequential", 1, 646.0, bound=TURNS, low=614.0, high=682.0),
+             Prediction("allgather", 1, 660.0, bound=TURNS, low=620.0, high=690.0),
+             Prediction("allgather", 2, 403.0, bound=TURNS), Prediction("star", 1, refused="needs 2"),
+             Prediction("star", 2, 640.0, bound="learner"), Prediction("sequential", 2, refused="needs 1")]
+    best = recommended(cells)
+    assert (best.topology, best.ranks) == ("sequential", 1)
+    assert recommend(cells) == "topology=sequential on 1 rank (646 env steps/s; stepping and learning in turn)"
+    assert recommended(cells[1:]).topology == "star"  # without sequential: the best real cell
+    lines = table(cells, [1, 2])
+    rows = {line.split()[0]: line for line in lines if line.startswith("  ") and line.split()[0] in
+            ("sequential", "allgather", "star")}
+    assert "= sequential" in rows["allgather"] and "660" not in rows["allgather"]
+    assert "646 (614-682) 1.00x t" in rows["sequential"] and "0.99x l" in rows["star"]
+    assert rows["star"].split()[1] == "-"  # refused on 1 rank
+    assert "  = sequential: on 1 rank the topology is sequential under another name (never recommended)" in lines
+
+
+def test_the_table_stays_narrow_at_many_sizes():
+    """Five sizes of eight topologies: the ranges go before any line passes the width."""
+    from drlmpi.planner.cli import WIDTH, table
+
+    sizes = [1, 2, 4, 8, 16]
+    cells = [Prediction(name, n, 12_345.6 * n, bound="learner", low=11_000.0 * n, high=13_000.0 * n)
+             for name in ("allgather", "async", "central", "groups", "p2p", "parameter_server", "star")
+             for n in sizes] + [Prediction("sequential", n, 5_000.0 if n == 1 else None, bound=TURNS,
+                                           refused=None if n == 1 else "needs 1") for n in sizes]
+    lines = table(cells, sizes)
+    assert max(map(len, lines)) <= WIDTH
+    star = next(line for line in lines if line.startswith("  star "))
+    assert "197,530 39.51x l" in star and "(" not in star
+    assert table([c for c in cells if c.ranks < 4], sizes[:2])[0].startswith("Predicted env steps/s (range")
+
+
+def test_the_plan_goes_under_outputs_or_where_out_says(tmp_path):
+    from datetime import datetime
+
+    from drlmpi.planner.cli import plan_path
+
+    cfg = OmegaConf.create({"algo": {"name": "dqn"}, "env": {"name": "lunarlander"}})
+    now = datetime(2025, 1, 31, 10, 2, 3)
+    assert plan_path(None, cfg, now) == Path("outputs/plan/2025-01-31/10-02-03_dqn_lunarlander/plan.json")
+    assert plan_path(str(tmp_path), cfg, now) == tmp_path / "plan.json"  # an existing directory
+    assert plan_path(f"{tmp_path}/new/", cfg, now) == tmp_path / "new" / "plan.json"
+    assert plan_path(f"{tmp_path}/mine.json", cfg, now) == tmp_path / "mine.json"
+
+
 def _plan(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([sys.executable, "-m", "drlmpi.plan", *args], cwd=tmp_path, capture_output=True,
@@ -190,6 +245,11 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
     proc = _plan(tmp_path, CUE, "algo.hidden=[16]", "--seconds", "0.1", "--ranks", "1,2",
                  "--topologies", "sequential,star,groups", "--no-calibrate")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 100
+    (written,) = (tmp_path / "outputs" / "plan").glob("*/*_dqn_cartpole/plan.json")  # not the cwd
+    assert not (tmp_path / "plan.json").exists()
+    assert f"Plan written to {written.relative_to(tmp_path)}" in proc.stdout
+    written.rename(tmp_path / "plan.json")
     plan = json.loads((tmp_path / "plan.json").read_text())
     cells = {(c["topology"], c["ranks"]): c for c in plan["cells"]}
     assert set(cells) == {(t, n) for t in ("sequential", "star", "groups") for n in (1, 2)}
@@ -200,7 +260,7 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
     assert "ping-pong" in plan["probe"]["comm_source"]
     assert "Recommendation: topology=" in proc.stdout and "drift" in proc.stdout
     assert "Calibration: none" in proc.stdout
-    assert "| star |" in proc.stdout
+    assert "\n  star " in proc.stdout and "= sequential" not in proc.stdout  # no allgather asked for
     runs = tmp_path / "runs"
     for name, ranks, rate in (("sequential", 1, cells[("sequential", 1)]["env_steps_per_s"] * 2),
                               ("star", 2, cells[("star", 2)]["env_steps_per_s"])):
@@ -218,7 +278,8 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
 @pytest.mark.parametrize("args, says", [(["algo.lr=-1"], "algo.lr"),
                                         (["--topologies", "star,ring"], "unknown topology ring"),
                                         (["--ranks", "0,2"], "world sizes must be >= 1"),
-                                        (["--ranks", "two"], "comma-separated whole numbers")])
+                                        (["--ranks", "two"], "comma-separated whole numbers"),
+                                        (["--out", "/dev/null/plan.json"], "--out is not a writable directory")])
 def test_bad_input_is_refused_in_one_line(tmp_path, args, says):
     proc = _plan(tmp_path, *args)
     assert proc.returncode == 2

@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.overrides import override_args
 from drlmpi.run.arguments import check_command_line, check_output_directories, resume_arguments
 from drlmpi.run.preflight import make_plan
 from tests.conftest import REPO
@@ -86,6 +87,9 @@ def refusal(*argv: str, world_size: int = 1) -> str:
      "algo.clip_range must be > 0, got -1"),
     (["hydra.run.dir=/dev/null/run"], 1,
      "hydra.run.dir is not a writable directory (Not a directory), got /dev/null/run"),
+    # Hydra's options: the value of --cfg is not an override; two of its modes are refused
+    (["--cfg", "job", "algo.gamma=2"], 1, "algo.gamma must be in [0, 1], got 2"),
+    (["-m", "--cfg", "job", "seed=0,1"], 1, "--multirun and --cfg cannot be given together"),
 ])
 def test_refused_in_one_line(argv, ranks, expected):
     assert expected in refusal(*argv, world_size=ranks)
@@ -133,6 +137,16 @@ def test_a_refusal_is_one_line_exit_2_no_traceback(tmp_path, args, line):
     assert proc.stderr.count("drlmpi: error") == 1 and "Traceback" not in proc.stderr
     assert "starting mpiexec" not in proc.stderr and "Abort" not in proc.stderr
     assert not (tmp_path / "run" / "run.lock").exists()  # the claimed directory is let go
+
+
+def test_the_composed_config_is_printed_with_cfg_job():
+    """``--cfg job`` (what --help names to see a run's config) and ``--info plugins``: Hydra's
+    options and their values, before or after the overrides, never read as overrides."""
+    assert override_args(["-m", "--cfg", "job", "--info", "plugins", "seed=1", "--info", "-cn",
+                          "config", "--config-dir=x", "algo=ppo"]) == ["seed=1", "algo=ppo"]
+    proc = _cli("env=lunarlander", "--cfg", "job", "algo=ppo")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "id: LunarLander-v3" in proc.stdout and "name: ppo" in proc.stdout
 
 
 def test_a_command_line_refusal_does_not_wait_for_torch():

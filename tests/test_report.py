@@ -239,14 +239,49 @@ def test_no_baseline_says_na_and_labels_come_from_the_topologies(tmp_path):
     report = build_report([root], tmp_path / "out")
     rows = _table(report.out)
     assert {k[2] for k in rows} == {"star", "allgather[allgather]", "async[free]", "fake[turbo]", "gone"}
-    for row in rows.values():
-        assert row["speedup_fixed"] == "n/a (no sequential run)"
-        assert row["efficiency_threshold"] == "n/a (no sequential run)"
+    for row in rows.values():  # table.csv: empty cells and why (report.md: the reason in the cell)
+        assert row["speedup_fixed"] == row["efficiency_threshold"] == ""
+        assert row["note"] == ("speedup_fixed, efficiency_fixed, speedup_threshold, efficiency_threshold, "
+                               "speedup_threshold_median, speedup_throughput, efficiency_throughput: "
+                               "no sequential run")
     assert float(rows[("cartpole", "ppo", "async[free]", 3)]["policy_lag_mean"]) == 3.5
     # rows in the topologies' own order: star 20, fake 25, async 40, allgather 50, unknown last
     assert [g.topology for g in report.groups] == ["star", "fake[turbo]", "async[free]",
                                                    "allgather[allgather]", "gone"]
     assert [g.paper for g in report.groups] == ["MP(3)", "F(2)", None, None, None]
+
+
+def test_table_csv_keeps_its_numeric_columns_numeric(tmp_path):
+    """A figure that cannot be given leaves its cell empty and the note says why, so that a
+    reader (a spreadsheet, pandas) gets numbers; report.md keeps the reason in the cell."""
+    from drlmpi.report.tables import RUN_COLUMNS, RUN_TEXT, TABLE_COLUMNS, TABLE_TEXT
+
+    root = tmp_path / "runs"
+    make_run(root, "seq", "sequential", 1, 0, 100.0, solved=False)
+    make_run(root, "star", "star", 3, 0, 40.0)
+    make_run(root, "star_short", "star", 3, 1, 30.0, max_env_steps=3000)
+    make_run(root, "p2p", "p2p", 2, 0, 50.0, solved=False)
+    (root / "p2p" / ".hydra" / "config.yaml").write_text(_config_yaml("p2p", 0).replace("100000", "null"))
+    report = build_report([root], tmp_path / "out")
+    for name, columns, text in (("table.csv", TABLE_COLUMNS, TABLE_TEXT), ("runs.csv", RUN_COLUMNS, RUN_TEXT)):
+        with open(report.out / name, newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert rows and list(rows[0]) == columns
+        for row in rows:
+            for column in set(columns) - set(text) - {"note"}:
+                if row[column]:
+                    float(row[column])  # a number, or nothing
+    rows = _table(report.out)
+    star = rows[("cartpole", "dqn", "star", 3)]
+    assert float(star["speedup_fixed"]) == pytest.approx(100.0 / 35.0)
+    assert star["speedup_threshold"] == star["max_env_steps"] == ""
+    assert star["note"] == ("max_env_steps: 3000/100000; speedup_threshold, efficiency_threshold, "
+                            "speedup_threshold_median: sequential not solved")
+    p2p = rows[("cartpole", "dqn", "p2p", 2)]
+    assert p2p["max_env_steps"] == "" and p2p["note"].startswith("max_env_steps: null; ")
+    assert p2p["note"].endswith("speedup_threshold_median: sequential not solved")
+    text = (report.out / "report.md").read_text()
+    assert "n/a (sequential not solved)" in text and "| 3000/100000 |" in text
 
 
 def test_star_rounds_of_another_size_are_a_regime_of_their_own(tmp_path):
@@ -557,6 +592,56 @@ def test_scaling_counts_only_ranks_that_step_environments(tmp_path):
     # a budget that differs between the grid's runs is named under its table
     assert ("- `run.max_env_steps` differs between the runs of this grid, so their samples/s are not "
             "comparable: 100000 (1 run(s)), 5000 (1 run(s)).") in section
+
+
+def _figures(monkeypatch) -> dict:
+    """The report's figures by file name, kept instead of saved (to read their panels' notes)."""
+    from drlmpi.report import curves, drawing, plots
+
+    saved: dict = {}
+    for module in (curves, drawing, plots):
+        monkeypatch.setattr(module, "save_figure", lambda fig, path: saved.__setitem__(path.name, fig))
+    return saved
+
+
+def _notes(figure) -> list[str]:
+    return [" ".join(t.get_text().split()) for ax in figure.axes for t in ax.texts]
+
+
+def test_an_empty_panel_says_why_and_what_to_run(tmp_path, monkeypatch):
+    """Star at 2 and 4 ranks, one environment each (1 and 3 simulating ranks): no sequential
+    run to compare with, no total of environments at two sizes - each panel says what is missing
+    and which run gives it, and report.md says the same."""
+    saved = _figures(monkeypatch)
+    root = tmp_path / "runs"
+    _grid_run(root, "a", 2, 1, 0, 100.0, topology="star", learner_only_rank=True)
+    _grid_run(root, "b", 4, 1, 0, 270.0, topology="star", learner_only_rank=True)
+    report = build_report([root], tmp_path / "out")
+    strong = ("No strong scaling: no total of environments (simulating ranks x env.num_envs) was run at "
+              "two world sizes. A run of env.num_envs=3 at world_size=2 gives it (3 environments, as "
+              "world_size=4 with env.num_envs=1).")
+    assert strong in _notes(saved["scaling_tetris_ppo.png"])
+    assert strong in _section((report.out / "report.md").read_text(), "tetris / ppo / star")
+    (speedup,) = _notes(saved["speedup.png"])
+    assert speedup.startswith("No speedup: the runs read hold no sequential run of tetris / ppo")
+    assert "topology=sequential" in speedup
+
+    one_size = tmp_path / "one_size"  # one world size, two numbers of environments
+    for envs in (1, 2):
+        _grid_run(one_size, f"e{envs}", 1, envs, 0, 100.0 * envs)
+    build_report([one_size], tmp_path / "out1")
+    weak, strong = _notes(saved["scaling_tetris_ppo.png"])
+    assert weak == ("No weak scaling: each env.num_envs was run at one world size only. A run of "
+                    "env.num_envs=1 at world_size=2 gives it (the same environments per rank as world_size=1).")
+    assert strong.endswith("Runs with the same total at two world sizes give it, e.g. 8 environments as "
+                           "2 simulating ranks x env.num_envs=4 and 4 x env.num_envs=2.")
+
+    partial = tmp_path / "partial" / "run"  # only a run that never finished: nothing to draw
+    (partial / ".hydra").mkdir(parents=True)
+    (partial / ".hydra" / "config.yaml").write_text(_config_yaml("star", 0))
+    build_report([partial.parent], tmp_path / "out2")
+    assert _notes(saved["return_vs_time.png"])[0].startswith(
+        "Nothing to draw: no run under the paths given has finished (a summary.json).")
 
 
 def test_no_scaling_section_without_a_grid(tmp_path):

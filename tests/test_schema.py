@@ -18,7 +18,7 @@ from drlmpi.config.schema import SCHEMA, defaults, group_config
 from drlmpi.run.arguments import check_writable
 from drlmpi.run.command_line import _launch_time_resolver, main
 from drlmpi.run.preflight import make_plan
-from drlmpi.run.reference import reference_table, shown_default
+from drlmpi.run.reference import MOST_USED, WIDTH, reference_table, shown_default
 from tests.conftest import CONF, REPO
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
@@ -193,21 +193,40 @@ def test_unwritable_output_directory(tmp_path):
     assert not (tmp_path / "a").exists()  # the check leaves nothing behind
 
 
-def test_help_names_the_app_and_every_option(capsys):
-    main(["--help"])  # returns before Hydra or MPI start
-    out = capsys.readouterr().out
-    assert "powered by Hydra" not in out and out.startswith("drlmpi - ")
-    for command in ("mpiexec -n N", " -m topology=", "resume=RUN_DIR", "drlmpi.report"):
-        assert command in out, command
-    for group in ("algo", "env", "topology"):  # every choice of every group, from conf/
+def _help(capsys, flag: str) -> list[str]:
+    main([flag])  # returns before Hydra or MPI start
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("drlmpi - ") and not any("powered by Hydra" in line for line in lines)
+    assert max(len(line) for line in lines) <= WIDTH, max(lines, key=len)
+    text = "\n".join(lines)
+    for command in ("mpiexec -n N", " -m topology=", "resume=RUN_DIR", "drlmpi.report", "--cfg job"):
+        assert command in text, command
+    groups = " ".join(text.split("config groups", 1)[1].split("\n\n", 1)[0].split())
+    for group in ("algo", "env", "topology", "experiment"):  # every choice of every group, from conf/
         names = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-        assert f"  {group}={'|'.join(names)}" in out, group
-    assert "groups" in out and "tetris" in out
+        key = "+experiment" if group == "experiment" else group
+        assert f" {key} {', '.join(names)}" in groups, group
+    return lines
+
+
+def test_help_fits_a_screen_and_says_where_the_rest_is(capsys):
+    lines = _help(capsys, "--help")
+    assert len(lines) < 60
+    assert any("--help-all" in line for line in lines)
+    assert any("docs/configuration.md" in line for line in lines)
+    for key, _ in MOST_USED:  # each with its schema default where every scope has the same one
+        assert any(line.startswith(f"  {key}") for line in lines), key
+    assert "  seed=0 " in "\n".join(lines) and "  run.max_env_steps=100000 " in "\n".join(lines)
+
+
+def test_help_all_lists_every_option_with_its_default(capsys):
+    lines = _help(capsys, "--help-all")
     for scope, options in SCHEMA.items():
         prefix = scope.split("/")[0] + "." if scope else ""
         for key, option in options.items():
-            if key not in ("_target_", "name"):  # each option with its default
-                assert f"    {prefix}{key}={shown_default(option)} " in out, (scope, key)
+            if key not in ("_target_", "name"):  # each option with its default and allowed values
+                assert any(line.startswith(f"  {prefix}{key}={shown_default(option)}  (")
+                           for line in lines), (scope, key)
 
 
 def test_the_documented_reference_is_the_schema():

@@ -20,13 +20,58 @@ def _parser() -> OverridesParser:
     return OverridesParser.create()
 
 
+@cache
+def _option_values() -> dict[str, tuple[str, ...] | None]:
+    """Hydra's command-line options that take a value, from its own argument parser: each option
+    string, and the values it may take when the value is optional (``--info [plugins]``;
+    ``None``: it always takes the next argument, as ``--cfg job``)."""
+    from hydra._internal.utils import get_args_parser
+
+    taking = {}
+    for action in get_args_parser()._actions:
+        if action.option_strings and action.nargs in (None, "?"):
+            for option in action.option_strings:
+                taking[option] = None if action.nargs is None else tuple(action.choices or ())
+    return taking
+
+
+def split_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A command line as (Hydra's options with their values - ``-m``, ``--cfg job``, ``--info
+    plugins``, ``--config-dir=DIR`` -, the ``key=value`` overrides), each in its order."""
+    options: list[str] = []
+    overrides: list[str] = []
+    takes_value = False
+    for i, arg in enumerate(args):
+        if takes_value:
+            options.append(arg)
+            takes_value = False
+        elif arg.startswith("-"):
+            options.append(arg)
+            choices = _option_values().get(arg, ())
+            following = args[i + 1] if i + 1 < len(args) else None
+            takes_value = following is not None and (choices is None or following in choices)
+        else:
+            overrides.append(arg)
+    return options, overrides
+
+
+def override_args(args: Sequence[str]) -> list[str]:
+    """The ``key=value`` arguments of a command line (:func:`split_args`)."""
+    return split_args(args)[1]
+
+
+def hydra_order(args: Sequence[str]) -> list[str]:
+    """``args`` with the options first and the overrides together after them: Hydra's argument
+    parser takes the overrides as one run (``seed=1 --cfg job algo=ppo`` would be refused)."""
+    options, overrides = split_args(args)
+    return [*options, *overrides]
+
+
 def parse(args: Sequence[str]) -> list[Override]:
-    """Hydra's reading of the ``key=value`` arguments (options such as ``-m`` left out); one it
-    cannot read is refused in one line."""
+    """Hydra's reading of the ``key=value`` arguments (options such as ``-m`` and ``--cfg job``
+    left out, :func:`override_args`); one it cannot read is refused in one line."""
     overrides = []
-    for arg in args:
-        if arg.startswith("-"):
-            continue
+    for arg in override_args(args):
         try:
             overrides.append(_parser().parse_override(arg))
         except HydraException as exc:

@@ -1,6 +1,7 @@
 """Figures as text: numbers (``fmt``, ``percent``) and markdown tables (``table``), the same in
 the report (:mod:`drlmpi.report.markdown`) and in the sections a topology adds to it
-(``report_section``, e.g. :class:`drlmpi.topologies.central.Central`)."""
+(``report_section``, e.g. :class:`drlmpi.topologies.central.Central`); tables for a terminal
+(``aligned``: the planner's)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,14 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(esc(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
     return lines
+
+
+def aligned(header: list[str], rows: list[list[str]], right: set[int] = frozenset(), indent: int = 2) -> list[str]:
+    """A table for a terminal: each column as wide as its widest cell, two spaces between
+    columns, the columns numbered in ``right`` aligned right."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        padded = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
+        return (" " * indent + "  ".join(padded)).rstrip()
+    return [line(header), *(line(row) for row in rows)]

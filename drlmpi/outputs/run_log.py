@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from drlmpi.outputs.summary import figure
 from drlmpi.outputs.tensorboard_log import TensorBoardLog
 
 logger = logging.getLogger("drlmpi")
@@ -114,8 +115,8 @@ class RunLog:
                 self.tensorboard.episode(return_, length, rank)
         if kind == "eval":
             self.flush()
-            self._print(f"eval: mean return {return_:.1f}"
-                        + (f" (threshold {learner.reward_threshold:g})"
+            self._print(f"eval: mean return {figure(return_)}"
+                        + (f" (threshold {figure(learner.reward_threshold, None)})"
                            if learner.reward_threshold is not None else ""))
 
     def _write_row(self, kind: str, return_: float, length: int, rank: int,
@@ -146,7 +147,7 @@ class RunLog:
         self._last_progress = now
         learner = self.learner
         recent = learner.recent_returns
-        recent_txt = f"{sum(recent) / len(recent):8.1f}" if recent else "     n/a"
+        recent_txt = f"{figure(sum(recent) / len(recent)) if recent else 'none yet':>8}"
         elapsed = learner.clock.elapsed()
         share = learner.budget_used()
         where = f" {100 * share:3.0f}% ETA {duration(elapsed * (1 - share) / share):>6}" if share > 0 else ""

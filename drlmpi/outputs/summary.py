@@ -16,26 +16,43 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> Path:
     return path
 
 
+def figure(value: float | None, digits: int | None = 1, missing: str = "none yet") -> str:
+    """A number as the run's lines print it: thousands separated, ``digits`` decimals
+    (``-1,467.3``; ``None``: as written, ``475``, ``9,000.5``), ``missing`` for ``None``."""
+    if value is None:
+        return missing
+    if digits is None:
+        return f"{int(value):,}" if float(value).is_integer() else f"{float(value):,}"
+    return f"{float(value):,.{digits}f}"
+
+
+def verdict(summary: dict[str, Any]) -> str:
+    """``SOLVED (threshold 475, best eval 500.0)``, ``NOT SOLVED (threshold 200, no evaluation
+    yet)``, ``no reward threshold (best eval -1,467.3)``."""
+    best = summary.get("best_eval_return")
+    told = f"best eval {figure(best)}" if best is not None else "no evaluation yet"
+    threshold = summary.get("reward_threshold")
+    if threshold is None:
+        return f"no reward threshold ({told})"
+    return f"{'SOLVED' if summary['solved'] else 'NOT SOLVED'} (threshold {figure(threshold, None)}, {told})"
+
+
 def format_summary(summary: dict[str, Any]) -> str:
     """A short human summary of a finished run (printed by rank 0)."""
-    solved = summary["solved"]
     lines = [
         f"{summary['algo']} on {summary['env_id']} | topology {summary['topology']} | "
         f"{summary['world_size']} rank(s)",
-        ("SOLVED" if solved else "NOT SOLVED")
-        + f" (threshold {summary['reward_threshold']}, best eval {summary['best_eval_return']})"
-        if summary.get("reward_threshold") is not None
-        else f"no reward threshold (best eval {summary['best_eval_return']})",
+        verdict(summary),
     ]
-    if solved:
+    if summary["solved"]:
         lines.append(
-            f"  to threshold: {summary['train_seconds_to_threshold']:.1f} s training, "
+            f"  to threshold: {summary['train_seconds_to_threshold']:,.1f} s training, "
             f"{summary['env_steps_to_threshold']:,} env steps, "
             f"{summary['updates_to_threshold']:,} updates"
         )
     lines += [
         f"  total: {summary['env_steps']:,} env steps, {summary['updates']:,} updates, "
-        f"{summary['train_seconds']:.1f} s training ({summary['wall_seconds']:.1f} s wall), "
+        f"{summary['train_seconds']:,.1f} s training ({summary['wall_seconds']:,.1f} s wall), "
         f"stopped by {summary['stop_reason']}",
         f"  throughput: {summary['env_steps_per_s']:,.0f} env steps/s, "
         f"{summary['updates_per_s']:,.0f} updates/s, MPI wait share "
@@ -44,7 +61,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"  outputs: {summary['run_dir']}",
     ]
     if summary.get("idle_ranks"):
-        lines.append(f"  warning: rank(s) {summary['idle_ranks']} were busy less than "
+        lines.append(f"  warning: rank(s) {', '.join(map(str, summary['idle_ranks']))} were busy less than "
                      f"{summary.get('idle_busy_share', 0.2):.0%} of the time "
                      f"(see per_rank busy_share and mpi_wait_share in summary.json)")
     return "\n".join(lines)

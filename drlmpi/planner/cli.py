@@ -1,15 +1,18 @@
 """``python -m drlmpi.plan [overrides] [--ranks 1,2,4] [--topologies a,b] [--seconds S]
-[--no-calibrate] [--out plan.json] [--plan FILE] [--compare DIR ...]``: which topology pays,
+[--no-calibrate] [--out FILE_OR_DIR] [--plan FILE] [--compare DIR ...]``: which topology pays,
 before running any.
 
 A short probe of the composed config on this machine (:mod:`drlmpi.planner.probe`: env step,
 acting, update and message costs) feeds every registered topology's own pace model
 (:mod:`drlmpi.planner.model`); a calibration (short real jobs at the largest size, one launch:
-:mod:`drlmpi.planner.jobs`) adds how a full job loads this machine. It prints env steps/s, their
-range and the speedup over sequential of each topology at each number of ranks, a
-recommendation, the host's drift during the probe, and writes ``plan.json``. ``--compare`` puts
-the measured throughput of finished runs next to the prediction: each cell's error, the share
-within +-25%, the median signed error and how the recommended cell measured.
+:mod:`drlmpi.planner.jobs`) adds how a full job loads this machine. It prints, in lines of at
+most :data:`WIDTH` characters, what the probe and the calibration measured, a table of the env
+steps/s and the speedup over sequential of each topology at each number of ranks, why a topology
+does not run at the largest size, a recommendation (never a topology other than sequential on one
+rank: that is sequential under another name) and the host's drift during the probe, and writes
+``plan.json`` (:func:`plan_path`: under ``outputs/plan/`` unless ``--out`` says where).
+``--compare`` puts the measured throughput of finished runs next to the prediction: each cell's
+error, the share within +-25%, the median signed error and how the recommended cell measured.
 """
 
 from __future__ import annotations
@@ -18,15 +21,22 @@ import argparse
 import json
 import sys
 import tempfile
+import textwrap
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from drlmpi.outputs.figures import aligned
 from drlmpi.planner.cells import cell_refusals, configs, plan_cells
 from drlmpi.planner.compare import compare_saved, comparison, config_of, fmt_rate, measured
-from drlmpi.planner.model import Prediction, recommended, topology_names
+from drlmpi.planner.model import Prediction, recommended, sequential_in_name_only, topology_names
 
 #: the probe's first figure measured again at the end: a change beyond this is reported as drift
 DRIFT_TOLERANCE = 0.10
+#: no line of the plan's text is longer than this (a wider table drops the ranges first)
+WIDTH = 100
+#: where plans go unless --out says: beside the runs' outputs/ (conf/config.yaml's hydra.run.dir)
+PLAN_DIR = "outputs/plan/{now:%Y-%m-%d}/{now:%H-%M-%S}_{algo}_{env}"
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -45,7 +55,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                         help="skip the calibration jobs at the largest size (the model from the "
                              "probe alone)")
-    parser.add_argument("--out", type=Path, default=Path("plan.json"), help="where to write the plan")
+    parser.add_argument("--out", default=None,
+                        help="where to write plan.json: a file, or a directory to write plan.json in "
+                             "(default: outputs/plan/DATE/TIME_ALGO_ENV/plan.json)")
     parser.add_argument("--plan", type=Path, default=None,
                         help="compare a plan.json written earlier instead of probing again "
                              "(with --compare)")
@@ -66,25 +78,63 @@ def default_ranks(cores: int) -> list[int]:
 BOUND_CODES = {"simulators": "s", "learner": "l", "exchange": "x", "stepping and learning in turn": "t"}
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def wrapped(text: str, indent: int = 0, hang: int = 2) -> list[str]:
+    """``text`` in lines of at most :data:`WIDTH` characters."""
+    return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * (indent + hang),
+                         break_on_hyphens=False, break_long_words=False)
+
+
+def cell_text(c: Prediction, base: float | None, ranged: bool) -> str:
+    """One cell of the table: ``646 (614-682) 1.00x t``; ``= sequential`` for another topology
+    on one rank, ``not modelled``, or ``-`` where the topology does not run at that size."""
+    if sequential_in_name_only(c) and c.env_steps_per_s:
+        return "= sequential"
+    if c.env_steps_per_s is None:
+        return "not modelled" if (c.refused or "").startswith("not modelled") else "-"
+    spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if ranged and c.low is not None and c.high != c.low else ""
+    speed = f" {c.env_steps_per_s / base:.2f}x" if base else ""
+    return f"{fmt_rate(c.env_steps_per_s)}{spread}{speed} {BOUND_CODES.get(c.bound, '?')}"
+
+
 def table(cells: list[Prediction], ranks: list[int]) -> list[str]:
+    """The predicted env steps/s of each topology (rows) at each size (columns), with each
+    figure's range from the probe's spread, the speedup over sequential on one rank and what
+    bounds it; the ranges are left out where the table would be wider than :data:`WIDTH`."""
     base = next((c.env_steps_per_s for c in cells if c.topology == "sequential" and c.ranks == 1
                  and c.env_steps_per_s), None)
-    lines = ["| topology | " + " | ".join(f"{n} ranks" for n in ranks) + " |",
-             "|---|" + "---|" * len(ranks)]
     by = {(c.topology, c.ranks): c for c in cells}
-    for name in dict.fromkeys(c.topology for c in cells):
-        row = []
-        for n in ranks:
-            c = by[(name, n)]
-            if c.env_steps_per_s is None:
-                row.append("not modelled" if (c.refused or "").startswith("not modelled") else "")
-                continue
-            speed = f" {c.env_steps_per_s / base:.2f}x" if base else ""
-            ranged = c.low is not None and c.high != c.low
-            spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if ranged else ""
-            row.append(f"{fmt_rate(c.env_steps_per_s)}{spread}{speed} {BOUND_CODES.get(c.bound, '?')}")
-        lines.append(f"| {name} | " + " | ".join(row) + " |")
-    return lines
+    header = ["topology", *(plural(n, "rank") for n in ranks)]
+    for ranged in (True, False):
+        rows = [[name, *(cell_text(by[(name, n)], base, ranged) for n in ranks)]
+                for name in dict.fromkeys(c.topology for c in cells)]
+        lines = aligned(header, rows)
+        if max(map(len, lines)) <= WIDTH:
+            break
+    title = ("Predicted env steps/s" + (" (range from the probe's spread)" if ranged else "")
+             + ", speedup over sequential on 1 rank, and what bounds it:")
+    shown = {cell for row in rows for cell in row[1:]}
+    key = ["bound: s simulators, l learner, x exchange, t stepping and learning in turn"]
+    if "= sequential" in shown:
+        key.append("= sequential: on 1 rank the topology is sequential under another name (never recommended)")
+    if "-" in shown:
+        key.append("-: the topology does not run at that size")
+    return [*wrapped(title), "", *lines, "", *(line for text in key for line in wrapped(text, 2))]
+
+
+def refusal_lines(cells: list[Prediction], largest: int) -> list[str]:
+    """Why each topology that does not run at the largest size does not, wrapped."""
+    refusals = sorted({(c.topology, c.refused) for c in cells if c.refused and c.ranks == largest
+                       and not c.refused.startswith("not modelled")})
+    if not refusals:
+        return []
+    out = ["", f"Not run on {plural(largest, 'rank')}:"]
+    for name, why in refusals:
+        out += wrapped(f"- {name}: {why}", 2, 2)
+    return out
 
 
 def recommend(cells: list[Prediction]) -> str:
@@ -92,10 +142,21 @@ def recommend(cells: list[Prediction]) -> str:
     if best is None:
         return "none: no topology runs with this config at these sizes"
     seq = next((c for c in cells if c.topology == "sequential" and c.env_steps_per_s), None)
-    gain = f", {best.env_steps_per_s / seq.env_steps_per_s:.1f}x sequential" if seq else ""
+    gain = (f", {best.env_steps_per_s / seq.env_steps_per_s:.1f}x sequential"
+            if seq and best.topology != "sequential" else "")
     bound = best.bound if best.bound.startswith("stepping") else f"bound by the {best.bound}"
-    return (f"topology={best.topology} on {best.ranks} ranks ({fmt_rate(best.env_steps_per_s)} env steps/s"
-            f"{gain}; {bound})")
+    return (f"topology={best.topology} on {plural(best.ranks, 'rank')} ({fmt_rate(best.env_steps_per_s)} "
+            f"env steps/s{gain}; {bound})")
+
+
+def plan_path(out: str | None, cfg: Any, now: datetime) -> Path:
+    """Where plan.json goes: ``--out`` (a directory, existing or written with a trailing ``/``:
+    plan.json in it), else :data:`PLAN_DIR` under the current directory - beside the runs'
+    ``outputs/``, never the current directory itself."""
+    if out is None:
+        return Path(PLAN_DIR.format(now=now, algo=cfg.algo.name, env=cfg.env.name)) / "plan.json"
+    path = Path(out).expanduser()
+    return path / "plan.json" if out.endswith("/") or path.is_dir() else path
 
 
 def check_request(args: argparse.Namespace, overrides: list[str]) -> tuple[list[str], list[int] | None]:
@@ -135,9 +196,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(f"no topology could be composed: {next(iter(refused.values()))}")
         first = next(iter(cfgs.values()))
         from drlmpi.planner.probe import smallest_world
+        from drlmpi.run.arguments import check_writable
         from drlmpi.run.preflight import make_plan
 
         make_plan(first, smallest_world(first))  # the config itself: one line if it is wrong
+        out = plan_path(args.out, first, datetime.now())
+        check_writable("--out" if args.out else "the plan's directory", str(out.parent))
     except (ConfigError, ValueError) as exc:
         print(f"drlmpi.plan: error: {exc}", file=sys.stderr)
         return 2
@@ -162,15 +226,12 @@ def main(argv: list[str] | None = None) -> int:
             calibrations = calibrate(cfgs, overrides, why, p, args.seconds, Path(tmp))
     drift = remeasure(first, args.seconds) / p.sim_step_s - 1
     cells = plan_cells(cfgs, why, p, calibrations)
-    lines = [probe_line(p), *calibration_lines(calibrations), "",
-             "Predicted env steps/s (range from the probe's spread; speedup vs sequential; bound: "
-             "s simulators, l learner, x exchange, t stepping and learning in turn):", "",
-             *table(cells, ranks), ""]
-    refusals = sorted({(c.topology, c.refused) for c in cells if c.refused and c.ranks == max(ranks)})
-    lines += [f"- {name} on {max(ranks)} ranks: {why}" for name, why in refusals]
+    lines = [*probe_lines(p), "", *calibration_lines(calibrations), "", *table(cells, ranks),
+             *refusal_lines(cells, max(ranks))]
     verdict = recommend(cells)
-    lines += ["", f"Recommendation: {verdict}.", describe_drift(drift, DRIFT_TOLERANCE)]
-    lines += [f"Note: {n}" for n in p.notes]
+    lines += ["", *wrapped(f"Recommendation: {verdict}."), *wrapped(describe_drift(drift, DRIFT_TOLERANCE))]
+    for note in p.notes:
+        lines += wrapped(f"Note: {note}")
     result: dict[str, Any] = {"overrides": overrides, "config": config_of(first), "probe": p.to_json(),
                               "calibration": calibrations, "drift": drift,
                               "cells": [c.to_json() for c in cells], "recommendation": verdict}
@@ -178,37 +239,48 @@ def main(argv: list[str] | None = None) -> int:
         found, _ = measured(args.compare, result["config"])
         compared, result["comparison"] = comparison(cells, found)
         lines += ["", "Measured (--compare):", "", *compared]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    lines += ["", *wrapped(f"Plan written to {out}"),
+              *wrapped(f"(next to measured runs: python -m drlmpi.plan --plan {out} --compare RUN_DIR ...)")]
     print("\n".join(lines), flush=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"drlmpi.plan: wrote {args.out}", file=sys.stderr)
     return 0
 
 
-def probe_line(p: Any) -> str:
-    updates = (f"{p.update_at(p.batch_size) * 1e3:.3f} ms per update at batch {p.batch_size} "
+def probe_lines(p: Any) -> list[str]:
+    """What the probe measured, a line a quantity."""
+    updates = (f"{p.update_at(p.batch_size) * 1e3:.3f} ms at batch {p.batch_size} "
                f"({p.learner_update_s * 1e3:.3f} ms through the run's learner), "
-               f"{p.updates_per_step:g} updates per step" if p.update_s else "no updates (no learner)")
+               f"{p.updates_per_step:.2f} per env step" if p.update_s else "none (no learner)")
     spread = ", ".join(f"{k} +-{v:.0%}" for k, v in p.spread.items())
-    return (f"Probe ({p.probe_seconds:.0f} s, {p.cores} cores, learner on {p.device}): "
-            f"{p.sim_step_s * 1e3:.3f} ms per env step with acting ({p.env_step_s * 1e3:.3f} ms without), "
-            f"{updates}, messages {p.latency_s * 1e6:.1f} us + {p.bandwidth_bytes_per_s / 1e9:.2f} GB/s "
-            f"({p.comm_source}); spread between repeats: {spread or 'not measured'}.")
+    rows = [("env step", f"{p.sim_step_s * 1e3:.3f} ms with acting, {p.env_step_s * 1e3:.3f} ms without"),
+            ("update", updates),
+            ("messages", f"{p.latency_s * 1e6:.1f} us + {p.bandwidth_bytes_per_s / 1e9:,.2f} GB/s "
+                         f"({p.comm_source})"),
+            ("repeat spread", spread or "not measured")]
+    lines = [f"Probe ({p.probe_seconds:.0f} s, {plural(p.cores, 'core')}, learner on {p.device}):"]
+    for name, text in rows:
+        lines += wrapped(f"{name:<15}{text}", 2, 15)
+    return lines
 
 
 def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
+    """The calibration's jobs: each topology's measured and modelled env steps/s at its largest
+    size, and the load factor between them."""
     if not calibrations:
         return ["Calibration: none (--no-calibrate, or no topology runs on more than one rank here)."]
-    parts = []
+    seconds = sum(c.get('seconds', 0) for c in calibrations.values())
+    rows, failed = [], []
     for name, c in calibrations.items():
         if "error" in c:
-            parts.append(f"{name}: not calibrated ({c['error']})")
+            failed += wrapped(f"- {name} on {plural(c['ranks'], 'rank')}: not calibrated ({c['error']})", 2, 2)
         else:
-            parts.append(f"{name} on {c['ranks']}: measured {fmt_rate(c['measured'])} against "
-                         f"{fmt_rate(c['modelled'])}"
-                         f" modelled, load x{c['load']:.2f}")
-    seconds = sum(c.get('seconds', 0) for c in calibrations.values())
-    return [f"Calibration ({seconds:.0f} s, one short job per "
-            "topology at its largest size): " + "; ".join(parts) + "."]
+            rows.append([name, str(c["ranks"]), fmt_rate(c["measured"]), fmt_rate(c["modelled"]),
+                         f"x{c['load']:.2f}"])
+    lines = [f"Calibration ({seconds:.0f} s, one short job per topology at its largest size; env steps/s):"]
+    if rows:
+        lines += aligned(["topology", "ranks", "measured", "modelled", "load"], rows, right={1, 2, 3, 4})
+    return lines + failed
 
 
 def describe_drift(drift: float, tolerance: float) -> str:

@@ -105,9 +105,16 @@ def predict(cls: type, ranks: int, p: Probe, cfg: Any, calibration: dict[str, An
                       bound=model.bound(), low=min(ends), high=max(ends), load=load)
 
 
+def sequential_in_name_only(cell: Prediction) -> bool:
+    """A topology other than ``sequential`` on one rank: one process stepping and learning in
+    turn, which is what ``sequential`` is (never recommended; the table says so)."""
+    return cell.ranks == 1 and cell.topology != "sequential"
+
+
 def recommended(cells: list[Prediction]) -> Prediction | None:
-    """The fastest cell; among cells within :data:`RECOMMEND_MARGIN` of it, the fewest ranks."""
-    ok = [c for c in cells if c.env_steps_per_s]
+    """The fastest cell; among cells within :data:`RECOMMEND_MARGIN` of it, the fewest ranks.
+    A topology other than sequential on one rank is never chosen (:func:`sequential_in_name_only`)."""
+    ok = [c for c in cells if c.env_steps_per_s and not sequential_in_name_only(c)]
     if not ok:
         return None
     best = max(c.env_steps_per_s for c in ok)

@@ -17,7 +17,9 @@ from drlmpi.report.runs import MissingRun, Run
 from drlmpi.report.scaling import SCALING_COLUMNS, Grid, find_grids, scaling_rows
 from drlmpi.report.tables import (
     RUN_COLUMNS,
+    RUN_TEXT,
     TABLE_COLUMNS,
+    TABLE_TEXT,
     Group,
     build_table,
     comparability_notes,
@@ -91,8 +93,8 @@ def build_report(paths: list[Path], out: Path | None = None, baseline: str = "se
     rows = build_table(groups, baseline)
     baselines = find_baselines(groups, baseline)
     files = [out / "report.md", out / "table.csv", out / "runs.csv"]
-    write_csv(files[1], rows, TABLE_COLUMNS)
-    write_csv(files[2], run_rows(runset.runs), RUN_COLUMNS)
+    write_csv(files[1], rows, TABLE_COLUMNS, TABLE_TEXT)
+    write_csv(files[2], run_rows(runset.runs), RUN_COLUMNS, RUN_TEXT)
     files += write_plots(groups, baselines, baseline, out)
     grids = find_grids(runset.runs)
     scaling_plots: dict[tuple[str, str], Path] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from drlmpi.report.drawing import by_pair, empty_figure, new_figure, save_figure, topology_color
+from drlmpi.report.drawing import by_pair, empty_figure, new_figure, save_figure, say, topology_color
 from drlmpi.report.tables import Group
 
 TRAIN_WINDOW = 100  # training episodes per point of the training-return curves
@@ -66,7 +66,7 @@ def _return_panels(groups: list[Group], path: Path, title: str, xlabel: str, yla
             ax.axhline(float(thr), color="black", linestyle=(0, (4, 3)), linewidth=1.0,
                        label=f"threshold {float(thr):g}")
         if not drawn:
-            ax.text(0.5, 0.5, empty_text, ha="center", va="center", transform=ax.transAxes)
+            say(ax, empty_text)
         ax.set_title(f"{env} / {algo}")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -79,7 +79,9 @@ def _return_panels(groups: list[Group], path: Path, title: str, xlabel: str, yla
 def plot_returns(groups: list[Group], path: Path, column: int, xlabel: str, what: str) -> None:
     """Eval return vs column ``column`` of ``Run.evals`` (0: train_seconds, 1: env_steps)."""
     _return_panels(groups, path, f"Greedy evaluation return vs {what}", xlabel,
-                   "eval return (mean over eval episodes)", "no eval rows in metrics.csv",
+                   "eval return (mean over eval episodes)",
+                   "No evaluation in these runs (no eval rows in metrics.csv): they ended before their "
+                   "first, which comes every run.eval_every env steps. Lower run.eval_every or run longer.",
                    lambda g: [(r.evals[:, column], r.evals[:, 2]) for r in g.runs if len(r.evals)],
                    markers=True, thresholds=True)
 
@@ -99,7 +101,8 @@ def plot_train_returns(groups: list[Group], path: Path, column: int, xlabel: str
     _return_panels(groups, path,
                    f"Training episode return (mean of the last {TRAIN_WINDOW}) vs {what}", xlabel,
                    f"training return (mean of last {TRAIN_WINDOW} episodes)",
-                   "no episode rows in metrics.csv",
+                   "No training episode ended in these runs (no episode rows in metrics.csv). "
+                   "Run longer (run.max_env_steps) or with shorter episodes (env.max_episode_steps).",
                    lambda g: [(r.episodes[:, column], rolling_mean(r.episodes[:, 2], TRAIN_WINDOW))
                               for r in g.runs if len(r.episodes)],
                    markers=False, thresholds=False)

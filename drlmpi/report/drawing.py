@@ -9,6 +9,7 @@ one resolution; each topology label keeps one colour in every plot of a report
 from __future__ import annotations
 
 import math
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -58,11 +59,21 @@ def save_figure(fig: Figure, path: Path) -> None:
     fig.savefig(path, dpi=DPI)
 
 
+#: characters a line of a panel's note holds (:func:`say`)
+NOTE_WIDTH = 44
+
+
+def say(ax, text: str) -> None:
+    """A panel with nothing to draw says why, in plain words, in its middle."""
+    ax.text(0.5, 0.5, textwrap.fill(text, NOTE_WIDTH), ha="center", va="center", fontsize=9,
+            transform=ax.transAxes)
+
+
 def empty_figure(path: Path, title: str) -> None:
-    """The plot ``title`` saved to ``path`` with no panel but a note: no complete runs."""
+    """The plot ``title`` saved to ``path`` with no panel but a note: no complete run."""
     fig, axes = new_figure(1)
     axes[0].set_title(title)
-    axes[0].text(0.5, 0.5, "no complete runs", ha="center", va="center", transform=axes[0].transAxes)
+    say(axes[0], "Nothing to draw: no run under the paths given has finished (a summary.json). "
+                 "report.md lists the runs still going or failed; report again once they have finished.")
     axes[0].set_axis_off()
     save_figure(fig, path)
-

@@ -14,7 +14,7 @@ from drlmpi.report.jobs import Job
 from drlmpi.report.labels import topology_class
 from drlmpi.report.returns import returns_section
 from drlmpi.report.runs import MissingRun
-from drlmpi.report.scaling import Cell, Grid
+from drlmpi.report.scaling import Cell, Grid, strong_missing, weak_missing
 from drlmpi.report.tables import Group, paper_columns, paper_header
 from drlmpi.report.train_returns import train_returns_section
 from drlmpi.report.trials import trials_section
@@ -205,7 +205,7 @@ def scaling_grid(grid: Grid, plot: str | None) -> list[str]:
                 f"{base}:", ""]
         out += _grid_table(grid, lambda c: fmt(c.weak, 2)) + [""]
     else:
-        out += ["Weak scaling: n/a (no envs-per-rank value at two world sizes).", ""]
+        out += [weak_missing(grid), ""]
     strong = grid.strong_rows()
     if strong:
         out += ["Strong scaling (same total environments T = W x e over more ranks), speedup "
@@ -214,7 +214,7 @@ def scaling_grid(grid: Grid, plot: str | None) -> list[str]:
                      [[str(c.total), _ranks(grid, c.world_size), str(c.num_envs), fmt(c.sps, 0),
                        fmt(c.strong, 2), fmt(c.strong_efficiency, 2)] for c in strong]) + [""]
     else:
-        out += ["Strong scaling: n/a (no total number of environments at two world sizes).", ""]
+        out += [strong_missing(grid), ""]
     if plot:
         out += [f"![Scaling of {grid.title}]({plot})", ""]
     return out

@@ -32,9 +32,10 @@ from drlmpi.report.drawing import (
     empty_figure,
     new_figure,
     save_figure,
+    say,
     topology_color,
 )
-from drlmpi.report.scaling import Grid
+from drlmpi.report.scaling import Grid, strong_missing, weak_missing
 from drlmpi.report.tables import Group
 
 PLOT_FILES = ("return_vs_time.png", "return_vs_steps.png", "speedup.png", "time_breakdown.png",
@@ -57,8 +58,9 @@ def plot_speedup(groups: list[Group], baselines: dict, baseline: str, path: Path
         ax.grid(alpha=0.3)
         base = baselines.get((env, algo))
         if base is None:
-            ax.text(0.5, 0.5, f"no {baseline} run: speedup n/a", ha="center", va="center",
-                    transform=ax.transAxes)
+            say(ax, f"No speedup: the runs read hold no {baseline} run of {env} / {algo} to compare "
+                    f"with. Run one with the same options and topology={baseline}, then report both "
+                    "together (python -m drlmpi.report DIR DIR ...).")
             continue
         top = max(g.world_size for g in pair_groups)
         ax.plot([1, max(top, 2)], [1, max(top, 2)], color="grey", linestyle=":", label="ideal (y = x)")
@@ -173,6 +175,9 @@ def _scaling_row(axes, grid: Grid) -> None:
     if rates and max(rates) > 20 * min(rates):
         rate_ax.set_yscale("log")
     weak_ax.axhline(1.0, color="grey", linestyle=":", label="linear")
+    missing = weak_missing(grid)
+    if missing:
+        say(weak_ax, missing)
     totals: dict[int, list] = defaultdict(list)
     for c in grid.strong_rows():
         totals[c.total].append(c)
@@ -183,9 +188,9 @@ def _scaling_row(axes, grid: Grid) -> None:
         ideal = [c.workers / cells[0].workers for c in cells]
         strong_ax.plot(xs, ideal, color=f"C{i % 10}", linestyle=":", linewidth=0.9)
         top = max(top, *ideal)
-    if not totals:
-        strong_ax.text(0.5, 0.5, "no total at two world sizes", ha="center", va="center",
-                       transform=strong_ax.transAxes)
+    missing = strong_missing(grid)
+    if missing:
+        say(strong_ax, missing)
     for ax, ylabel in ((rate_ax, "samples/s (env steps / training s)"),
                        (weak_ax, "weak-scaling efficiency"), (strong_ax, "strong-scaling speedup")):
         ax.set_title(f"{grid.topology}", fontsize=9)

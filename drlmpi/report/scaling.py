@@ -138,6 +138,35 @@ class Grid:
         return (self.env, self.order, self.topology, not self.learning, self.algo)
 
 
+def weak_missing(grid: Grid) -> str | None:
+    """Why ``grid`` has no weak-scaling figure, and a run that would give one (``None``: it has one)."""
+    if any(c.weak is not None for c in grid.cells.values()):
+        return None
+    c = min(grid.cells.values(), key=lambda c: (c.world_size, c.num_envs))
+    other = next((ws for ws in grid.world_sizes if ws != c.world_size), 2 * c.world_size)
+    return ("No weak scaling: each env.num_envs was run at one world size only. A run of "
+            f"env.num_envs={c.num_envs} at world_size={other} gives it (the same environments per "
+            f"rank as world_size={c.world_size}).")
+
+
+def strong_missing(grid: Grid) -> str | None:
+    """Why ``grid`` has no strong-scaling figure, and a run that would give one (``None``: it has
+    one): a cell's total of environments at another world size of the grid, where it divides."""
+    if grid.strong_rows():
+        return None
+    why = ("No strong scaling: no total of environments (simulating ranks x env.num_envs) was run "
+           "at two world sizes.")
+    workers = {ws: max(c.workers for c in grid.cells.values() if c.world_size == ws) for ws in grid.world_sizes}
+    for c in sorted(grid.cells.values(), key=lambda c: (c.total, c.world_size)):
+        for ws, w in workers.items():
+            if 0 < w != c.workers and c.total % w == 0:
+                return (f"{why} A run of env.num_envs={c.total // w} at world_size={ws} gives it "
+                        f"({c.total} environments, as world_size={c.world_size} with "
+                        f"env.num_envs={c.num_envs}).")
+    return (f"{why} Runs with the same total at two world sizes give it, e.g. 8 environments as "
+            "2 simulating ranks x env.num_envs=4 and 4 x env.num_envs=2.")
+
+
 def _base_env(run: Run) -> str:
     return run.base_env or run.env
 

@@ -38,17 +38,28 @@ TABLE_COLUMNS = [
     "budget_source", "budget_met", "speedup_threshold_median",
     # throughput
     "speedup_throughput", "efficiency_throughput", "ceiling_env_steps_per_s",
+    # why a numeric cell of the row is empty (:func:`write_csv`)
+    "note",
 ]
+#: the columns of table.csv that hold words; every other one holds a number or nothing
+TABLE_TEXT = ("env", "algo", "topology", "seeds", "budget_source", "budget_met")
 RUN_COLUMNS = [
     "run_dir", "env", "algo", "topology", "world_size", "seed", "solved", "stop_reason",
     "train_seconds", "train_seconds_to_threshold", "env_steps_to_threshold", "updates_to_threshold",
     "env_steps", "updates", "env_steps_per_s", "updates_per_s", "mpi_wait_share", "policy_lag_mean",
-    "best_eval_return", "reward_threshold", "sim_cost_ms", "num_envs", "max_env_steps",
+    "best_eval_return", "reward_threshold", "sim_cost_ms", "num_envs", "max_env_steps", "note",
 ]
+RUN_TEXT = ("run_dir", "env", "algo", "topology", "seed", "solved", "stop_reason")
 
 
 def _budget(run: Run) -> Any:
     return (run.config.get("run") or {}).get("max_env_steps", "?")
+
+
+def _budget_text(run: Run) -> str:
+    """The run's ``run.max_env_steps`` as one writes it (``null``: no step budget)."""
+    budget = _budget(run)
+    return "null" if budget is None else str(budget)
 
 
 def _num_key(text: str) -> tuple:
@@ -178,7 +189,7 @@ def build_table(groups: list[Group], baseline: str) -> list[dict[str, Any]]:
             "env": g.env, "algo": g.algo, "topology": g.topology, "world_size": g.world_size,
             "n": len(runs), "solved": len(g.solved_runs()),
             "seeds": " ".join(str(s) for s in sorted({r.seed for r in runs}, key=str)),
-            "max_env_steps": "/".join(sorted({str(_budget(r)) for r in runs}, key=_num_key)),
+            "max_env_steps": "/".join(sorted({_budget_text(r) for r in runs}, key=_num_key)),
             "train_s_mean": g.train_mean(),
             "train_s_std": float(np.std(train, ddof=1)) if len(train) > 1 else None,
             "threshold_s_mean": g.threshold_mean(),
@@ -278,12 +289,46 @@ def run_rows(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+def is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def numeric_cells(row: dict[str, Any], columns: list[str], text: tuple[str, ...]) -> dict[str, Any]:
+    """``row``'s cells with every column outside ``text`` a number or empty: a value that is not
+    one (``n/a (sequential not solved)``, ``3000/100000``) leaves its cell empty and says why in
+    the ``note`` column (``speedup_threshold, efficiency_threshold: sequential not solved``)."""
+    out: dict[str, Any] = {}
+    why: dict[str, list[str]] = defaultdict(list)
+    for column in columns:
+        value = row.get(column)
+        if column != "note" and column not in text and value is not None and not is_number(value):
+            reason = str(value)
+            if reason.startswith("n/a (") and reason.endswith(")"):
+                reason = reason[len("n/a ("):-1]
+            why[reason].append(column)
+            value = None
+        out[column] = "" if value is None else value
+    out["note"] = "; ".join(f"{', '.join(cols)}: {reason}" for reason, cols in why.items())
+    return out
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str], text: tuple[str, ...] | None = None) -> None:
+    """``rows`` as CSV; with ``text`` (the columns of words), every other column holds a number
+    or nothing, and a ``note`` column says why a cell is empty (:func:`numeric_cells`)."""
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({c: "" if row.get(c) is None else row.get(c) for c in columns})
+            if text is not None:
+                writer.writerow(numeric_cells(row, columns, text))
+            else:
+                writer.writerow({c: "" if row.get(c) is None else row.get(c) for c in columns})
 
 
 # Settings that make runs of one env+algo incomparable when they differ (from config / summary).

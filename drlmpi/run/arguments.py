@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drlmpi.config.checks import check_override
-from drlmpi.config.overrides import find, parse, value_text, values
+from drlmpi.config.overrides import find, override_args, parse, value_text, values
 
 
 def chosen(argv: list[str], group: str, default: str) -> tuple[str, ...] | None:
@@ -23,18 +23,28 @@ def chosen(argv: list[str], group: str, default: str) -> tuple[str, ...] | None:
     return (default,)
 
 
+#: Hydra's options of which a command line may give one (it refuses two with a traceback)
+HYDRA_MODES = (("--run", "-r"), ("--multirun", "-m"), ("--cfg", "-c"), ("--info", "-i"),
+               ("--shell-completion", "-sc"))
+
+
 def check_command_line(argv: list[str]) -> None:
     """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
     rejects (every value of a sweep). Registers every topology's options (a plugin topology that
     cannot be imported is refused here): before the first ``topology.`` override, else once the
     others pass - registering imports every topology class, and with it torch (about 2 s), which
     a refusal of any other option need not wait for."""
+    from drlmpi.config.errors import ConfigError
+
+    modes = [names[0] for names in HYDRA_MODES if any(a in names for a in argv)]
+    if len(modes) > 1:
+        raise ConfigError(f"{' and '.join(modes)} cannot be given together (one of "
+                          f"{', '.join(names[0] for names in HYDRA_MODES)})")
     scopes = {"algo": chosen(argv, "algo", "dqn"), "topology": chosen(argv, "topology", "sequential")}
-    for arg in argv:
-        if not arg.startswith("-"):
-            if parse([arg])[0].key_or_group.startswith("topology."):
-                _register_topologies()
-            check_override(arg, scopes)
+    for arg in override_args(argv):
+        if parse([arg])[0].key_or_group.startswith("topology."):
+            _register_topologies()
+        check_override(arg, scopes)
     _register_topologies()
 
 

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NoReturn
 # Importing the schema registers its options' defaults with Hydra (conf/ builds on them); the
 # topologies' options are registered by check_command_line (drlmpi.topologies.registry).
 import drlmpi.config.schema  # noqa: F401
-from drlmpi.config.overrides import find, parse, value_text, values
+from drlmpi.config.overrides import find, hydra_order, parse, value_text, values
 from drlmpi.config.plugins import CONF_DIR, group_files
 from drlmpi.job_control.abort import (
     CONFIG_ERROR_EXIT,
@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     from omegaconf import OmegaConf
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("--help", "-h") for a in argv):
-        print_help()
+    if any(a in ("--help", "-h", "--help-all") for a in argv):
+        print_help(full="--help-all" in argv)
         return
     from drlmpi.config.errors import ConfigError
 
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     # (Submitit: pickled, run in Slurm jobs) hands them the master config's cached values, so
     # every job writes into the sweep directory the launch time named, not its own start time.
     OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True, use_cache=True)
-    sys.argv = [sys.argv[0], *argv]
+    sys.argv = [sys.argv[0], *hydra_order(argv)]
     config_dir = str(CONF_DIR)
     if not os.path.isdir(config_dir):  # pragma: no cover
         sys.exit(f"drlmpi: error: config directory {config_dir} not found (install with pip -e)")

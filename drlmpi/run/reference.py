@@ -1,19 +1,62 @@
-"""What users read of the schema: ``python -m drlmpi --help`` (:func:`print_help`: the usage, the
-config groups and every option, :func:`help_lines`) and the reference table of
-docs/configuration.md (:func:`reference_table`; ``python -m drlmpi.run.reference`` prints it, and
-a test keeps the document in step). Both list every topology's options too, so both register
-them first (:mod:`drlmpi.topologies.registry`).
+"""What users read of the schema: ``python -m drlmpi --help`` (:func:`short_help`: one screen -
+the usage, the config groups, the options most runs set and where the rest are),
+``python -m drlmpi --help-all`` (:func:`help_lines`: every option, wrapped to
+:data:`WIDTH` characters) and the reference table of docs/configuration.md
+(:func:`reference_table`; ``python -m drlmpi.run.reference`` prints it, and a test keeps the
+document in step). The full list and the table name every topology's options too, so both
+register them first (:mod:`drlmpi.topologies.registry`); the short help reads only the schema's
+own scopes and conf/, and starts no torch.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import textwrap
 
 from drlmpi.config.options import Option, format_number
 from drlmpi.config.plugins import group_files
 from drlmpi.config.schema import SCHEMA
 from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, end_job
+
+#: no line of either help is longer than this
+WIDTH = 100
+#: the options most runs set, each with a doc of one short line (the full one: --help-all)
+MOST_USED = (
+    ("world_size", "ranks of the job (N > 1: started under mpiexec for you)"),
+    ("seed", "base seed; rank r uses seed + 10000 * r"),
+    ("device", "learner device: cpu | cuda | cuda:N | auto"),
+    ("run.max_env_steps", "budget: job-wide environment steps (null: none)"),
+    ("run.max_train_seconds", "budget: training seconds, evaluation excluded (null: none)"),
+    ("run.eval_every", "greedy evaluation every this many job-wide env steps"),
+    ("run.stop_on_solve", "stop at the first evaluation that reaches env.reward_threshold"),
+    ("run.progress_every_s", "seconds between progress lines (0: quiet)"),
+    ("env.num_envs", "environments each simulating rank steps together"),
+    ("env.sim_cost_ms", "CPU milliseconds of busy work added per env step (a costly simulator)"),
+    ("algo.lr", "learning rate (default: the algorithm's)"),
+    ("algo.batch_size", "minibatch size per update (default: the algorithm's)"),
+)
+
+USAGE = """\
+drlmpi - deep RL experiments across MPI ranks, with interchangeable topologies
+
+usage:
+  python -m drlmpi [group=name] [key=value ...]   one run (world_size=N: on N ranks)
+  python -m drlmpi -m topology=star,p2p seed=0,1  a sweep: one MPI job per combination
+  python -m drlmpi +experiment=NAME               a preset study (conf/experiment/)
+  python -m drlmpi resume=RUN_DIR                 continue a run from its last checkpoint
+  mpiexec -n N python -m mpi4py -m drlmpi ...     one run under your own MPI launcher
+  python -m drlmpi.report RUN_OR_SWEEP_DIR        tables and plots from run directories
+  python -m drlmpi.plan [overrides]               predict each topology's speed on this machine
+  python -m drlmpi.play RUN_DIR                   replay a trained policy"""
+
+FOOTER = """\
+more:
+  python -m drlmpi [overrides] --cfg job  print the composed config (what a run gets), no run
+  python -m drlmpi --help-all             every option: default, allowed values, meaning
+  python -m drlmpi --hydra-help           Hydra's own options
+  hydra.run.dir=DIR                       where a run writes (default: outputs/DATE/TIME_...)
+  docs/configuration.md                   every option, the presets and what a run writes"""
 
 
 def shown_default(option: Option) -> str:
@@ -49,65 +92,82 @@ def reference_table() -> str:
     return "\n".join(lines)
 
 
+def wrap(text: str, indent: int, hang: int) -> list[str]:
+    """``text`` in lines of at most :data:`WIDTH` characters: the first indented by ``indent``,
+    the others by ``hang`` (never broken inside a word or at a hyphen)."""
+    return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * hang,
+                         break_on_hyphens=False, break_long_words=False) or [""]
+
+
 def help_lines() -> list[str]:
-    """One line per option for ``python -m drlmpi --help``."""
+    """``--help-all``: every option of every scope, as ``key=default  (allowed values)`` and its
+    doc beneath, wrapped to :data:`WIDTH` characters."""
     from drlmpi.topologies.registry import register
 
     register()
     out = []
     for scope, options in SCHEMA.items():
-        out.append("")
-        out.append(f"  [{scope.replace('/', '=') or 'top level'}]")
+        out += ["", f"[{scope.replace('/', '=') or 'top level'}]"]
         prefix = scope.split("/")[0] + "." if scope else ""
         for key, option in options.items():
             if key in ("_target_", "name"):
                 continue
-            setting = f"{prefix}{key}={shown_default(option)}"
-            out.append(f"    {setting:38} {option.allowed():28} {option.doc}")
+            out += wrap(f"{prefix}{key}={shown_default(option)}  ({option.allowed()})", 2, 6)
+            out += wrap(option.doc, 6, 6)
     return out
 
-USAGE = """\
-drlmpi - deep RL experiments across MPI ranks, with interchangeable topologies
 
-usage:
-  python -m drlmpi [key=value ...]                         one run (world_size=N re-launches under mpiexec)
-  mpiexec -n N python -m mpi4py -m drlmpi topology=star    one run on N ranks
-  python -m drlmpi -m topology=star,async world_size=4,8   a sweep: one MPI job per combination
-  python -m drlmpi +experiment=learning_matrix             a study preset (conf/experiment/)
-  python -m drlmpi resume=RUN_DIR                          continue a run from its last checkpoint
-  python -m drlmpi.report RUN_OR_SWEEP_DIR ...             tables and plots from run directories
-  python -m drlmpi.play RUN_DIR                            replay a trained policy
-
-config groups (conf/):
-{groups}
-  --hydra-help  Hydra's own options     --cfg job  print the composed config and exit
-Options (type and allowed values are checked before any rank starts; docs/configuration.md):"""
-
-
-def config_groups() -> str:
-    """One line per config group the command line picks from (``algo=dqn|td3|...``), read from
-    the files in conf/, so a new algorithm, environment, topology or preset shows up by itself."""
-    lines = []
+def config_groups() -> list[str]:
+    """The config groups the command line picks from (``algo  dqn, ppo, ...``), read from the
+    files in conf/ and the plugin directories, so a new algorithm, environment, topology or preset
+    shows up by itself."""
+    lines = ["config groups (pick with group=name; conf/):"]
     for group in ("algo", "env", "topology", "experiment"):
-        names = sorted(group_files(group))  # conf/ and the plugin directories
         key = "+experiment" if group == "experiment" else group
-        lines.append(f"  {key}={'|'.join(names)}")
-    return "\n".join(lines)
+        lines += wrap(f"{key:<13}" + ", ".join(sorted(group_files(group))), 2, 15)
+    return lines
 
 
-def print_help() -> None:
-    """``--help``: the usage header and every option's one-line doc, from the schema (a plugin
-    directory that cannot be read is refused in one line, as a run's would be)."""
+def most_used(scopes: dict[str, dict[str, Option]] = SCHEMA) -> list[str]:
+    """:data:`MOST_USED`, each as ``key=default`` (the default left out where each algorithm or
+    topology has its own) and its short doc. Raises KeyError for a key no scope has."""
+    lines = ["most used options (the schema's defaults; a preset or conf/tuned/ may set others):"]
+    for dotted, doc in MOST_USED:
+        group, _, key = dotted.rpartition(".")
+        found = [options[key] for scope, options in scopes.items()
+                 if scope.split("/")[0] == group and key in options]
+        if not found:
+            raise KeyError(f"--help names {dotted}, which no scope of the schema has")
+        defaults = {shown_default(option) for option in found}
+        setting = f"{dotted}={defaults.pop()}" if len(defaults) == 1 else dotted
+        lines += wrap(f"{setting:<27} {doc}", 2, 30)
+    return lines
+
+
+def short_help() -> str:
+    """``--help``: one screen (under 60 lines of at most :data:`WIDTH` characters)."""
+    return "\n".join([USAGE, "", *config_groups(), "", *most_used(), "", FOOTER])
+
+
+def full_help() -> str:
+    """``--help-all``: the usage and every option."""
+    return "\n".join([USAGE, "", *config_groups(), "",
+                      "every option (key=default  (allowed values); each value is checked before any "
+                      "rank starts):", *help_lines(), "", FOOTER])
+
+
+def print_help(full: bool = False) -> None:
+    """``--help`` (``full``: ``--help-all``), from conf/ and the schema (a plugin directory that
+    cannot be read is refused in one line, as a run's would be)."""
     from drlmpi.config.errors import ConfigError
 
     try:
-        groups, options = config_groups(), help_lines()
+        text = full_help() if full else short_help()
     except ConfigError as exc:
         end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
     try:
-        print(USAGE.format(groups=groups))
-        print("\n".join(options), flush=True)
-    except BrokenPipeError:  # `--help | head`: the reader stopped; nothing left to say
+        print(text, flush=True)
+    except BrokenPipeError:  # `--help-all | head`: the reader stopped; nothing left to say
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
