@@ -194,10 +194,11 @@ def test_a_sweep_runs_each_job_in_its_own_world_side_by_side_then_reuses_them(tm
     skipped = [j for j in records if j["status"] == "skipped"]
     assert sorted((j["overrides"][0], j["overrides"][1]) for j in skipped) == \
         [("topology=p2p", "world_size=1")] * 2 + [("topology=sequential", "world_size=2")] * 2
-    for job in skipped:
-        needs = "exactly 1 rank" if job["overrides"][0] == "topology=sequential" else "exactly 2 ranks"
-        assert f"needs {needs}" in job["reason"]
-    assert "skipped: topology=p2p needs exactly 2 ranks" in proc.stdout + proc.stderr
+    for job in skipped:  # a sweep's job is sized by its world_size=, which the reason names
+        needs = ("exactly 1 rank (world_size=1), the job has world_size=2" if job["overrides"][0] ==
+                 "topology=sequential" else "exactly 2 ranks (world_size=2), the job has world_size=1")
+        assert job["reason"].endswith(f"needs {needs}")
+    assert "skipped: topology=p2p needs exactly 2 ranks (world_size=2)" in proc.stdout + proc.stderr
     jobs = {(j["overrides"][0], j["overrides"][2]): j for j in records if j["status"] != "skipped"}
     assert [j["status"] for j in jobs.values()] == ["ok"] * 4
     for job in jobs.values():  # each run is its own world of its size
@@ -346,11 +347,32 @@ def preset_dry_runs(tmp_path_factory):
     configs on one core, forked from one process that imported drlmpi (tests/forked_sweeps.py),
     so the ten pay drlmpi's imports - torch's 1.9 s - once; each still runs the whole command
     to its exit status. The first test to ask waits for all of them."""
-    folders = {preset: tmp_path_factory.mktemp(preset) for preset in PRESETS}
+    folders = {preset: tmp_path_factory.mktemp(preset) for preset in [*PRESETS, PLAIN]}
     runs = [(folders[preset], ["-m", f"+experiment={preset}", *narrow, "hydra.launcher.dry_run=true",
                                f"hydra.sweep.dir={folders[preset] / 'sweep'}"])
             for preset, (narrow, *_) in PRESETS.items()]
+    runs.append((folders[PLAIN], ["-m", *PLAIN_SWEEP, f"hydra.sweep.dir={folders[PLAIN] / 'sweep'}"]))
     return forked_sweeps.start(runs, tmp_path_factory.mktemp("forked") / "runs.json"), folders
+
+
+#: a user's own sweep, dry run beside the presets' (not a preset's name: a folder's)
+PLAIN = "plain_sweep"
+PLAIN_SWEEP = ["topology=sequential,star", "world_size=1,3", "run.max_env_steps=500",
+               "hydra.launcher.dry_run=true"]
+
+
+def test_a_sweeps_skip_names_the_world_size_its_topology_needs(preset_dry_runs):
+    """Each skipped job's line names the world_size= its topology needs, not a launch command."""
+    forked, folders = preset_dry_runs
+    proc = forked.result(folders[PLAIN])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    output = proc.stdout + proc.stderr
+    assert ("skipped: topology=sequential needs exactly 1 rank (world_size=1), the job has world_size=3"
+            in output)
+    assert ("skipped: topology=star needs at least 2 ranks (world_size=2 or more), the job has world_size=1"
+            in output)
+    assert "launch it with" not in output and [j["status"] for j in _jobs(folders[PLAIN])] == [
+        "dry_run", "skipped", "skipped", "dry_run"]
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

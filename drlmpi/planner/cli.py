@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         from drlmpi.run.preflight import make_plan
 
         make_plan(first, smallest_world(first))  # the config itself: one line if it is wrong
+        from drlmpi.job_control.launchers import mpiexec_command
+
+        mpiexec_command()  # the probes' and calibration's launch command (DRLMPI_MPIEXEC)
     except (ConfigError, ValueError) as exc:
         print(f"drlmpi.plan: error: {exc}", file=sys.stderr)
         return 2
