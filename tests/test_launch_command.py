@@ -109,7 +109,7 @@ def test_the_relaunch_runs_the_launch_command_or_refuses_a_retired_setting(fake_
 
 def test_a_presets_sweep_jobs_run_the_launch_command(fake_launcher, tmp_path):
     """Each job of a preset's sweep starts with the setting's command (the stand-in exits 0 without
-    a run: the job counts as finished, not solved).
+    a run: the job counts as finished, not solved), and provenance.json records it.
     (``hydra.launcher.mpiexec``, one sweep's own: tests/test_sweep.py's dry run.)"""
     script, launches = fake_launcher
     sweep = tmp_path / "sweep"
@@ -122,6 +122,8 @@ def test_a_presets_sweep_jobs_run_the_launch_command(fake_launcher, tmp_path):
     assert sorted(launched[:4] for launched in launches()) == [["--site-flag", "two words", "-n", "1"],
                                                                ["--site-flag", "two words", "-n", "3"]]
     assert all(j["command"][:3] == [str(script), "--site-flag", "two words"] for j in jobs)
+    record = json.loads((sweep / "provenance.json").read_text())
+    assert record["launcher"] == [str(script), "--site-flag", "two words"]
 
 
 def test_the_planners_probe_runs_the_launch_command(fake_launcher):

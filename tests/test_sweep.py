@@ -199,6 +199,9 @@ def test_a_sweep_runs_each_job_in_its_own_world_side_by_side_then_reuses_them(tm
                  "topology=sequential" else "exactly 2 ranks (world_size=2), the job has world_size=1")
         assert job["reason"].endswith(f"needs {needs}")
     assert "skipped: topology=p2p needs exactly 2 ranks (world_size=2)" in proc.stdout + proc.stderr
+    record = json.loads((tmp_path / "sweep" / "provenance.json").read_text())
+    assert record["command"].startswith("python -m drlmpi -m ") and " ".join(args) in record["command"]
+    assert record["launcher"] == ["mpiexec"] and record["commit"] and record["versions"]["torch"]
     jobs = {(j["overrides"][0], j["overrides"][2]): j for j in records if j["status"] != "skipped"}
     assert [j["status"] for j in jobs.values()] == ["ok"] * 4
     for job in jobs.values():  # each run is its own world of its size
@@ -361,11 +364,18 @@ PLAIN_SWEEP = ["topology=sequential,star", "world_size=1,3", "run.max_env_steps=
                "hydra.launcher.dry_run=true"]
 
 
-def test_a_sweeps_skip_names_the_world_size_its_topology_needs(preset_dry_runs):
-    """Each skipped job's line names the world_size= its topology needs, not a launch command."""
+def test_any_sweep_records_its_provenance_and_names_world_size_in_a_skip(preset_dry_runs):
+    """provenance.json in the sweep directory (here without a GPU or nvidia-smi: none listed),
+    and each skipped job's line naming the world_size= its topology needs."""
     forked, folders = preset_dry_runs
     proc = forked.result(folders[PLAIN])
     assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((folders[PLAIN] / "sweep" / "provenance.json").read_text())
+    assert record["command"].startswith("python -m drlmpi -m ") and " ".join(PLAIN_SWEEP) in record["command"]
+    assert record["commit"] and record["date"].endswith("UTC") and record["launcher"]
+    assert record["machine"]["cores"] and record["machine"]["cpu"] is not None
+    assert len(record["machine"]["gpus"]) == len(record["machine"]["gpu_details"])
+    assert record["versions"]["drlmpi"] and record["versions"]["mpi4py"] and "earlier" not in record
     output = proc.stdout + proc.stderr
     assert ("skipped: topology=sequential needs exactly 1 rank (world_size=1), the job has world_size=3"
             in output)

@@ -28,6 +28,9 @@ same ``hydra.sweep.dir=...`` continues a sweep. ``deadline_s``: no job starts la
 many seconds after the launcher started (composing the jobs included); the others are recorded
 as skipped with that reason (running jobs are left to finish; ``timeout_s`` bounds them).
 
+Every sweep directory gets ``provenance.json`` (:mod:`drlmpi.sweep.provenance`: the command,
+commit, machine, GPUs, versions and launch command) before its jobs are composed.
+
 Options (``hydra.launcher.<key>=...``, docs/experiments.md): ``mpiexec`` (list, default null:
 the launch command of every drlmpi launch, ``DRLMPI_MPIEXEC`` or ``mpiexec``; e.g.
 ``[srun, --mpi=pmix]`` for this sweep alone), ``ranks_flag`` (``-n``), ``extra_args``,
@@ -56,6 +59,7 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, SIGNAL_EXIT, end_job
 from drlmpi.job_control.launchers import checking_sweep_jobs, launch_command, mpiexec_command
 from drlmpi.job_control.process import usable_cpus
+from drlmpi.sweep import provenance
 from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
 from drlmpi.sweep.scheduler import (
     CorePool,
@@ -146,6 +150,7 @@ class MPILauncher(Launcher):
         self.by_cost = order == "cost" or (order == "auto" and self.cores is not None)
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
+        self.recorded = False  # provenance.json written by this launcher (a tuner launches often)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -183,9 +188,12 @@ class MPILauncher(Launcher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.launcher()
+            launcher = self.launcher()
         except ConfigError as exc:  # the launch command's setting: one line, before anything runs
             end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
+        if not self.recorded:
+            provenance.write(sweep_dir, ["python", "-m", "drlmpi", *sys.argv[1:]], launcher)
+            self.recorded = True
         total = initial_job_idx + len(job_overrides)
         log.info(f"sweep: composing and checking {len(job_overrides)} job(s) ...")
         with checking_sweep_jobs():  # a job of the wrong size: its world_size=, not a launch command
