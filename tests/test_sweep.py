@@ -285,6 +285,10 @@ PRESETS = {
     "td3_mujoco": (["seed=0"], 2, 2, {}, 6),  # HalfCheetah and Hopper x 3 seeds, star on 8 ranks
     "dqn_lunarlander_ttt": (["seed=0"], 2, 2, {}, 6),  # sequential and star 16 x 3 seeds
     "td3_halfcheetah_ttt": (["seed=0"], 2, 2, {}, 6),  # sequential and star 8 x 3 seeds
+    "dqn_lunarlander_seed_spread": (["seed=0"], 2, 2, {}, 10),  # sequential and star's stand-in x 5 seeds
+    "ppo_async_vtrace": (["seed=0", "algo.vtrace=true"], 5, 5, {}, 30),  # 5 settings x V-trace x 3 seeds
+    "ppo_breakout_topologies": (["device=cpu"], 4, 4, {}, 4),  # star, central, allgather, the ceiling
+    "dqn_act_cost": ([], 3, 3, {}, 3),  # three repeats of one sequential run
     "topology_throughput": (["env.sim_cost_ms=5", "world_size=1,16"], 16, 10,
                             {"topology=sequential needs exactly 1 rank": 2,
                              "topology=star needs at least 2 ranks": 2,
@@ -420,6 +424,14 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
         assert params == {"topology": ["sequential", "star"], "seed": ["0", "1", "2"]}
         assert sorted((o, j["ranks"]) for j in ran for o in j["overrides"] if o.startswith("topology=")) == [
             ("topology=sequential", 1), ("topology=star", 16 if preset.startswith("dqn") else 8)]
+    if preset == "dqn_lunarlander_seed_spread":  # star's stand-in: 2 ranks, sequential's 1
+        assert sorted((j["overrides"][0], j["ranks"]) for j in ran) == [("topology=sequential", 1),
+                                                                         ("topology=star", 2)]
+    if preset in ("ppo_async_vtrace", "ppo_breakout_topologies"):  # a setting a job, from the preset's group
+        group = "vtrace" if preset == "ppo_async_vtrace" else "breakout"
+        settings = {o for j in ran for o in j["overrides"] if o.startswith(f"+experiment/{group}=")}
+        assert len(settings) == len(ran)
+        assert {j["ranks"] for j in ran} == {3 if group == "vtrace" else 16}
     if preset == "topology_throughput":  # the raw-stepping ceiling: algo=random beside each cell
         assert params["algo"] == ["dqn", "random"]
         assert sum("algo=random" in j["overrides"] for j in ran) == 5
