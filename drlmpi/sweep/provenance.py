@@ -25,9 +25,10 @@ from typing import Any
 from drlmpi.job_control.process import usable_cpus
 
 FILE = "provenance.json"
-#: the distributions whose versions decide a run's speed and results
-DISTRIBUTIONS = ("drlmpi", "torch", "numpy", "gymnasium", "mpi4py", "ale-py", "mujoco", "hydra-core",
-                 "omegaconf")
+#: the packages whose versions decide a run's speed and results (as imported: as installed)
+DISTRIBUTIONS = {"drlmpi": "drlmpi", "torch": "torch", "numpy": "numpy", "gymnasium": "gymnasium",
+                 "mpi4py": "mpi4py", "ale_py": "ale-py", "mujoco": "mujoco", "hydra": "hydra-core",
+                 "omegaconf": "omegaconf"}
 #: what nvidia-smi tells of each GPU beside its name: two hosts with the same GPU model ran the
 #: same DQN round 25% apart, and clocks, power limits, the driver or MIG are where that shows
 GPU_FIELDS = ("name", "driver_version", "clocks.max.sm", "clocks.max.memory", "power.limit",
@@ -74,9 +75,9 @@ def versions() -> dict[str, str | None]:
     """Python's and each distribution's version (``None``: not installed), and the MPI library's
     (asked in a process of its own: importing ``mpi4py.MPI`` here would initialise MPI)."""
     out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in DISTRIBUTIONS:
+    for name, distribution in DISTRIBUTIONS.items():
         try:
-            out[name] = metadata.version(name)
+            out[name] = metadata.version(distribution)
         except metadata.PackageNotFoundError:
             out[name] = None
     library = _output(sys.executable, "-c", "import mpi4py; mpi4py.rc.initialize = False; "
