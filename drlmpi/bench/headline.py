@@ -195,10 +195,12 @@ def keep_artifacts(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m drlmpi.bench.headline",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m drlmpi.bench.headline",
+        description="Run one study of docs/results/ - its presets' sweeps, benchmarks and report - into OUT "
+                    "(the parts and their times: docs/experiments.md).")
     parser.add_argument("part", choices=PARTS)
-    parser.add_argument("out", type=Path)
+    parser.add_argument("out", type=Path, help="the study's folder")
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE for every sweep of the part")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, list each sweep's jobs")
     parser.add_argument("--keep-all", action="store_true", help="keep checkpoints, policies and every log")
