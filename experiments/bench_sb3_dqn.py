@@ -3,18 +3,7 @@
     pip install -e ".[bench]"                      # stable-baselines3
     python experiments/bench_sb3_dqn.py            # seeds 0 1 2, budget 1e5 env steps
 
-For each seed, each in a cold subprocess with ONE torch thread: drlmpi (``python -m drlmpi
-seed=S ...``, sequential DQN with conf/tuned/dqn_cartpole.yaml, read from summary.json) and SB3's
-``DQN`` with rl-baselines3-zoo's CartPole-v1 hyperparameters (this script re-invoked with
-``--sb3-worker``, timed by a callback). The frameworks alternate seed by seed (the order too).
-Both use the same threshold, budget and evaluation points: after the 256-step chunk and its 128
-updates that pass each multiple of ``--eval-every``; evaluation is taken off both clocks.
-``ratio = SB3 seconds / drlmpi seconds`` to the threshold (> 1: drlmpi faster); a run that does
-not solve counts with its whole budget's seconds (marked ``*``: the ratio is then a bound, which
-``ratio_is`` names). An SB3 worker cut by ``--timeout`` (or failed) is recorded from the progress
-file it appends each evaluation to (``<out>.progress.jsonl``, experiments/sb3_clock.py): not
-solved, with the training seconds and steps of its last evaluation (marked ``+``: a lower bound).
-experiments/README.md describes the output (a table and ``--out``, a JSON of every field).
+Both evaluated after the 256-step chunk (and its 128 updates) passing each ``--eval-every``.
 """
 
 from __future__ import annotations
@@ -25,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import sb3_clock  # experiments/sb3_clock.py, beside this script
 import sb3_common  # experiments/sb3_common.py, beside this script
 
 ENV_ID = "CartPole-v1"
@@ -39,7 +27,6 @@ ZOO_DQN_CARTPOLE: dict[str, Any] = {
 
 
 def sb3_worker(args: argparse.Namespace) -> None:
-    """Train SB3 DQN with the zoo hyperparameters until solved or out of budget; write JSON."""
     import gymnasium as gym
     import torch
     from stable_baselines3 import DQN
@@ -48,19 +35,17 @@ def sb3_worker(args: argparse.Namespace) -> None:
     model = DQN(env=gym.make(ENV_ID), seed=args.seed, device=args.device, verbose=0,
                 exploration_fraction=ZOO_EXPLORATION_FRACTION * ZOO_N_TIMESTEPS / args.budget,
                 **ZOO_DQN_CARTPOLE)
-    timer = sb3_clock.threshold_timer(args, ENV_ID, env_action=int)
-    sb3_clock.learn_timed(model, timer, args.budget)
-    result = sb3_clock.sb3_result(model, timer, args.seed, {
+    timer = sb3_common.threshold_timer(args, ENV_ID, env_action=int)
+    sb3_common.learn_timed(model, timer, args.budget)
+    result = sb3_common.sb3_result(model, timer, args.seed, {
         "exploration_fraction": model.exploration_fraction, "hyperparameters": ZOO_DQN_CARTPOLE})
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def run_drlmpi(seed: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """One drlmpi run; the summary fields this benchmark needs."""
     run_dir = work / f"drlmpi_{seed}"
-    cmd = [sys.executable, "-m", "drlmpi", *sb3_common.drlmpi_overrides(seed, run_dir, args),
-           *args.drlmpi_extra]
-    return sb3_common.run_drlmpi(cmd, run_dir, args.timeout)
+    cmd = [sys.executable, "-m", "drlmpi", *sb3_common.drlmpi_overrides(seed, run_dir, args)]
+    return sb3_common.run_drlmpi([*cmd, *args.drlmpi_extra], run_dir, args.timeout)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,17 +61,11 @@ def main(argv: list[str] | None = None) -> int:
           f"threshold {args.threshold:g}", flush=True)
     rows, host = sb3_common.compare("bench_sb3_dqn", args, lambda seed, work: run_drlmpi(seed, args, work),
                                     lambda seed, work: sb3_common.run_sb3(__file__, seed, args, work))
-    print()
-    sb3_common.write_result(args.out, {
-        "benchmark": f"drlmpi sequential DQN vs stable-baselines3 DQN (rl-baselines3-zoo), {ENV_ID}, "
-                     "training seconds to threshold (evaluation excluded)",
-        "ratio_definition": "sb3 train_seconds / drlmpi train_seconds (>1: drlmpi faster)",
-        "settings": {**{k: getattr(args, k) for k in ("seeds", "device", "budget", "eval_every",
-                                                      "eval_episodes", "threshold", "drlmpi_extra")},
-                     "sb3_hyperparameters": ZOO_DQN_CARTPOLE},
-        "aggregate": sb3_common.report(rows), "runs": rows, **host,
-    })
-    return 0
+    settings = {**{k: getattr(args, k) for k in ("seeds", "device", "budget", "eval_every", "eval_episodes",
+                                                 "threshold", "drlmpi_extra")},
+                "sb3_hyperparameters": ZOO_DQN_CARTPOLE}
+    benchmark = f"drlmpi sequential DQN vs stable-baselines3 DQN (rl-baselines3-zoo), {ENV_ID}"
+    return sb3_common.finish(args, benchmark, settings, rows, host)
 
 
 if __name__ == "__main__":

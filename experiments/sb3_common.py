@@ -1,15 +1,5 @@
-"""What the Stable-Baselines3 comparisons (bench_sb3_dqn.py, bench_sb3_td3.py) share.
-
-Both time drlmpi and SB3 to a greedy-evaluation threshold, each run in a cold subprocess with one
-BLAS/torch thread, evaluation taken off both clocks, and compare ``ratio = SB3 seconds / drlmpi
-seconds``. Here: the options they share, the loop over seeds and the JSON, running a
-subprocess, reading a drlmpi run directory, running the SB3 worker (and, when it is cut by
-``--timeout`` or fails, reading back the evaluations it had reached from its progress file:
-sb3_clock.py), one seed's pair of runs and its ratio, the table and its aggregates. The SB3
-side's clock (a callback that evaluates at the same cadence as drlmpi and stops learning at the
-threshold) is in sb3_clock.py. Stable-Baselines3 is imported only inside the functions the SB3
-side and the final JSON call, so the rest runs (and is tested) without it.
-"""
+"""What bench_sb3_dqn.py and bench_sb3_td3.py share (experiments/README.md). Stable-Baselines3 is
+imported only inside what its worker and the final JSON call: the rest runs, and is tested, without."""
 
 from __future__ import annotations
 
@@ -31,26 +21,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import sb3_clock  # experiments/sb3_clock.py, beside this module
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
 DRLMPI_SUMMARY_FIELDS = ("solved", "train_seconds_to_threshold", "env_steps_to_threshold",
                          "updates_to_threshold", "env_steps", "updates", "eval_seconds", "evaluations",
                          "best_eval_return", "stop_reason")
+AT_THRESHOLD = ("train_seconds", "env_steps", "updates", "learn_seconds")
+#: drlmpi evaluates episodes seeded from seed + run.eval_seed_offset (its default); SB3 the same
+EVAL_SEED_OFFSET = 1_000_000
 
 
-# -- the command line and the whole comparison ---------------------------------------------------
 def parser(description: str, *, budget: int, eval_every: int, eval_episodes: int, threshold: float,
            out: str, timeout: float, extra_help: str) -> argparse.ArgumentParser:
-    """The options every comparison takes, with its own defaults (a script adds its own after)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--device", default="cpu",
-                   help="where both learners run: cpu (default) or cuda (drlmpi's device learner, "
-                        "SB3's GPU policy)")
-    budget_text = f"{budget:.0e}".replace("e+0", "e")
-    p.add_argument("--budget", type=int, default=budget, help=f"env steps per run (default {budget_text})")
+    p.add_argument("--device", default="cpu", help="where both learners run: cpu (default) or cuda")
+    p.add_argument("--budget", type=int, default=budget,
+                   help=f"env steps per run (default {budget:.0e})".replace("e+0", "e"))
     p.add_argument("--eval-every", type=int, default=eval_every, help="env steps between evaluations")
     p.add_argument("--eval-episodes", type=int, default=eval_episodes, help="greedy episodes per evaluation")
     p.add_argument("--threshold", type=float, default=threshold, help="greedy mean return that solves")
@@ -64,8 +51,6 @@ def parser(description: str, *, budget: int, eval_every: int, eval_episodes: int
 
 
 def worker_ran(script: str, args: argparse.Namespace, worker: Callable[[argparse.Namespace], None]) -> bool:
-    """Exit with the install hint when Stable-Baselines3 is missing; when this process is the
-    SB3 side (``--sb3-worker``), run ``worker(args)`` and return True."""
     if importlib.util.find_spec("stable_baselines3") is None:
         sys.exit(f'{script}: stable-baselines3 is not installed: pip install -e ".[bench]"')
     if args.sb3_worker:
@@ -75,8 +60,6 @@ def worker_ran(script: str, args: argparse.Namespace, worker: Callable[[argparse
 
 def compare(script: str, args: argparse.Namespace, run_drlmpi: Callable[[int, Path], dict[str, Any]],
             run_sb3: Callable[[int, Path], dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every seed's pair of runs (:func:`run_seeds`) in a fresh work folder, removed afterwards
-    unless ``--keep-runs``; ``(rows, {"machine": ..., "run_dirs": the folder or None})``."""
     work = Path(tempfile.mkdtemp(prefix=f"{script}_"))
     load_before, started = os.getloadavg(), time.time()
     try:
@@ -88,19 +71,21 @@ def compare(script: str, args: argparse.Namespace, run_drlmpi: Callable[[int, Pa
     return rows, {"machine": machine(load_before, started), "run_dirs": str(work) if args.keep_runs else None}
 
 
-def write_result(out: Path, result: dict[str, Any]) -> None:
-    """Write the comparison's JSON to ``out`` and say where."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str) + "\n")
-    print(f"results: {out}")
+def finish(args: argparse.Namespace, benchmark: str, settings: dict[str, Any], rows: list[dict[str, Any]],
+           host: dict[str, Any], **more: Any) -> int:
+    """Print the table and write the whole comparison's JSON (``--out``)."""
+    print()
+    result = {"benchmark": f"{benchmark}, training seconds to threshold (evaluation excluded)",
+              "ratio_definition": "sb3 train_seconds / drlmpi train_seconds (>1: drlmpi faster)",
+              "settings": settings, "aggregate": report(rows), "runs": rows, **host, **more}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+    print(f"results: {args.out}")
+    return 0
 
 
-# -- running the two sides ------------------------------------------------------------------------
 def run_command(cmd: list[str], timeout: float) -> tuple[dict[str, Any] | None, float]:
-    """Run ``cmd`` from the repository root with one BLAS/torch thread; ``(error record or None,
-    seconds)``. It runs in a process group of its own, killed whole on a timeout (or on an
-    interrupt of this script), so an ``mpiexec`` job leaves no rank behind; the record of a
-    timeout has ``timed_out: true``."""
+    """``(error record or None, seconds)`` of ``cmd`` with one thread, killed whole on a timeout."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **ONE_THREAD_ENV}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -112,7 +97,7 @@ def run_command(cmd: list[str], timeout: float) -> tuple[dict[str, Any] | None, 
         return {"error": f"timed out after {timeout} s", "timed_out": True,
                 "stderr_tail": (stderr or "")[-2000:], "command": cmd}, timeout
     finally:
-        if proc.poll() is None:  # interrupted: take the job's whole group down with this script
+        if proc.poll() is None:
             _kill_group(proc)
     if proc.returncode != 0:
         return ({"error": f"exit code {proc.returncode}", "stderr_tail": stderr[-2000:], "command": cmd},
@@ -121,13 +106,11 @@ def run_command(cmd: list[str], timeout: float) -> tuple[dict[str, Any] | None, 
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
 
 
 def drlmpi_overrides(seed: int, run_dir: Path, args: argparse.Namespace) -> list[str]:
-    """The overrides every drlmpi side gets: seed, run directory, budget, the evaluation
-    cadence and threshold shared with the SB3 side, one thread, the device."""
     return [f"seed={seed}", f"hydra.run.dir={run_dir}", "run.progress_every_s=0",
             f"run.max_env_steps={args.budget}", f"run.eval_every={args.eval_every}",
             f"run.eval_episodes={args.eval_episodes}", f"env.reward_threshold={args.threshold}",
@@ -135,9 +118,7 @@ def drlmpi_overrides(seed: int, run_dir: Path, args: argparse.Namespace) -> list
 
 
 def read_drlmpi_run(run_dir: Path) -> dict[str, Any]:
-    """The fields of a finished drlmpi run this comparison needs, from its summary.json and
-    metrics.csv; ``train_seconds`` is the time to the threshold when solved, else the whole
-    run's (the budget's) training seconds."""
+    """A finished run's fields; ``train_seconds``: to the threshold, else the whole budget's."""
     s = json.loads((run_dir / "summary.json").read_text())
     with open(run_dir / "metrics.csv", newline="") as fh:
         evals = [row for row in csv.DictReader(fh) if row["kind"] == "eval"]
@@ -145,28 +126,19 @@ def read_drlmpi_run(run_dir: Path) -> dict[str, Any]:
             "train_seconds": s["train_seconds_to_threshold"] if s["solved"] else s["train_seconds"],
             "learn_seconds": s["per_rank"][0].get("learn_s"),
             "eval_history": [[int(r["env_steps"]), float(r["train_seconds"]), float(r["return"])]
-                             for r in evals],
-            "versions": s.get("versions")}
+                             for r in evals], "versions": s.get("versions")}
 
 
 def run_drlmpi(cmd: list[str], run_dir: Path, timeout: float) -> dict[str, Any]:
-    """One drlmpi run of ``cmd`` into ``run_dir``: :func:`read_drlmpi_run`'s fields, the
-    process's seconds and the command, or an error record."""
     error, seconds = run_command(cmd, timeout)
     if error is not None or not (run_dir / "summary.json").exists():
         return error or {"error": "no summary.json", "command": cmd}
-    result = read_drlmpi_run(run_dir)
-    versions = result.pop("versions")
-    return {**result, "process_seconds": seconds, "versions": versions, "command": cmd}
+    return {**read_drlmpi_run(run_dir), "process_seconds": seconds, "command": cmd}
 
 
 def run_sb3(script: str, seed: int, args: argparse.Namespace, work: Path,
             extra: list[str] | None = None) -> dict[str, Any]:
-    """One SB3 run: ``script`` re-invoked with ``--sb3-worker`` (and ``extra`` flags) in a fresh
-    process; what the worker wrote, its process's seconds and the command. A worker cut by the
-    timeout, or failed, before writing it leaves a partial record read from its progress file
-    (:func:`sb3_clock.cut_result`: not solved, the seconds and steps of its last evaluation,
-    ``timed_out``, ``cut_by``); one cut before its first evaluation, the error record."""
+    """``script --sb3-worker``'s JSON, or - cut or failed - :func:`cut_result`'s, or the error."""
     out = work / f"sb3_{seed}.json"
     cmd = [sys.executable, str(Path(script).resolve()), "--sb3-worker", "--seed", str(seed),
            "--budget", str(args.budget), "--eval-every", str(args.eval_every),
@@ -176,15 +148,11 @@ def run_sb3(script: str, seed: int, args: argparse.Namespace, work: Path,
     if error is None and out.exists():
         return {**json.loads(out.read_text()), "process_seconds": seconds, "command": cmd}
     error = error or {"error": "no output", "command": cmd}
-    return sb3_clock.cut_result(sb3_clock.progress_path(out), error, seconds) or error
+    return cut_result(progress_path(out), error, seconds) or error
 
 
-# -- one seed's pair and the table ----------------------------------------------------------------
 def pair(seed: int, order: list[str], drlmpi: dict[str, Any], sb3: dict[str, Any]) -> dict[str, Any]:
-    """One seed's row: both results, ``ratio_sb3_over_drlmpi`` (``None`` if a side failed),
-    ``censored`` (a side failed or did not solve: its seconds are the budget's, or, for a run
-    cut by the timeout, those it had reached at its last evaluation; the ratio a bound) and
-    ``ratio_is`` (:func:`ratio_kind`)."""
+    """One seed's row: the ratio (``None``: a side failed), ``censored`` (then a bound), ``ratio_is``."""
     ok = "error" not in drlmpi and "error" not in sb3
     row = {"seed": seed, "order": order, "drlmpi": drlmpi, "sb3": sb3,
            "ratio_sb3_over_drlmpi": sb3["train_seconds"] / drlmpi["train_seconds"] if ok else None,
@@ -193,20 +161,13 @@ def pair(seed: int, order: list[str], drlmpi: dict[str, Any], sb3: dict[str, Any
 
 
 def ratio_kind(row: dict[str, Any]) -> str:
-    """What a row's ratio is: ``exact`` (both solved), ``lower bound`` (only drlmpi solved: SB3
-    would have needed more than its budget's seconds, or, cut by the timeout before solving, more
-    than the training seconds of its last evaluation), ``upper bound`` (only SB3 solved),
-    ``unknown`` (neither solved) or ``none`` (a side failed and left no evaluation)."""
     if row["ratio_sb3_over_drlmpi"] is None:
         return "none"
-    solved = (bool(row["drlmpi"]["solved"]), bool(row["sb3"]["solved"]))
-    return {(True, True): "exact", (True, False): "lower bound", (False, True): "upper bound",
-            (False, False): "unknown"}[solved]
+    kinds = {(True, True): "exact", (True, False): "lower bound", (False, True): "upper bound"}
+    return kinds.get((bool(row["drlmpi"]["solved"]), bool(row["sb3"]["solved"])), "unknown")
 
 
 def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median and mean ratio over the seeds with one (censored rows included, as bounds), and
-    how many seeds each side solved."""
     ratios = [r["ratio_sb3_over_drlmpi"] for r in rows if r["ratio_sb3_over_drlmpi"] is not None]
     return {"median_ratio": statistics.median(ratios) if ratios else None,
             "mean_ratio": statistics.fmean(ratios) if ratios else None,
@@ -215,23 +176,16 @@ def aggregate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def mark(r: dict[str, Any]) -> str:
-    """A side's mark in the table: none when solved, ``+`` when cut by the timeout (or failed)
-    before solving (the seconds and steps of its last evaluation), else ``*`` (not solved: the
-    budget's)."""
     return "" if r["solved"] else "+" if r.get("partial") else "*"
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    """The table's lines: per seed, each side's seconds and env steps to the threshold (marked as
-    :func:`mark` says when not solved), the ratio (``*``: a bound, ``>=`` before a lower bound,
-    ``<=`` before an upper one), and gradient updates per second of update time."""
     def secs(r: dict) -> str:
         return "ERROR" if "error" in r else f"{r['train_seconds']:.1f}" + mark(r)
 
     def steps(r: dict) -> str:
-        if "error" in r:
-            return "-"
-        return f"{r['env_steps_to_threshold' if r['solved'] else 'env_steps']:,}{mark(r)}"
+        key = "env_steps_to_threshold" if r.get("solved") else "env_steps"
+        return "-" if "error" in r else f"{r[key]:,}{mark(r)}"
 
     def ups(r: dict) -> str:
         ok = "error" not in r and r.get("learn_seconds") and r.get("updates")
@@ -250,8 +204,6 @@ def table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Print the table, the median ratio, what the marks mean and which seeds' ratios are
-    bounds (and why: a side not solved, or cut); return :func:`aggregate`'s aggregates."""
     print("\n".join(table(rows)))
     agg = aggregate(rows)
     counted = sum(r["ratio_sb3_over_drlmpi"] is not None for r in rows)
@@ -276,16 +228,13 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_seeds(seeds: list[int], runners: dict[str, Callable[[int], dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Run ``runners["drlmpi"]`` and ``runners["sb3"]`` for each seed, alternating which goes
-    first seed by seed (so background load hits both alike); one :func:`pair` row a seed."""
     rows = []
     for i, seed in enumerate(seeds):
         order = ["drlmpi", "sb3"] if i % 2 == 0 else ["sb3", "drlmpi"]
         results = {}
         for name in order:
             results[name] = r = runners[name](seed)
-            outcome = r.get("error") or (f"{'solved' if r['solved'] else 'NOT solved'} in "
-                                         f"{r['train_seconds']:.1f} s")
+            outcome = r.get("error") or f"{'' if r['solved'] else 'NOT '}solved in {r['train_seconds']:.1f} s"
             if r.get("partial"):
                 outcome += (f" ({r['cut_by']}: at its last of {r['evaluations']} evaluation(s), "
                             "from its progress file)")
@@ -295,12 +244,139 @@ def run_seeds(seeds: list[int], runners: dict[str, Callable[[int], dict[str, Any
 
 
 def machine(load_before: tuple[float, ...], started: float) -> dict[str, Any]:
-    """The host, the versions that decide the SB3 side's speed, the load average around the
-    runs and the elapsed seconds."""
     import stable_baselines3
     import torch
-
     return {"cpu_count": os.cpu_count(), "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__,
             "stable_baselines3": stable_baselines3.__version__, "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(), "elapsed_s": time.time() - started}
+
+
+def progress_path(out: Path) -> Path:
+    return Path(f"{out}.progress.jsonl")
+
+
+def append_evaluation(path: Path, evaluation: dict[str, Any]) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(evaluation) + "\n")
+
+
+def read_progress(path: Path) -> list[dict[str, Any]]:
+    evaluations = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        with contextlib.suppress(json.JSONDecodeError):
+            evaluations.append(json.loads(line))
+    return evaluations
+
+
+def cut_result(path: Path, error: dict[str, Any], seconds: float) -> dict[str, Any] | None:
+    """A run cut short, from its progress file (``None``: no evaluation): its counts at the last
+    evaluation, not solved unless one had reached the threshold; ``partial``, ``cut_by``."""
+    evaluations = read_progress(path)
+    if not evaluations:
+        return None
+    last = evaluations[-1]
+    at = next((e for e in evaluations if e.get("solved")), None)
+    returns = [e["return"] for e in evaluations]
+    return {"solved": at is not None, **{f"{k}_to_threshold": (at or {}).get(k) for k in AT_THRESHOLD},
+        "train_seconds": (at or last)["train_seconds"], "env_steps": last["env_steps"],
+        "updates": last.get("updates"), "learn_seconds": last.get("learn_seconds"),
+        "eval_seconds": last.get("eval_seconds"), "evaluations": len(evaluations),
+        "best_eval_return": max(returns), "last_eval_return": returns[-1],
+        "eval_history": [[e["env_steps"], round(e["train_seconds"], 4), e["return"]] for e in evaluations],
+        "partial": True, "timed_out": bool(error.get("timed_out")), "cut_by": error["error"],
+        "stderr_tail": error.get("stderr_tail", ""), "process_seconds": seconds,
+        "command": error.get("command")}
+
+
+def threshold_timer(args: argparse.Namespace, env_id: str, env_action: Callable[[Any], Any]) -> Any:
+    """An SB3 callback: the clock without evaluation, a greedy evaluation per ``args.eval_every`` env
+    steps (seeded as drlmpi's), each appended to the progress file, learning stopped at the threshold."""
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class ThresholdTimer(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__(verbose=0)
+            self.eval_env = gym.make(env_id)
+            self.start = self.paused_s = self.learn_s = 0.0
+            self.next_eval, self.evaluations = args.eval_every, 0
+            self.best_eval = self.last_eval = self.solved_at = None
+            self.history = []  # [env_steps, train_seconds, mean return]
+            self.progress = progress_path(args.out)
+            self.progress.unlink(missing_ok=True)  # a rerun into the same --out starts afresh
+
+        def _on_training_start(self) -> None:
+            self.start = time.perf_counter()
+
+        def maybe_evaluate(self) -> None:
+            if self.num_timesteps < self.next_eval or self.solved_at is not None:
+                return
+            while self.next_eval <= self.num_timesteps:
+                self.next_eval += args.eval_every
+            t0 = time.perf_counter()
+            train_s = t0 - self.start - self.paused_s  # the clock stops before evaluating
+            returns = []
+            for k in range(args.eval_episodes):
+                first = args.seed + EVAL_SEED_OFFSET + self.evaluations * args.eval_episodes
+                obs, _ = self.eval_env.reset(seed=first + k)
+                total, done = 0.0, False
+                while not done:
+                    action, _ = self.model.predict(obs, deterministic=True)
+                    obs, reward, terminated, truncated, _ = self.eval_env.step(env_action(action))
+                    total, done = total + float(reward), terminated or truncated
+                returns.append(total)
+            self.evaluations, mean = self.evaluations + 1, float(np.mean(returns))
+            self.last_eval = mean
+            self.best_eval = mean if self.best_eval is None else max(self.best_eval, mean)
+            self.history.append([self.num_timesteps, round(train_s, 4), mean])
+            counts = {"env_steps": self.num_timesteps, "train_seconds": train_s,
+                      "updates": getattr(self.model, "_n_updates", None), "learn_seconds": self.learn_s}
+            if mean >= args.threshold:
+                self.solved_at = dict(counts)
+            paused = self.paused_s + time.perf_counter() - t0
+            append_evaluation(self.progress, {"evaluation": self.evaluations, **counts,
+                                              "eval_seconds": paused, "return": mean,
+                                              "solved": self.solved_at is not None})
+            self.paused_s += time.perf_counter() - t0  # the line's writing is off the clock too
+
+        def _on_rollout_start(self) -> None:  # after a rollout and its updates: where drlmpi evaluates
+            self.maybe_evaluate()
+
+        def _on_step(self) -> bool:
+            return self.solved_at is None
+
+        def _on_training_end(self) -> None:
+            self.maybe_evaluate()  # the budget ran out right after a training burst
+
+    return ThresholdTimer()
+
+
+def learn_timed(model: Any, timer: Any, budget: int) -> None:
+    inner_train = model.train
+
+    def timed_train(*a: Any, **kw: Any) -> None:
+        t0 = time.perf_counter()
+        inner_train(*a, **kw)
+        timer.learn_s += time.perf_counter() - t0
+
+    model.train = timed_train  # type: ignore[method-assign]
+    model.learn(total_timesteps=budget, callback=timer)
+
+
+def sb3_result(model: Any, timer: Any, seed: int, extra: dict[str, Any]) -> dict[str, Any]:
+    import gymnasium as gym
+    import numpy as np
+    import stable_baselines3
+    import torch
+
+    solved = timer.solved_at or {}
+    return {"solved": bool(solved), **{f"{k}_to_threshold": solved.get(k) for k in AT_THRESHOLD},
+        "train_seconds": solved.get("train_seconds", time.perf_counter() - timer.start - timer.paused_s),
+        "env_steps": model.num_timesteps, "updates": model._n_updates, "learn_seconds": timer.learn_s,
+        "eval_seconds": timer.paused_s, "evaluations": timer.evaluations,
+        "best_eval_return": timer.best_eval, "last_eval_return": timer.last_eval,
+        "eval_history": timer.history, **extra, "seed": seed,
+        "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
+                     "gymnasium": gym.__version__, "numpy": np.__version__}}

@@ -1,8 +1,8 @@
-"""The SB3 comparisons' logic (experiments/sb3_common.py, sb3_clock.py, bench_sb3_td3.py,
-bench_sb3_dqn.py) without Stable-Baselines3 or MuJoCo: the ratio and its censoring, the median,
-reading a drlmpi run, the table, the drlmpi command lines each script builds, and the record of
-an SB3 worker cut by the timeout (or failed), read from its progress file (a fake worker writes
-it; one test with the real worker runs only where Stable-Baselines3 is installed)."""
+"""The SB3 comparisons' logic (experiments/sb3_common.py, bench_sb3_td3.py, bench_sb3_dqn.py)
+without Stable-Baselines3 or MuJoCo: the ratio and its censoring, the median, reading a drlmpi
+run, the table, the drlmpi command lines each script builds, and the record of an SB3 worker cut
+by the timeout (or failed), read from its progress file (a fake worker writes it; one test with
+the real worker runs only where Stable-Baselines3 is installed)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ sys.path.insert(0, str(EXPERIMENTS))
 
 import bench_sb3_dqn  # noqa: E402
 import bench_sb3_td3  # noqa: E402
-import sb3_clock  # noqa: E402
 import sb3_common  # noqa: E402
 
 
@@ -112,9 +111,10 @@ def test_star_on_8_ranks_runs_under_mpiexec_with_the_shared_threshold_and_evalua
         assert override in cmd
 
 
-def test_mpiexec_comes_from_the_environment(monkeypatch, tmp_path):
+def test_the_launch_command_is_drlmpis_one_setting(monkeypatch, tmp_path):
     seen = []
-    monkeypatch.setenv("MPIEXEC", "mpirun --oversubscribe --bind-to none")
+    monkeypatch.delenv("DRLMPI_PLAN_MPIEXEC", raising=False)
+    monkeypatch.setenv("DRLMPI_MPIEXEC", "mpirun --oversubscribe --bind-to none")
     monkeypatch.setattr(sb3_common, "run_drlmpi", lambda cmd, run_dir, timeout: seen.append(cmd) or {})
     bench_sb3_td3.run_drlmpi(1, bench_sb3_td3.parse_args(["--ranks", "4"]), tmp_path)
     assert seen[0][:6] == ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "4"]
@@ -168,12 +168,12 @@ def test_a_run_past_its_timeout_is_killed_with_its_children(tmp_path):
 
 def fake_worker(tmp_path: Path, body: str) -> Path:
     """A stand-in for ``bench_sb3_*.py --sb3-worker``: run with the worker's command line, it
-    runs ``body`` with ``progress`` (the progress file of its ``--out``) and sb3_clock's
+    runs ``body`` with ``progress`` (the progress file of its ``--out``) and sb3_common's
     ``append_evaluation`` at hand."""
     script = tmp_path / "fake_worker.py"
-    script.write_text(f"import sys, time\nsys.path.insert(0, {str(EXPERIMENTS)!r})\nimport sb3_clock\n"
-                      "progress = sb3_clock.progress_path(sys.argv[sys.argv.index('--out') + 1])\n"
-                      "append = sb3_clock.append_evaluation\n" + body)
+    script.write_text(f"import sys, time\nsys.path.insert(0, {str(EXPERIMENTS)!r})\nimport sb3_common\n"
+                      "progress = sb3_common.progress_path(sys.argv[sys.argv.index('--out') + 1])\n"
+                      "append = sb3_common.append_evaluation\n" + body)
     return script
 
 
@@ -236,14 +236,14 @@ def test_a_crashed_worker_keeps_its_evaluations_and_one_cut_before_any_keeps_the
 
 def test_a_run_cut_after_its_solving_evaluation_counts_as_solved(tmp_path):
     progress = tmp_path / "sb3_0.json.progress.jsonl"
-    sb3_clock.append_evaluation(progress, {"evaluation": 1, "env_steps": 10000, "train_seconds": 12.5,
+    sb3_common.append_evaluation(progress, {"evaluation": 1, "env_steps": 10000, "train_seconds": 12.5,
                                            "updates": 9000, "learn_seconds": 9.0, "eval_seconds": 1.5,
                                            "return": 5100.0, "solved": True})
-    sb3 = sb3_clock.cut_result(progress, {"error": "exit code 1", "command": ["w"]}, 30.0)
+    sb3 = sb3_common.cut_result(progress, {"error": "exit code 1", "command": ["w"]}, 30.0)
     assert (sb3["solved"], sb3["train_seconds"], sb3["train_seconds_to_threshold"],
             sb3["env_steps_to_threshold"]) == (True, 12.5, 12.5, 10_000)
     assert sb3_common.ratio_kind(sb3_common.pair(0, [], side(True, 5.0, 1), sb3)) == "exact"
-    assert sb3_clock.cut_result(tmp_path / "missing.jsonl", {"error": "exit code 1"}, 1.0) is None
+    assert sb3_common.cut_result(tmp_path / "missing.jsonl", {"error": "exit code 1"}, 1.0) is None
 
 
 def test_the_real_worker_writes_each_evaluation_before_it_is_cut(tmp_path):
@@ -253,7 +253,7 @@ def test_the_real_worker_writes_each_evaluation_before_it_is_cut(tmp_path):
     sb3 = sb3_common.run_sb3(bench_sb3_dqn.__file__, 0, args, tmp_path)
     assert "error" not in sb3, sb3.get("stderr_tail")
     assert (sb3["solved"], sb3["timed_out"]) == (False, True) and sb3["evaluations"] >= 1
-    lines = sb3_clock.read_progress(sb3_clock.progress_path(tmp_path / "sb3_0.json"))
+    lines = sb3_common.read_progress(sb3_common.progress_path(tmp_path / "sb3_0.json"))
     assert [e["evaluation"] for e in lines] == list(range(1, len(lines) + 1))
     assert all(e["env_steps"] >= 500 * e["evaluation"] for e in lines)
     assert sb3["env_steps"] == lines[-1]["env_steps"] and sb3["updates"] == lines[-1]["updates"]

@@ -1,7 +1,7 @@
 """CUDA-only checks of the device learner: captured updates learn exactly what eager updates
 learn, storage and sampling stay on the device, weights leave through one pinned buffer.
 
-Every test skips without a GPU (CI); ``experiments/device_check.sh`` runs them on one.
+Every test skips without a GPU (CI); ``.ci/device_check`` runs them on one.
 """
 
 from __future__ import annotations

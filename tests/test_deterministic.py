@@ -1,5 +1,5 @@
 """``run.deterministic``: the settings it makes (CPU), and CUDA learners that repeat bit for bit
-(on a GPU: ``bash experiments/device_check.sh`` runs these with the other CUDA tests)."""
+(on a GPU: ``bash .ci/device_check`` runs these with the other CUDA tests)."""
 
 from __future__ import annotations
 

@@ -194,10 +194,14 @@ def test_a_sweep_runs_each_job_in_its_own_world_side_by_side_then_reuses_them(tm
     skipped = [j for j in records if j["status"] == "skipped"]
     assert sorted((j["overrides"][0], j["overrides"][1]) for j in skipped) == \
         [("topology=p2p", "world_size=1")] * 2 + [("topology=sequential", "world_size=2")] * 2
-    for job in skipped:
-        needs = "exactly 1 rank" if job["overrides"][0] == "topology=sequential" else "exactly 2 ranks"
-        assert f"needs {needs}" in job["reason"]
-    assert "skipped: topology=p2p needs exactly 2 ranks" in proc.stdout + proc.stderr
+    for job in skipped:  # a sweep's job is sized by its world_size=, which the reason names
+        needs = ("exactly 1 rank (world_size=1), the job has world_size=2" if job["overrides"][0] ==
+                 "topology=sequential" else "exactly 2 ranks (world_size=2), the job has world_size=1")
+        assert job["reason"].endswith(f"needs {needs}")
+    assert "skipped: topology=p2p needs exactly 2 ranks (world_size=2)" in proc.stdout + proc.stderr
+    record = json.loads((tmp_path / "sweep" / "provenance.json").read_text())
+    assert record["command"].startswith("python -m drlmpi -m ") and " ".join(args) in record["command"]
+    assert record["launcher"] == ["mpiexec"] and record["commit"] and record["versions"]["torch"]
     jobs = {(j["overrides"][0], j["overrides"][2]): j for j in records if j["status"] != "skipped"}
     assert [j["status"] for j in jobs.values()] == ["ok"] * 4
     for job in jobs.values():  # each run is its own world of its size
@@ -281,6 +285,10 @@ PRESETS = {
     "td3_mujoco": (["seed=0"], 2, 2, {}, 6),  # HalfCheetah and Hopper x 3 seeds, star on 8 ranks
     "dqn_lunarlander_ttt": (["seed=0"], 2, 2, {}, 6),  # sequential and star 16 x 3 seeds
     "td3_halfcheetah_ttt": (["seed=0"], 2, 2, {}, 6),  # sequential and star 8 x 3 seeds
+    "dqn_lunarlander_seed_spread": (["seed=0"], 2, 2, {}, 10),  # sequential and star's stand-in x 5 seeds
+    "ppo_async_vtrace": (["seed=0", "algo.vtrace=true"], 5, 5, {}, 30),  # 5 settings x V-trace x 3 seeds
+    "ppo_breakout_topologies": (["device=cpu"], 4, 4, {}, 4),  # star, central, allgather, the ceiling
+    "dqn_act_cost": ([], 3, 3, {}, 3),  # three repeats of one sequential run
     "topology_throughput": (["env.sim_cost_ms=5", "world_size=1,16"], 16, 10,
                             {"topology=sequential needs exactly 1 rank": 2,
                              "topology=star needs at least 2 ranks": 2,
@@ -346,11 +354,39 @@ def preset_dry_runs(tmp_path_factory):
     configs on one core, forked from one process that imported drlmpi (tests/forked_sweeps.py),
     so the ten pay drlmpi's imports - torch's 1.9 s - once; each still runs the whole command
     to its exit status. The first test to ask waits for all of them."""
-    folders = {preset: tmp_path_factory.mktemp(preset) for preset in PRESETS}
+    folders = {preset: tmp_path_factory.mktemp(preset) for preset in [*PRESETS, PLAIN]}
     runs = [(folders[preset], ["-m", f"+experiment={preset}", *narrow, "hydra.launcher.dry_run=true",
                                f"hydra.sweep.dir={folders[preset] / 'sweep'}"])
             for preset, (narrow, *_) in PRESETS.items()]
+    runs.append((folders[PLAIN], ["-m", *PLAIN_SWEEP, f"hydra.sweep.dir={folders[PLAIN] / 'sweep'}"]))
     return forked_sweeps.start(runs, tmp_path_factory.mktemp("forked") / "runs.json"), folders
+
+
+#: a user's own sweep, dry run beside the presets' (not a preset's name: a folder's)
+PLAIN = "plain_sweep"
+PLAIN_SWEEP = ["topology=sequential,star", "world_size=1,3", "run.max_env_steps=500",
+               "hydra.launcher.dry_run=true"]
+
+
+def test_any_sweep_records_its_provenance_and_names_world_size_in_a_skip(preset_dry_runs):
+    """provenance.json in the sweep directory (here without a GPU or nvidia-smi: none listed),
+    and each skipped job's line naming the world_size= its topology needs."""
+    forked, folders = preset_dry_runs
+    proc = forked.result(folders[PLAIN])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((folders[PLAIN] / "sweep" / "provenance.json").read_text())
+    assert record["command"].startswith("python -m drlmpi -m ") and " ".join(PLAIN_SWEEP) in record["command"]
+    assert record["commit"] and record["date"].endswith("UTC") and record["launcher"]
+    assert record["machine"]["cores"] and record["machine"]["cpu"] is not None
+    assert len(record["machine"]["gpus"]) == len(record["machine"]["gpu_details"])
+    assert record["versions"]["drlmpi"] and record["versions"]["mpi4py"] and "earlier" not in record
+    output = proc.stdout + proc.stderr
+    assert ("skipped: topology=sequential needs exactly 1 rank (world_size=1), the job has world_size=3"
+            in output)
+    assert ("skipped: topology=star needs at least 2 ranks (world_size=2 or more), the job has world_size=1"
+            in output)
+    assert "launch it with" not in output and [j["status"] for j in _jobs(folders[PLAIN])] == [
+        "dry_run", "skipped", "skipped", "dry_run"]
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -388,6 +424,14 @@ def test_presets_compose_into_their_studies(preset_dry_runs, preset):
         assert params == {"topology": ["sequential", "star"], "seed": ["0", "1", "2"]}
         assert sorted((o, j["ranks"]) for j in ran for o in j["overrides"] if o.startswith("topology=")) == [
             ("topology=sequential", 1), ("topology=star", 16 if preset.startswith("dqn") else 8)]
+    if preset == "dqn_lunarlander_seed_spread":  # star's stand-in: 2 ranks, sequential's 1
+        assert sorted((j["overrides"][0], j["ranks"]) for j in ran) == [("topology=sequential", 1),
+                                                                         ("topology=star", 2)]
+    if preset in ("ppo_async_vtrace", "ppo_breakout_topologies"):  # a setting a job, from the preset's group
+        group = "vtrace" if preset == "ppo_async_vtrace" else "breakout"
+        settings = {o for j in ran for o in j["overrides"] if o.startswith(f"+experiment/{group}=")}
+        assert len(settings) == len(ran)
+        assert {j["ranks"] for j in ran} == {3 if group == "vtrace" else 16}
     if preset == "topology_throughput":  # the raw-stepping ceiling: algo=random beside each cell
         assert params["algo"] == ["dqn", "random"]
         assert sum("algo=random" in j["overrides"] for j in ran) == 5

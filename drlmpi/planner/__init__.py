@@ -14,7 +14,9 @@ LAUNCH_ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS",
 
 
 def mpi_command(ranks: int, module: str, *args: str) -> list[str]:
-    """The command of one of the planner's MPI launches: ``DRLMPI_PLAN_MPIEXEC`` (default
-    ``mpiexec``) ``-n ranks`` running ``python -m mpi4py -m module args``."""
-    launcher = os.environ.get("DRLMPI_PLAN_MPIEXEC", "mpiexec").split()
-    return [*launcher, "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", module, *args]
+    """The command of one of the planner's MPI launches: ``python -m mpi4py -m module args`` on
+    ``ranks`` ranks, started by the launch command of every drlmpi launch (``DRLMPI_MPIEXEC``,
+    :func:`drlmpi.job_control.launchers.launch_command`)."""
+    from drlmpi.job_control.launchers import launch_command
+
+    return launch_command(ranks, [sys.executable, "-m", "mpi4py", "-m", module, *args])

@@ -202,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         make_plan(first, smallest_world(first))  # the config itself: one line if it is wrong
         out = plan_path(args.out, first, datetime.now())
         check_writable("--out" if args.out else "the plan's directory", str(out.parent))
+        from drlmpi.job_control.launchers import mpiexec_command
+
+        mpiexec_command()  # the probes' and calibration's launch command (DRLMPI_MPIEXEC)
     except (ConfigError, ValueError) as exc:
         print(f"drlmpi.plan: error: {exc}", file=sys.stderr)
         return 2

@@ -1,5 +1,5 @@
 """Real runs for the planner, several in ONE MPI launch: the calibration's short jobs at the
-largest size (:func:`calibration_jobs`) and ``experiments/plan_check.sh``'s measured cells.
+largest size (:func:`calibration_jobs`) and the measured cells of a plan (``--measure``, below).
 
 ``mpiexec -n N python -m mpi4py -m drlmpi.planner.jobs SPEC.json`` runs each job of the spec
 (``{"jobs": [{"overrides": [...], "ranks": n, "run_dir": "..."}]}``) in turn, in-process, on a
@@ -68,7 +68,7 @@ def run_spec(spec: dict[str, Any]) -> list[str]:
 
 
 def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> list[str]:
-    """Run ``jobs`` in one launch of ``DRLMPI_PLAN_MPIEXEC`` (default ``mpiexec``) over as many
+    """Run ``jobs`` in one launch of ``DRLMPI_MPIEXEC`` (default ``mpiexec``) over as many
     ranks as the largest needs; the run directories that finished (raises ``RuntimeError`` with
     the launch's last lines when it failed)."""
     if not jobs:

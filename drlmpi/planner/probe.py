@@ -207,7 +207,7 @@ def per_rank_batches(batch: int | None, cores: int) -> list[int]:
 def measure_messages(sizes: list[int], weight_bytes: int, ranks: int,
                      timeout_s: float = 90) -> tuple[float, float, dict[int, float], str]:
     """Latency, bandwidth and all-reduce seconds by ranks, from ``mpiexec -n ranks`` running
-    :mod:`drlmpi.planner.pingpong` (``DRLMPI_PLAN_MPIEXEC`` names another launcher); assumed
+    :mod:`drlmpi.planner.pingpong` (``DRLMPI_MPIEXEC`` names another launcher); assumed
     point-to-point costs and no all-reduce figures when that cannot run."""
     cmd = mpi_command(max(2, ranks), "drlmpi.planner.pingpong", "--sizes", *map(str, sizes),
                       "--allreduce", str(weight_bytes))

@@ -127,17 +127,17 @@ def _requested_world_size(argv: list[str]) -> int | None:
 
 
 def _relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
-    """``python -m drlmpi world_size=N`` started alone: re-execute under ``mpiexec -n N``."""
-    from drlmpi.job_control.launchers import oversubscribe_args
+    """``python -m drlmpi world_size=N`` started alone: re-execute under the launch command
+    (``DRLMPI_MPIEXEC``, default ``mpiexec``) with ``-n N``."""
+    from drlmpi.job_control.launchers import MPIEXEC_ENV, launch_command
 
-    cmd = ["mpiexec", "-n", str(ranks), *oversubscribe_args("mpiexec", ranks), sys.executable, "-m", "mpi4py",
-           "-m", "drlmpi", *argv]
+    cmd = launch_command(ranks, [sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv])
     print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
     try:
         os.execvp(cmd[0], cmd)
     except FileNotFoundError:
-        sys.exit("drlmpi: error: world_size>1 needs 'mpiexec' on PATH (pip install mpich), or "
-                 "start the job with your MPI launcher")
+        sys.exit(f"drlmpi: error: world_size>1 needs {cmd[0]!r} on PATH (pip install mpich), or another "
+                 f"launch command in {MPIEXEC_ENV}, or start the job with your MPI launcher")
 
 
 def _prepare_single_run(argv: list[str]) -> list[str]:
@@ -305,6 +305,9 @@ def main(argv: list[str] | None = None) -> None:
         ranks = _requested_world_size(argv) if resume_ranks is None else resume_ranks
         if ranks is not None and ranks > 1 and not under_mpi_launcher():
             try:  # the plan every rank would make, once, before any rank starts
+                from drlmpi.job_control.launchers import mpiexec_command
+
+                mpiexec_command()  # a launch command it cannot use (DRLMPI_MPIEXEC): refused alike
                 check_before_launch(argv, ranks)
             except ConfigError as exc:
                 if claimed:

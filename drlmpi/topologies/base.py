@@ -17,6 +17,7 @@ import numpy as np
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import Option, choice, integer
+from drlmpi.job_control.launchers import size_refusal
 from drlmpi.mpi.wire import Control, int64_message
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.reports import RankReport
@@ -146,11 +147,9 @@ class Topology(ABC):
         :func:`~drlmpi.run.preflight.make_plan`, before any rank talks)."""
         world_size = plan.world_size
         if world_size < cls.min_ranks or (cls.max_ranks is not None and world_size > cls.max_ranks):
-            example = cls.min_ranks if cls.min_ranks > 1 else 1
-            raise ConfigError(
-                f"topology={cls.name} needs {cls.sizes_text()}, but the job has {world_size}: "
-                f"launch it with 'mpiexec -n {example} python -m mpi4py -m drlmpi topology={cls.name}'"
-            )
+            raise ConfigError(size_refusal(f"topology={cls.name} needs {cls.sizes_text()}", world_size,
+                                           max(cls.min_ranks, 1), f"topology={cls.name}",
+                                           more=cls.max_ranks != cls.min_ranks))
         if str(plan.cfg.run["eval_on"]) == "simulators" and not cls.evaluates_on_simulators:
             raise ConfigError(f"run.eval_on=simulators needs the rounds of topology=p2p or topology=star; "
                               f"topology={cls.name} evaluates on its learner: use run.eval_on=learner")

@@ -32,6 +32,7 @@ import numpy as np
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import choice, integer
+from drlmpi.job_control.launchers import size_refusal
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.roles.actor import episode_stats
@@ -141,11 +142,11 @@ class Groups(DataParallelTopology):
         if learners < 1 or world_size % learners or world_size // learners < 2:
             fits = group_sizes_hint(world_size)
             ranks = max(1, learners) * max(2, -(-world_size // max(1, learners)))
-            raise ConfigError(
+            raise ConfigError(size_refusal(
                 f"topology=groups with topology.learners={learners} needs a world size that is a "
-                f"multiple of {learners} with at least 2 ranks per group (a learner and its simulators), "
-                f"got {world_size} rank(s): launch it with 'mpiexec -n {ranks} python -m mpi4py -m drlmpi "
-                f"topology=groups'" + (f", or use topology.learners={fits}" if fits else ""))
+                f"multiple of {learners} with at least 2 ranks per group (a learner and its simulators)",
+                world_size, ranks, "topology=groups")
+                + (f", or use topology.learners={fits}" if fits else ""))
         wiring = str(topo["group_wiring"])  # star or async (the schema's choices)
         if str(topo.get("utd_mode", "ratio")) != "ratio":  # not its option: only set with +topology.
             raise ConfigError("topology=groups trains what the learners agree on each meeting: "

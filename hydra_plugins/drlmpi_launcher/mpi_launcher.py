@@ -28,8 +28,12 @@ same ``hydra.sweep.dir=...`` continues a sweep. ``deadline_s``: no job starts la
 many seconds after the launcher started (composing the jobs included); the others are recorded
 as skipped with that reason (running jobs are left to finish; ``timeout_s`` bounds them).
 
-Options (``hydra.launcher.<key>=...``, docs/experiments.md): ``mpiexec`` (list, default
-``[mpiexec]``; e.g. ``[srun, --mpi=pmix]``), ``ranks_flag`` (``-n``), ``extra_args``,
+Every sweep directory gets ``provenance.json`` (:mod:`drlmpi.sweep.provenance`: the command,
+commit, machine, GPUs, versions and launch command) before its jobs are composed.
+
+Options (``hydra.launcher.<key>=...``, docs/experiments.md): ``mpiexec`` (list, default null:
+the launch command of every drlmpi launch, ``DRLMPI_MPIEXEC`` or ``mpiexec``; e.g.
+``[srun, --mpi=pmix]`` for this sweep alone), ``ranks_flag`` (``-n``), ``extra_args``,
 ``python``, ``timeout_s`` (per job), ``invalid`` (``skip`` | ``fail``), ``dry_run``, ``env``,
 ``cores``, ``bind`` (``auto`` | ``none``), ``deadline_s``, ``resume``, ``order``
 (``auto`` | ``cost`` | ``listed``).
@@ -51,9 +55,11 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from drlmpi.job_control.abort import SIGNAL_EXIT
-from drlmpi.job_control.launchers import NO_BIND_ARGS, mpi_flavour, oversubscribe_args
+from drlmpi.config.errors import ConfigError
+from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, SIGNAL_EXIT, end_job
+from drlmpi.job_control.launchers import checking_sweep_jobs, launch_command, mpiexec_command
 from drlmpi.job_control.process import usable_cpus
+from drlmpi.sweep import provenance
 from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
 from drlmpi.sweep.scheduler import (
     CorePool,
@@ -75,7 +81,7 @@ class MPILauncherConf:
     # Hydra's plugin scanner loads this module outside sys.modules: no postponed annotations,
     # and OmegaConf needs typing's generics here.
     _target_: str = "hydra_plugins.drlmpi_launcher.mpi_launcher.MPILauncher"
-    mpiexec: List[str] = field(default_factory=lambda: ["mpiexec"])  # noqa: UP006
+    mpiexec: Optional[List[str]] = None  # noqa: UP006, UP045 (null: DRLMPI_MPIEXEC, else mpiexec)
     ranks_flag: str = "-n"
     extra_args: List[str] = field(default_factory=list)  # noqa: UP006
     python: Optional[str] = None  # noqa: UP045
@@ -129,7 +135,7 @@ class MPILauncher(Launcher):
             raise ValueError(f"hydra.launcher.bind must be 'auto' or 'none', got {bind!r}")
         if order not in ("auto", "cost", "listed"):
             raise ValueError(f"hydra.launcher.order must be 'auto', 'cost' or 'listed', got {order!r}")
-        self.mpiexec = list(mpiexec or ["mpiexec"])
+        self.mpiexec = list(mpiexec) if mpiexec else None  # None: the one setting, read at launch
         self.ranks_flag = ranks_flag
         self.extra_args = list(extra_args or [])
         self.python = python or sys.executable
@@ -144,6 +150,7 @@ class MPILauncher(Launcher):
         self.by_cost = order == "cost" or (order == "auto" and self.cores is not None)
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
+        self.recorded = False  # provenance.json written by this launcher (a tuner launches often)
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction,
               config: DictConfig) -> None:
@@ -165,23 +172,33 @@ class MPILauncher(Launcher):
         return [*self._drlmpi(ranks), f"resume={run_dir}", "hydra.mode=RUN"]
 
     def _drlmpi(self, ranks: int) -> list[str]:
-        """``mpiexec -n RANKS [flags] python -m mpi4py -m drlmpi``: the launcher's own flags for a
-        job of ``ranks`` are binding off when jobs are packed side by side and Open MPI's
-        ``--oversubscribe`` when the ranks exceed the CPUs."""
-        exe = self.mpiexec[0]
-        binding = NO_BIND_ARGS.get(mpi_flavour(exe), []) if self.pin else []
-        return [*self.mpiexec, self.ranks_flag, str(ranks), *binding, *oversubscribe_args(exe, ranks),
-                *self.extra_args, self.python, "-m", "mpi4py", "-m", "drlmpi"]
+        """``mpiexec -n RANKS [flags] python -m mpi4py -m drlmpi``
+        (:func:`~drlmpi.job_control.launchers.launch_command`): binding off when jobs are packed
+        side by side, Open MPI's ``--oversubscribe`` when the ranks exceed the CPUs."""
+        return launch_command(ranks, [self.python, "-m", "mpi4py", "-m", "drlmpi"], self.launcher(),
+                              self.ranks_flag, unbind=self.pin, extra=self.extra_args)
+
+    def launcher(self) -> list[str]:
+        """``hydra.launcher.mpiexec`` when given, else the launch command of every drlmpi launch."""
+        return self.mpiexec or mpiexec_command()
 
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
         started = time.monotonic()  # deadline_s counts from here, composing the jobs included
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            launcher = self.launcher()
+        except ConfigError as exc:  # the launch command's setting: one line, before anything runs
+            end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
+        if not self.recorded:
+            provenance.write(sweep_dir, ["python", "-m", "drlmpi", *sys.argv[1:]], launcher)
+            self.recorded = True
         total = initial_job_idx + len(job_overrides)
         log.info(f"sweep: composing and checking {len(job_overrides)} job(s) ...")
-        jobs = [self._prepare(initial_job_idx + i, list(o), sweep_dir, total)
-                for i, o in enumerate(job_overrides)]
+        with checking_sweep_jobs():  # a job of the wrong size: its world_size=, not a launch command
+            jobs = [self._prepare(initial_job_idx + i, list(o), sweep_dir, total)
+                    for i, o in enumerate(job_overrides)]
         queue = [j for j in jobs if j.cmd]
         if self.by_cost:
             queue.sort(key=lambda j: -j.cost)  # stable: equal costs keep the listed order

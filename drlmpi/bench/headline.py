@@ -1,0 +1,230 @@
+"""``python -m drlmpi.bench.headline PART OUT [overrides]``: one study of docs/results/, as the list
+of commands that measures it - presets run by the sweep launcher (``python -m drlmpi -m
++experiment=...``, each sweep into a folder of OUT with its own provenance.json), and benchmarks
+that are not drlmpi runs (``python -m drlmpi.bench.learner``, the planner) - then the report.
+
+OUT gets the artifact layout of docs/results/: ``provenance.json`` for the whole part, every
+run's summary.json, metrics.csv, job.log, rank 0's log and composed config (checkpoints, policies,
+event files and other ranks' logs removed; ``--keep-all`` keeps them), each command's output in
+a ``.txt`` beside its JSON, and the report's tables (``report*/``, no plots). Overrides go to every
+sweep of the part and replace its own value of a key (``seed=0``, ``world_size=2``, ``device=cpu``
+for a smaller check). ``--dry-run`` prints the commands and lets every sweep list its jobs
+(``hydra.launcher.dry_run=true``) without running them. MPI jobs start with the one launch
+command (``DRLMPI_MPIEXEC``; the GPU hosts' runs used ``mpirun --oversubscribe --bind-to none``).
+The parts, their time on the hosts measured and what they reproduce: docs/experiments.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the placeholder for OUT in a step's arguments
+OUT = "{out}"
+TOPOLOGIES = "sequential,p2p,star,async,allgather,parameter_server,groups,central"
+
+
+@dataclass
+class Step:
+    """One command: ``python -m`` ``args``; a sweep (``into``: its folder in OUT) takes the
+    part's overrides; ``log``: a file in OUT that gets a copy of its output."""
+
+    args: list[str]
+    into: str | None = None
+    log: str | None = None
+
+
+def _words(texts: tuple[str, ...]) -> list[str]:
+    return [word for text in texts for word in text.split()]
+
+
+def sweep(into: str, *texts: str) -> Step:
+    """``python -m drlmpi -m WORDS`` into OUT/``into`` (``texts``: space-separated overrides)."""
+    return Step(["drlmpi", "-m", *_words(texts)], into=into)
+
+
+def learner(log: str, *texts: str) -> Step:
+    """``python -m drlmpi.bench.learner WORDS --json OUT/<log's stem>.json``, output into ``log``."""
+    return Step(["drlmpi.bench.learner", *_words(texts), "--json", f"{OUT}/{Path(log).stem}.json"], log=log)
+
+
+def report(into: str, *runs: str) -> Step:
+    return Step(["drlmpi.report", *(f"{OUT}/{r}" for r in runs), "--out", f"{OUT}/{into}"])
+
+
+THROUGHPUT = "+experiment=topology_throughput env.sim_cost_ms=1"
+CEILING = "algo=random topology=allgather"
+DQN_GPU = "device=cuda algo=dqn"
+STAR_X8 = "topology=star topology.sync_every=64 algo.updates_per_graph=8 run.matmul_precision=high"
+BREAKOUT = "+experiment=ppo_breakout_topologies"
+LAYOUTS = ("16x8x1", "6x24x3", "4x40x5")  # ranks x games a rank x AtariVectorEnv threads
+ONE_PRESET = {  # parts that are one sweep and its report
+    "dqn_ttt": "+experiment=dqn_lunarlander_ttt",
+    "td3_ttt": "+experiment=td3_halfcheetah_ttt",
+    "td3": "+experiment=td3_mujoco env=halfcheetah seed=0 device=cuda run.eval_on=simulators "
+           "run.progress_every_s=30",
+    "breakout": "+experiment=ppo_breakout_16 seed=0,1,2",
+    "breakout_topologies": BREAKOUT,
+    "seed_spread": "+experiment=dqn_lunarlander_seed_spread",
+    "vtrace": "+experiment=ppo_async_vtrace",
+    "act_cost": "+experiment=dqn_act_cost",
+}
+STEADY = f"{THROUGHPUT} run.max_env_steps=100000 world_size=16"
+BIND = f"{THROUGHPUT} run.max_env_steps=25000 world_size=16"
+STEPS: dict[str, list[Step]] = {
+    **{part: [sweep("runs", preset), report("report", "runs")] for part, preset in ONE_PRESET.items()},
+    "learner": [
+        learner("bench.txt", "--algo dqn td3 ppo --batch 64 --device cpu cuda --seconds 2"),
+        learner("bench_atari.txt", "--algo dqn ppo --batch 256 --device cpu cuda --obs atari --seconds 2")],
+    "learner_modes": [
+        learner("bench_fused.txt", "--algo dqn td3 --batch 64 128 256 --device cuda --modes graph fused",
+                "--kernels --stacked-critics --separate-target --seconds 2"),
+        learner("bench_det.txt", "--algo dqn td3 ppo --batch 256 --device cuda --modes eager graph",
+                "--deterministic --seconds 2"),
+        learner("bench_det_atari.txt", "--obs atari --algo ppo dqn --batch 256 --device cuda",
+                "--modes eager graph --deterministic --seconds 2")],
+    "td3_variants": [
+        learner("bench_td3.txt", "--algo td3 --batch 256 --device cuda --modes fused --stacked-critics",
+                "--target-forward paired --precision high medium --kernels --seconds 2"),
+        learner("bench_dqn.txt", "--algo dqn --batch 64 128 --device cuda --modes fused",
+                "--precision high medium --updates-per-graph 8 --kernels --seconds 2")],
+    "fused_scaling": [
+        *(sweep(mode, THROUGHPUT, "run.max_env_steps=25000", DQN_GPU, f"algo.capture={mode}",
+                "topology=sequential,star,async world_size=1,8,16") for mode in ("fused", "graph")),
+        sweep("ceiling", THROUGHPUT, "run.max_env_steps=25000", CEILING, "world_size=8,16"),
+        report("report_fused", "fused", "ceiling"),
+        report("report_graph", "graph", "ceiling")],
+    "steady": [
+        sweep("ceiling", STEADY, CEILING),
+        sweep("paired", STEADY, DQN_GPU, "topology=star,async"),
+        sweep("paired_rows960", STEADY, DQN_GPU, "topology=star topology.round_rows=960"),
+        sweep("separate", STEADY, DQN_GPU, "topology=star algo.target_forward=separate"),
+        report("report_paired", "ceiling", "paired", "paired_rows960"),
+        report("report_separate", "ceiling", "separate")],
+    "bind": [  # unpinned against pinned, alternating, three times
+        *(sweep(f"{b}/ceiling", BIND, CEILING, f"bind_ranks={b}") for b in ("none", "core")),
+        *(sweep(f"{b}/star_{r}", BIND, DQN_GPU, STAR_X8, f"bind_ranks={b}")
+          for r in (1, 2, 3) for b in ("none", "core")),
+        report("report_none", "none"),
+        report("report_core", "core")],
+    "device_scaling": [
+        sweep("device_k4", THROUGHPUT, "run.max_env_steps=20000", DQN_GPU, "algo.updates_per_graph=4",
+              "topology=sequential,star,async,allgather,parameter_server world_size=1,8,16"),
+        sweep("device_k1", THROUGHPUT, "run.max_env_steps=20000", DQN_GPU, "algo.updates_per_graph=1",
+              "topology=star world_size=16"),
+        sweep("ceiling", THROUGHPUT, "run.max_env_steps=20000", CEILING, "world_size=1,8,16"),
+        report("report", "device_k4", "device_k1", "ceiling")],
+    "breakout_share": [
+        sweep("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=120"),
+        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=120"),
+        report("report", "ceiling", "central")],
+    "breakout_layouts": [
+        *(sweep(layout, BREAKOUT, "+experiment/breakout=ceiling,central run.max_train_seconds=40",
+                "world_size={} env.num_envs={} env.num_threads={}".format(*layout.split("x")))
+          for layout in LAYOUTS),
+        sweep("star_16x8x1", BREAKOUT, "+experiment/breakout=star run.max_train_seconds=40"),
+        report("report", *LAYOUTS, "star_16x8x1")],
+}
+
+
+def plan_check(overrides: list[str]) -> list[Step]:
+    """The planner against measurement: the plan (probe and calibration on the idle machine), every
+    cell it covers measured by the topology_throughput preset's sweep, one job at a time, then the
+    plan's cells beside the measured ones. ``world_size=`` and ``topology=`` among the overrides
+    choose the cells (default 1,2 and every topology); ``env.sim_cost_ms`` defaults to 1."""
+    chosen = {"world_size": "1,2", "topology": TOPOLOGIES, "env.sim_cost_ms": "1"}
+    rest = [o for o in overrides if o.partition("=")[0] not in chosen]
+    chosen.update(o.split("=", 1) for o in overrides if o.partition("=")[0] in chosen)
+    config = ["algo=dqn", "env=lunarlander", "run.max_env_steps=3000",
+              f"env.sim_cost_ms={chosen['env.sim_cost_ms']}", *rest]
+    cells = ["--ranks", chosen["world_size"], "--topologies", chosen["topology"]]
+    plan = f"{OUT}/plan.json"
+    return [Step(["drlmpi.plan", *config, *cells, "--seconds", "1", "--out", plan], log="plan.md"),
+            sweep("measured", "+experiment=topology_throughput", *config, f"topology={chosen['topology']}",
+                  f"world_size={chosen['world_size']} hydra.launcher.timeout_s=300"),
+            Step(["drlmpi.plan", "--plan", plan, "--compare", f"{OUT}/measured"], log="compare.md")]
+
+
+PARTS = sorted([*STEPS, "plan_check"])
+
+
+def steps(part: str, overrides: list[str]) -> list[Step]:
+    """The commands of ``part`` (:data:`PARTS`) with the command line's overrides."""
+    return plan_check(overrides) if part == "plan_check" else STEPS[part]
+
+
+def command(step: Step, out: Path, overrides: list[str], dry_run: bool = False) -> list[str]:
+    """The step's command line: OUT filled in; a sweep's own values replaced by the overrides of
+    the same key, the overrides added, then its folder (and, dry, ``hydra.launcher.dry_run``)."""
+    args = [a.replace(OUT, str(out)) for a in step.args]
+    if step.into is not None:
+        keys = {o.partition("=")[0] for o in overrides}
+        args = [a for a in args if a.partition("=")[0] not in keys] + overrides
+        args += [f"hydra.sweep.dir={out / step.into}"] + (["hydra.launcher.dry_run=true"] if dry_run else [])
+    return [sys.executable, "-m", *args]
+
+
+def run(cmd: list[str], log: Path | None) -> int:
+    """Run ``cmd``, its output shown (and copied to ``log``); its exit status."""
+    if log is None:
+        return subprocess.run(cmd).returncode
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc, \
+            open(log, "w") as fh:
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            fh.write(line)
+    return proc.returncode
+
+
+def keep_artifacts(out: Path) -> None:
+    """Trim every run under ``out`` to the artifact layout (see the module docstring)."""
+    for summary in out.rglob("summary.json"):
+        run_dir = summary.parent
+        for name in ("checkpoint", "tb"):
+            shutil.rmtree(run_dir / name, ignore_errors=True)
+        for path in [*run_dir.glob("*.pt"), *run_dir.glob("rank*.log")]:
+            if path.name != "rank0.log":
+                path.unlink()
+    for plot in out.glob("report*/*.png"):
+        plot.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(
+        prog="python -m drlmpi.bench.headline",
+        description="Run one study of docs/results/ - its presets' sweeps, benchmarks and report - into OUT "
+                    "(the parts and their times: docs/experiments.md).")
+    parser.add_argument("part", choices=PARTS)
+    parser.add_argument("out", type=Path, help="the study's folder")
+    parser.add_argument("overrides", nargs="*", help="KEY=VALUE for every sweep of the part")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, list each sweep's jobs")
+    parser.add_argument("--keep-all", action="store_true", help="keep checkpoints, policies and every log")
+    args = parser.parse_intermixed_args(argv)
+    out = args.out.resolve()
+    commands = steps(args.part, args.overrides)
+    if not args.dry_run:
+        from drlmpi.sweep import provenance
+
+        provenance.write(out, ["python", "-m", "drlmpi.bench.headline", *argv])
+    failed = []
+    for step in commands:
+        cmd = command(step, out, args.overrides, args.dry_run)
+        print("$ python " + " ".join(cmd[1:]), flush=True)
+        if args.dry_run and step.into is None:
+            continue
+        if run(cmd, None if step.log is None or args.dry_run else out / step.log) != 0:
+            failed.append(" ".join(cmd[2:4]))
+    if not args.dry_run and not args.keep_all:
+        keep_artifacts(out)
+    for what in failed:
+        print(f"drlmpi.bench.headline: {what} ...: failed (its output above)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
