@@ -194,7 +194,8 @@ def test_a_topology_on_one_rank_is_sequential_under_another_name():
              Prediction("star", 2, 640.0, bound="learner"), Prediction("sequential", 2, refused="needs 1")]
     best = recommended(cells)
     assert (best.topology, best.ranks) == ("sequential", 1)
-    assert recommend(cells) == "topology=sequential on 1 rank (646 env steps/s; stepping and learning in turn)"
+    assert recommend(cells) == ("topology=sequential on 1 rank (646 env steps/s; "
+                                "stepping and learning in turn)")
     assert recommended(cells[1:]).topology == "star"  # without sequential: the best real cell
     lines = table(cells, [1, 2])
     rows = {line.split()[0]: line for line in lines if line.startswith("  ") and line.split()[0] in
@@ -202,7 +203,8 @@ def test_a_topology_on_one_rank_is_sequential_under_another_name():
     assert "= sequential" in rows["allgather"] and "660" not in rows["allgather"]
     assert "646 (614-682) 1.00x t" in rows["sequential"] and "0.99x l" in rows["star"]
     assert rows["star"].split()[1] == "-"  # refused on 1 rank
-    assert "  = sequential: on 1 rank the topology is sequential under another name (never recommended)" in lines
+    assert ("  = sequential: on 1 rank the topology is sequential under another name "
+            "(never recommended)") in lines
 
 
 def test_the_table_stays_narrow_at_many_sizes():
@@ -279,7 +281,8 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
                                         (["--topologies", "star,ring"], "unknown topology ring"),
                                         (["--ranks", "0,2"], "world sizes must be >= 1"),
                                         (["--ranks", "two"], "comma-separated whole numbers"),
-                                        (["--out", "/dev/null/plan.json"], "--out is not a writable directory")])
+                                        (["--out", "/dev/null/plan.json"],
+                                         "--out is not a writable directory")])
 def test_bad_input_is_refused_in_one_line(tmp_path, args, says):
     proc = _plan(tmp_path, *args)
     assert proc.returncode == 2

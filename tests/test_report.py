@@ -263,7 +263,8 @@ def test_table_csv_keeps_its_numeric_columns_numeric(tmp_path):
     make_run(root, "p2p", "p2p", 2, 0, 50.0, solved=False)
     (root / "p2p" / ".hydra" / "config.yaml").write_text(_config_yaml("p2p", 0).replace("100000", "null"))
     report = build_report([root], tmp_path / "out")
-    for name, columns, text in (("table.csv", TABLE_COLUMNS, TABLE_TEXT), ("runs.csv", RUN_COLUMNS, RUN_TEXT)):
+    for name, columns, text in (("table.csv", TABLE_COLUMNS, TABLE_TEXT),
+                                ("runs.csv", RUN_COLUMNS, RUN_TEXT)):
         with open(report.out / name, newline="") as f:
             rows = list(csv.DictReader(f))
         assert rows and list(rows[0]) == columns
@@ -632,7 +633,8 @@ def test_an_empty_panel_says_why_and_what_to_run(tmp_path, monkeypatch):
     build_report([one_size], tmp_path / "out1")
     weak, strong = _notes(saved["scaling_tetris_ppo.png"])
     assert weak == ("No weak scaling: each env.num_envs was run at one world size only. A run of "
-                    "env.num_envs=1 at world_size=2 gives it (the same environments per rank as world_size=1).")
+                    "env.num_envs=1 at world_size=2 gives it (the same environments per rank as "
+                    "world_size=1).")
     assert strong.endswith("Runs with the same total at two world sizes give it, e.g. 8 environments as "
                            "2 simulating ranks x env.num_envs=4 and 4 x env.num_envs=2.")
 

@@ -14,7 +14,8 @@ def summary(**changes) -> dict:
     """A finished run's summary.json fields that the printed summary reads."""
     fields = dict(algo="dqn", env_id="LunarLander-v3", topology="star", world_size=3, solved=False,
                   reward_threshold=200.0, best_eval_return=-1467.2650060681087, env_steps=1_234_567,
-                  updates=617_283, train_seconds=12_345.678, wall_seconds=12_400.0, stop_reason="max_env_steps",
+                  updates=617_283, train_seconds=12_345.678, wall_seconds=12_400.0,
+                  stop_reason="max_env_steps",
                   env_steps_per_s=1_000.04, updates_per_s=50.0, mpi_wait_share=0.123, topology_stats={},
                   run_dir="outputs/x", idle_ranks=[])
     return {**fields, **changes}
@@ -23,7 +24,8 @@ def summary(**changes) -> dict:
 def test_the_summary_formats_its_figures_and_says_none_yet_for_a_missing_one():
     lines = format_summary(summary()).splitlines()
     assert lines[1] == "NOT SOLVED (threshold 200, best eval -1,467.3)"
-    assert lines[2] == ("  total: 1,234,567 env steps, 617,283 updates, 12,345.7 s training (12,400.0 s wall), "
+    assert lines[2] == ("  total: 1,234,567 env steps, 617,283 updates, 12,345.7 s training "
+                        "(12,400.0 s wall), "
                         "stopped by max_env_steps")
     assert format_summary(summary(best_eval_return=None)).splitlines()[1] == (
         "NOT SOLVED (threshold 200, no evaluation yet)")

@@ -120,7 +120,7 @@ STEPS: dict[str, list[Step]] = {
         report("report", "device_k4", "device_k1", "ceiling")],
     "breakout_share": [
         sweep("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=120"),
-        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=120"),
+        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=120 topology.overlap=off,on"),
         report("report", "ceiling", "central")],
     "breakout_layouts": [
         *(sweep(layout, BREAKOUT, "+experiment/breakout=ceiling,central run.max_train_seconds=40",

@@ -34,7 +34,8 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def aligned(header: list[str], rows: list[list[str]], right: set[int] = frozenset(), indent: int = 2) -> list[str]:
+def aligned(header: list[str], rows: list[list[str]], right: set[int] = frozenset(),
+            indent: int = 2) -> list[str]:
     """A table for a terminal: each column as wide as its widest cell, two spaces between
     columns, the columns numbered in ``right`` aligned right."""
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]

@@ -95,7 +95,8 @@ def cell_text(c: Prediction, base: float | None, ranged: bool) -> str:
         return "= sequential"
     if c.env_steps_per_s is None:
         return "not modelled" if (c.refused or "").startswith("not modelled") else "-"
-    spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if ranged and c.low is not None and c.high != c.low else ""
+    shown = ranged and c.low is not None and c.high != c.low
+    spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if shown else ""
     speed = f" {c.env_steps_per_s / base:.2f}x" if base else ""
     return f"{fmt_rate(c.env_steps_per_s)}{spread}{speed} {BOUND_CODES.get(c.bound, '?')}"
 
@@ -119,7 +120,8 @@ def table(cells: list[Prediction], ranks: list[int]) -> list[str]:
     shown = {cell for row in rows for cell in row[1:]}
     key = ["bound: s simulators, l learner, x exchange, t stepping and learning in turn"]
     if "= sequential" in shown:
-        key.append("= sequential: on 1 rank the topology is sequential under another name (never recommended)")
+        key.append("= sequential: on 1 rank the topology is sequential under another name "
+                   "(never recommended)")
     if "-" in shown:
         key.append("-: the topology does not run at that size")
     return [*wrapped(title), "", *lines, "", *(line for text in key for line in wrapped(text, 2))]
@@ -276,7 +278,8 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
     rows, failed = [], []
     for name, c in calibrations.items():
         if "error" in c:
-            failed += wrapped(f"- {name} on {plural(c['ranks'], 'rank')}: not calibrated ({c['error']})", 2, 2)
+            why = f"- {name} on {plural(c['ranks'], 'rank')}: not calibrated ({c['error']})"
+            failed += wrapped(why, 2, 2)
         else:
             rows.append([name, str(c["ranks"]), fmt_rate(c["measured"]), fmt_rate(c["modelled"]),
                          f"x{c['load']:.2f}"])

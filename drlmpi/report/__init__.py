@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from drlmpi.report.checks import Check, check_section, run_checks
+from drlmpi.report.csv_files import write_csv
 from drlmpi.report.discovery import RunSet, discover
 from drlmpi.report.jobs import Job
 from drlmpi.report.markdown import render
@@ -26,7 +27,6 @@ from drlmpi.report.tables import (
     find_baselines,
     group_runs,
     run_rows,
-    write_csv,
 )
 
 __all__ = ["NoRunsError", "Report", "build_report", "discover", "Run", "MissingRun", "Job",

@@ -156,7 +156,8 @@ def strong_missing(grid: Grid) -> str | None:
         return None
     why = ("No strong scaling: no total of environments (simulating ranks x env.num_envs) was run "
            "at two world sizes.")
-    workers = {ws: max(c.workers for c in grid.cells.values() if c.world_size == ws) for ws in grid.world_sizes}
+    workers = {ws: max(c.workers for c in grid.cells.values() if c.world_size == ws)
+               for ws in grid.world_sizes}
     for c in sorted(grid.cells.values(), key=lambda c: (c.total, c.world_size)):
         for ws, w in workers.items():
             if 0 < w != c.workers and c.total % w == 0:

@@ -144,6 +144,11 @@ class Learner(Training):
         self.clock.paused_s = wall - train
 
     @property
+    def device(self) -> torch.device:
+        """The device this learner's updates run on."""
+        return self.algo.device
+
+    @property
     def layout(self) -> Any:
         """The experience layout of the rows this learner takes."""
         return self.algo.layout

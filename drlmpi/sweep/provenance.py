@@ -94,7 +94,7 @@ def record(command: list[str], launcher: list[str] | None = None) -> dict[str, A
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "usable_cpus": len(usable_cpus()),
                     "host": platform.node(), "platform": platform.platform(),
-                    "gpus": [g.get("name", "") for g in gpu_list],
+                    "gpus": [g["name"] for g in gpu_list],
                     "gpu_details": [{k: v for k, v in g.items() if k != "name"} for g in gpu_list],
                     "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
         "versions": versions(),

@@ -178,7 +178,7 @@ class Central(Topology):
         """Whether the learner acts beside its queued updates (``topology.overlap``)."""
         mode = str(self.cfg.overlap)
         if mode == "auto":
-            return learner.algo.device.type == "cuda" and not bool(ctx.cfg.run.deterministic)
+            return learner.device.type == "cuda" and not bool(ctx.cfg.run.deterministic)
         return mode == "on"
 
     @staticmethod

@@ -3,7 +3,8 @@ not part of the package): every study is a folder with a ``provenance.json`` (or
 ``provenance_<part>.json``) at its top.
 
 A record names the ``command`` that produced the folder, the ``commit`` it ran, the ``date``, the
-``machine`` and the library ``versions`` (the sweep launcher, :mod:`drlmpi.sweep.provenance`, writes one into every sweep directory).
+``machine`` and the library ``versions`` (the sweep launcher, :mod:`drlmpi.sweep.provenance`,
+writes one into every sweep directory).
 A record written after the run, from what the documents state, says so in ``recorded``; where it
 cannot give the command or the commit, the value is ``null`` and ``recorded`` says why.
 :func:`provenance_problems` lists every way the folder layout falls short of that; the test suite
