@@ -23,7 +23,7 @@ from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, end_job
 WIDTH = 100
 #: the options most runs set, each with a doc of one short line (the full one: --help-all)
 MOST_USED = (
-    ("world_size", "ranks of the job (N > 1: started under mpiexec for you)"),
+    ("world_size", "ranks of the job (N > 1: launched for you with DRLMPI_MPIEXEC)"),
     ("seed", "base seed; rank r uses seed + 10000 * r"),
     ("device", "learner device: cpu | cuda | cuda:N | auto"),
     ("run.max_env_steps", "budget: job-wide environment steps (null: none)"),
