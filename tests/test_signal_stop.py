@@ -115,6 +115,7 @@ def test_a_signal_stops_with_a_checkpoint_and_resume_finishes(pool, topology, tm
     assert_restored(saved, probe, generation=1, advanced=("rng.numpy",) if topology == "central" else ())
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["stop_reason"] == "max_env_steps" and resumed["env_steps"] >= budget
+    assert summary["resumes"] == 0 and resumed["resumes"] == 1
     rows = episode_rows(run_dir)
     assert len(rows) == resumed["episodes"]  # every episode once: none lost, none repeated
     steps = [int(r["env_steps"]) for r in rows]

@@ -97,6 +97,7 @@ class Learner(Training):
         self.last_eval: float | None = None
         self.best_eval: float | None = None
         self.evaluations = 0
+        self.resumes = 0  # how many times the run was resumed from a checkpoint (resume=)
         self.recent_returns: list[float] = []
         # The latest update's metrics (loss, Q, KL...): a mapping name -> float whose values
         # may still be one device tensor (drlmpi.device.metrics.Metrics), converted when first read.
@@ -121,7 +122,7 @@ class Learner(Training):
                 "env_steps": self.env_steps, "episodes": self.episodes,
                 "pending_updates": self.pending_updates, "learn_s": self.learn_s,
                 "next_eval": self.next_eval, "solved_at": self.solved_at, "last_eval": self.last_eval,
-                "best_eval": self.best_eval, "evaluations": self.evaluations,
+                "best_eval": self.best_eval, "evaluations": self.evaluations, "resumes": self.resumes,
                 "recent_returns": list(self.recent_returns),
                 "policy_lags": torch.tensor(self.policy_lags, dtype=torch.int64),
                 "train_seconds": self.clock.elapsed(), "wall_seconds": self.clock.wall(),
@@ -135,6 +136,7 @@ class Learner(Training):
         for key in ("env_steps", "episodes", "pending_updates", "next_eval", "evaluations"):
             setattr(self, key, int(saved[key]))
         self.learn_s = float(saved["learn_s"])
+        self.resumes = (int(saved["resumes"]) if "resumes" in saved else 0) + 1  # (older checkpoints: 0)
         self.solved_at = saved["solved_at"]
         self.last_eval, self.best_eval = saved["last_eval"], saved["best_eval"]
         self.recent_returns = [float(r) for r in saved["recent_returns"]]
