@@ -121,7 +121,7 @@ def test_no_module_over_350_lines_and_few_at_the_top():
 def test_topologies_drive_roles_through_their_methods():
     """A topology never reads a learner's algorithm (``learner.algo``) nor adds to another
     object's counters (``actor.sim_s += ...``): what it needs is a role's method. Only the role
-    factory (topologies/context.py) hands a learner's algorithm to an actor on the same rank."""
+    factory (topologies/core/context.py) hands a learner's algorithm to an actor on the same rank."""
     found = []
     for path in sorted((PACKAGE / "topologies").rglob("*.py")):
         if path.name == "context.py":
@@ -143,7 +143,7 @@ RESOLVERS = {"probe_spec", "read_meta", "get_class", "check_config", "resolve_de
 
 def test_only_the_run_plan_resolves_the_config():
     """The roles and topologies get the environment's spaces, the classes, the device and the
-    checkpoint to resume from the :class:`~drlmpi.topologies.context.RunPlan`; none of them probes
+    checkpoint to resume from the :class:`~drlmpi.topologies.core.context.RunPlan`; none of them probes
     an environment, reads a checkpoint's meta, imports a ``_target_`` or checks the config again."""
     found = []
     for path in _modules():

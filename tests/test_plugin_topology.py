@@ -1,6 +1,6 @@
 """A topology added from outside drlmpi - one module and one YAML file in a plugin directory on
 ``DRLMPI_PLUGIN_PATH`` (tests/plugin_topology/: ring.py, topology/ring.yaml) - is checked, run
-under mpiexec, planned and reported, with no edit to drlmpi (drlmpi.topologies.registry).
+under mpiexec, planned and reported, with no edit to drlmpi (drlmpi.topologies.core.registry).
 
 About 6 s: the one real 3-rank job (every rank of a user's mpiexec launch must find the plugin's
 class and options) is most of it; the checks, the plan and the report run in-process."""
@@ -22,7 +22,7 @@ from drlmpi.planner.model import predict, topology_names
 from drlmpi.report import build_report
 from drlmpi.run.preflight import make_plan
 from drlmpi.run.reference import help_lines
-from drlmpi.topologies.registry import register
+from drlmpi.topologies.core.registry import register
 from drlmpi.topologies.star import Star
 from tests.conftest import CONF
 from tests.mpirun import run_job

@@ -287,10 +287,10 @@ def test_a_round_records_the_updates_run_since_its_weights_were_sent():
     """Star's and p2p's rows are acted with the weights sent a round earlier: the first round's
     with the starting weights (lag 0), each later round's with weights 5 updates old - counted
     from the send, not from the start of the run (a resumed learner starts at 100 updates)."""
-    from drlmpi.topologies.rounds import learn_in_rounds
+    from drlmpi.topologies.core.rounds import learn_in_rounds
 
     learner = _RoundLearner(updates=100)
-    with patch("drlmpi.topologies.rounds.control_message", lambda stop, learner: np.zeros(2)):
+    with patch("drlmpi.topologies.core.rounds.control_message", lambda stop, learner: np.zeros(2)):
         learn_in_rounds(learner, _TwoSimulatorLink(), after_round=lambda: None)
     assert learner.lags == [(1, 0), (2, 0)] + [(1, 5), (2, 5)] * 3
     assert learner.sent_with == [100, 100, 105, 110] and learner.updates == 115

@@ -4,7 +4,7 @@ the usage, the config groups, the options most runs set and where the rest are),
 :data:`WIDTH` characters) and the reference table of docs/configuration.md
 (:func:`reference_table`; ``python -m drlmpi.run.reference`` prints it, and a test keeps the
 document in step). The full list and the table name every topology's options too, so both
-register them first (:mod:`drlmpi.topologies.registry`); the short help reads only the schema's
+register them first (:mod:`drlmpi.topologies.core.registry`); the short help reads only the schema's
 own scopes and conf/, and starts no torch.
 """
 
@@ -77,7 +77,7 @@ def shown_default(option: Option) -> str:
 
 def reference_table() -> str:
     """The markdown reference of every option: scope, key, allowed values, doc."""
-    from drlmpi.topologies.registry import register  # here: it imports torch (command_line imports this)
+    from drlmpi.topologies.core.registry import register  # here: it imports torch (command_line imports this)
 
     register()
     lines = ["| option | default | allowed | meaning |", "|---|---|---|---|"]
@@ -102,7 +102,7 @@ def wrap(text: str, indent: int, hang: int) -> list[str]:
 def help_lines() -> list[str]:
     """``--help-all``: every option of every scope, as ``key=default  (allowed values)`` and its
     doc beneath, wrapped to :data:`WIDTH` characters."""
-    from drlmpi.topologies.registry import register
+    from drlmpi.topologies.core.registry import register
 
     register()
     out = []

@@ -20,7 +20,7 @@ number of updates (the fewest any of them is owed), each averaging the L gradien
 all-reduce per network over ``topology.backend`` (MPI, or NCCL with one GPU per learner), so
 the learners keep identical parameters - checked by checksum every ``check_every`` updates and
 at the end. How the job's batch is shared among the L learners is ``topology.batch_rule``
-(:mod:`drlmpi.topologies.data_parallel.batch_rule`, N = L).
+(:mod:`drlmpi.topologies.core.data_parallel.batch_rule`, N = L).
 """
 
 from __future__ import annotations
@@ -40,24 +40,24 @@ from drlmpi.topologies.allgather import Allgather
 from drlmpi.topologies.async_learner import AsyncLearner
 from drlmpi.topologies.async_simulator import AsyncSimulator
 from drlmpi.topologies.asynchronous import Asynchronous
-from drlmpi.topologies.base import control_message, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.data_parallel.backend import (
+from drlmpi.topologies.core.base import control_message, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.data_parallel.backend import (
     BACKEND,
     check_backend,
 )
-from drlmpi.topologies.data_parallel.batch_rule import (
+from drlmpi.topologies.core.data_parallel.batch_rule import (
     BATCH_RULE,
     DEFAULT_RULE,
     LR_SCALE,
     DataParallelTopology,
     per_rank_algo_config,
 )
-from drlmpi.topologies.data_parallel.learners import DataParallelLearner
-from drlmpi.topologies.data_parallel.rounds import exchange_round_counts, gather_episodes
-from drlmpi.topologies.pace import Pace, Probe, batch_share, device_turns, first_round, log2, sync_rows
-from drlmpi.topologies.reports import RankReport, learner_report
-from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink
+from drlmpi.topologies.core.data_parallel.learners import DataParallelLearner
+from drlmpi.topologies.core.data_parallel.rounds import exchange_round_counts, gather_episodes
+from drlmpi.topologies.core.pace import Pace, Probe, batch_share, device_turns, first_round, log2, sync_rows
+from drlmpi.topologies.core.reports import RankReport, learner_report
+from drlmpi.topologies.core.rounds import LEARNER_RANK, CollectiveLink
 from drlmpi.topologies.star import Star
 
 WIRINGS = {"star": Star, "async": Asynchronous}

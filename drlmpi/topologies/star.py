@@ -20,11 +20,11 @@ from typing import Any
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import integer
-from drlmpi.topologies.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.pace import Pace, Probe, star_pace
-from drlmpi.topologies.reports import RankReport
-from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink, learner_rounds, simulator_rounds
+from drlmpi.topologies.core.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.pace import Pace, Probe, star_pace
+from drlmpi.topologies.core.reports import RankReport
+from drlmpi.topologies.core.rounds import LEARNER_RANK, CollectiveLink, learner_rounds, simulator_rounds
 
 #: job-wide rows above which star suggests a smaller round to an off-policy learner: a round is
 #: the lag of the data it learns from, and on DQN LunarLander (16 ranks) rounds of 1,920 and 3,840

@@ -22,7 +22,7 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import named
 from drlmpi.config.plugins import group_files, plugin_dirs
 from drlmpi.config.schema import SCHEMA, add_scope
-from drlmpi.topologies.base import Topology
+from drlmpi.topologies.core.base import Topology
 
 
 def names() -> list[str]:
@@ -47,7 +47,7 @@ def load_class(target: str) -> type[Topology]:
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"topology class {target} cannot be imported: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, Topology)):
-        raise ConfigError(f"{target} is not a Topology (drlmpi.topologies.base.Topology)")
+        raise ConfigError(f"{target} is not a Topology (drlmpi.topologies.core.base.Topology)")
     return cls
 
 

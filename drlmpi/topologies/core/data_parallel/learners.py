@@ -14,8 +14,8 @@ import numpy as np
 
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.data_parallel.backend import (
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.data_parallel.backend import (
     DistExchange,
     DistGroup,
     check_params,
@@ -23,8 +23,8 @@ from drlmpi.topologies.data_parallel.backend import (
     place,
     resolve_backend,
 )
-from drlmpi.topologies.data_parallel.batch_rule import BatchRule
-from drlmpi.topologies.data_parallel.exchanges import (
+from drlmpi.topologies.core.data_parallel.batch_rule import BatchRule
+from drlmpi.topologies.core.data_parallel.exchanges import (
     AllgatherExchange,
     AllreduceExchange,
     broadcast_all_params,
