@@ -172,8 +172,8 @@ SECOND_DEFAULTS = {
     ("run/objective.py", "_target_"): "Hydra's sweeper config",
     ("run/summary.py", "resolved_options"): "a topology's report",
     ("topologies/groups.py", "utd_mode"): "not a groups option: only set with +topology.utd_mode",
-    ("topologies/central.py", "train_seconds"): "a finished run's summary (its report section)",
-    ("topologies/central.py", "per_rank"): "a finished run's summary (its report section)",
+    ("topologies/central/__init__.py", "train_seconds"): "a finished run's summary (its report section)",
+    ("topologies/central/__init__.py", "per_rank"): "a finished run's summary (its report section)",
 }
 SECOND_DEFAULT = re.compile(r"(?<!environ)\.get\(\"(\w+)\", ")  # (environment variables aside)
 

@@ -133,7 +133,7 @@ def assert_central_wire(summary: dict, per_rank: dict, simulators: list[int]) ->
     (actions, or the stop flag at the end): the bytes follow from the steps and episodes."""
     from drlmpi.algos.dqn import DQN
     from drlmpi.envs.make import probe_spec
-    from drlmpi.topologies.central_wire import StepWire, env_groups
+    from drlmpi.topologies.central.wire import StepWire, env_groups
 
     layout = DQN.experience_layout(probe_spec(CUE.split("=")[1]))
     width = StepWire(layout).width
@@ -300,7 +300,7 @@ def test_async_keeps_a_chunk_exactly_at_the_lag_bound_and_discards_the_next():
     """``AsyncLearner._take`` at ``max_policy_lag=8``: a chunk acted 8 updates ago is learned
     from, one acted 9 ago is discarded and counted (rows too). Catches an off-by-one in the
     compare either way (``>=`` discards lag 8; ``> bound + 1`` keeps lag 9)."""
-    from drlmpi.topologies.async_learner import AsyncLearner
+    from drlmpi.topologies.asynchronous.learner import AsyncLearner
 
     taking = AsyncLearner.__new__(AsyncLearner)  # no MPI: only the take path's own state
     taking.learner = _TakingLearner(updates=20)

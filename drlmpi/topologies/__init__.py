@@ -28,6 +28,9 @@ MOVED = {
     "reports": "core.reports",
     "rounds": "core.rounds",
     "data_parallel": "core.data_parallel",
+    "async_learner": "asynchronous.learner",
+    "async_simulator": "asynchronous.simulator",
+    "central_wire": "central.wire",
 }
 
 

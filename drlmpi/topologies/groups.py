@@ -37,9 +37,9 @@ from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.roles.actor import episode_stats
 from drlmpi.topologies.allgather import Allgather
-from drlmpi.topologies.async_learner import AsyncLearner
-from drlmpi.topologies.async_simulator import AsyncSimulator
 from drlmpi.topologies.asynchronous import Asynchronous
+from drlmpi.topologies.asynchronous.learner import AsyncLearner
+from drlmpi.topologies.asynchronous.simulator import AsyncSimulator
 from drlmpi.topologies.core.base import control_message, sync_options
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.data_parallel.backend import (

@@ -45,7 +45,7 @@ from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.outputs.figures import fmt, percent, table
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.central_wire import LEARNER_RANK, STEP_COLUMNS, Group, StepWire, env_groups
+from drlmpi.topologies.central.wire import LEARNER_RANK, STEP_COLUMNS, Group, StepWire, env_groups
 from drlmpi.topologies.core.base import Topology
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Pace, Probe, learner_side
