@@ -137,6 +137,24 @@ def test_topologies_drive_roles_through_their_methods():
     assert not found, "\n".join(found)
 
 
+def test_groups_drives_its_wirings_through_their_interface():
+    """topology=groups composes another topology's wiring of a group (star's, async's) through
+    ``GroupWiring`` (topologies/core/wiring.py) alone: it compares nothing with a topology's name
+    and reads no other class's options by key. A broken copy fails it: ``report =
+    Star(self.cfg).simulate(sub) if wiring == "star" else ...``, or ``**{key:
+    Allgather.options[key] for key in ("reduce", "check_every")}`` among its options."""
+    others = {p.stem for p in (PACKAGE.parent / "conf" / "topology").glob("*.yaml")} - {"groups"}
+    found = []
+    for node in ast.walk(ast.parse((PACKAGE / "topologies" / "groups.py").read_text())):
+        line = f"topologies/groups.py:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Constant) and node.value in others:
+            found.append(f"{line} names {node.value!r}")
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "options" and ast.unparse(node.value.value) != "cls"):
+            found.append(f"{line} reads {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
 #: what resolves a job from its raw config: only the run plan (drlmpi/run/preflight.py) calls these
 RESOLVERS = {"probe_spec", "read_meta", "get_class", "check_config", "resolve_device"}
 
@@ -171,7 +189,6 @@ SECOND_DEFAULTS = {
     ("algos/base.py", "name"): "a hand-made algorithm config may have no name",
     ("run/objective.py", "_target_"): "Hydra's sweeper config",
     ("run/summary.py", "resolved_options"): "a topology's report",
-    ("topologies/groups.py", "utd_mode"): "not a groups option: only set with +topology.utd_mode",
     ("topologies/central/__init__.py", "train_seconds"): "a finished run's summary (its report section)",
     ("topologies/central/__init__.py", "per_rank"): "a finished run's summary (its report section)",
 }

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.config.options import choice, integer
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.topologies.core.base import control_message, sync_amount, sync_options
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.data_parallel.backend import BACKEND, check_backend
 from drlmpi.topologies.core.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
-from drlmpi.topologies.core.data_parallel.learners import DataParallelLearner
+from drlmpi.topologies.core.data_parallel.learners import CHECK_EVERY, REDUCE, DataParallelLearner
 from drlmpi.topologies.core.data_parallel.rounds import data_parallel_round
 from drlmpi.topologies.core.reports import RankReport, learner_report
 
@@ -44,11 +43,8 @@ class Allgather(DataParallelTopology):
     name = "allgather"
     options = {
         **sync_options(64, "steps (per environment) each rank collects per round"),
-        "reduce": choice("allreduce", "allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
-                         "allreduce", "allgather"),
-        "check_every": integer(1000, "verify identical parameters every N updates (0: only at the end)",
-                               low=0),
-        "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE, "backend": BACKEND,
+        "reduce": REDUCE, "check_every": CHECK_EVERY, "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE,
+        "backend": BACKEND,
     }
     min_ranks = 1
     max_ranks = None
