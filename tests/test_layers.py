@@ -1,7 +1,7 @@
 """The package's layers (docs/architecture.md, "Layers"): a module imports only from its own
 package and the layers below it - imports inside functions included - and the package holds no
-module over 350 lines and at most five modules directly in ``drlmpi/``; every module path the
-docs name exists."""
+module over 350 lines and at most five modules directly in ``drlmpi/``; ``drlmpi/topologies/``
+holds the topologies and ``core/``; every module path the docs name exists."""
 
 from __future__ import annotations
 
@@ -135,6 +135,28 @@ def test_topologies_drive_roles_through_their_methods():
                     and ast.unparse(node.target.value) != "self"):
                 found.append(f"{where} adds to {ast.unparse(node.target)}")
     assert not found, "\n".join(found)
+
+
+def test_the_top_of_topologies_holds_the_topologies_and_core():
+    """``drlmpi/topologies/`` holds one module or package per built-in topology - the home of the
+    class its ``conf/topology/<name>.yaml`` names, one topology each - and ``core/``, what several
+    share, which imports no topology. A broken copy fails it: pace.py moved back beside the
+    topologies, or core/rounds.py importing star."""
+    here = PACKAGE / "topologies"
+    top = {p.stem for p in here.glob("*.py") if p.name != "__init__.py"}
+    top |= {p.name for p in here.iterdir() if (p / "__init__.py").is_file()}
+    homes = {}
+    for path in sorted((PACKAGE.parent / "conf" / "topology").glob("*.yaml")):
+        (target,) = re.findall(r"^_target_:\s*(\S+)", path.read_text(), re.M)
+        parts = target.split(".")
+        assert parts[:2] == ["drlmpi", "topologies"] and len(parts) == 4, (path.name, target)
+        homes[path.stem] = parts[2]
+    assert len(set(homes.values())) == len(homes), homes
+    assert top == set(homes.values()) | {"core"}, sorted(top ^ (set(homes.values()) | {"core"}))
+    upward = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+              for path in sorted((here / "core").rglob("*.py")) for line, module in _imports(path)
+              if module.startswith("drlmpi.topologies.") and module.split(".")[2] != "core"]
+    assert not upward, "\n".join(upward)
 
 
 def test_groups_drives_its_wirings_through_their_interface():

@@ -131,7 +131,7 @@ class Topology(ABC):
         if cls.max_ranks == cls.min_ranks:
             return f"exactly {cls.min_ranks} rank{'s' if cls.min_ranks > 1 else ''}"
         if cls.max_ranks is None:
-            return f"at least {cls.min_ranks} ranks"
+            return f"at least {cls.min_ranks} rank{'s' if cls.min_ranks > 1 else ''}"
         return f"{cls.min_ranks} to {cls.max_ranks} ranks"
 
     @classmethod
