@@ -27,7 +27,7 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from drlmpi.envs.make import probe_spec  # noqa: E402
-from drlmpi.topologies.registry import register  # noqa: E402
+from drlmpi.topologies.core.registry import register  # noqa: E402
 
 register()  # every topology's options in the schema, before any test composes a config
 from tests.mpi_pool import Pool, PoolJob  # noqa: E402

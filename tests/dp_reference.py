@@ -72,8 +72,8 @@ def main(mode: str, out_dir: str, updates: int, names: list[str], world=None) ->
     from mpi4py import MPI
 
     from drlmpi.mpi.timed import TimedComm
-    from drlmpi.topologies.data_parallel.backend import DistExchange, DistGroup, place
-    from drlmpi.topologies.data_parallel.exchanges import (
+    from drlmpi.topologies.core.data_parallel.backend import DistExchange, DistGroup, place
+    from drlmpi.topologies.core.data_parallel.exchanges import (
         AllgatherExchange,
         AllreduceExchange,
         ServerExchange,

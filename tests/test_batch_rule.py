@@ -1,5 +1,5 @@
 """topology.batch_rule: how data-parallel ranks share the job's batch
-(drlmpi/topologies/data_parallel/batch_rule.py).
+(drlmpi/topologies/core/data_parallel/batch_rule.py).
 
 ``global`` (the default) must give the job sequential's learning per sample - its minibatch,
 its updates per job-wide step, its replay size, its first update, its PPO rollout and its
@@ -24,7 +24,7 @@ from drlmpi.config.schema import group_config
 from drlmpi.run.command_line import _launch_time_resolver
 from drlmpi.run.preflight import make_plan
 from drlmpi.topologies.allgather import Allgather
-from drlmpi.topologies.data_parallel.batch_rule import per_rank_algo_config
+from drlmpi.topologies.core.data_parallel.batch_rule import per_rank_algo_config
 from drlmpi.topologies.param_server import ParameterServer
 from tests.conftest import CONF
 from tests.shared_runs import declare

@@ -18,7 +18,7 @@ from drlmpi.mpi.wire import Tag
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.central import Central
-from drlmpi.topologies.central_wire import Group, StepWire, env_groups
+from drlmpi.topologies.central.wire import Group, StepWire, env_groups
 
 IMAGE = "tests.image_env:ImageSide-v0"
 

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from drlmpi.algos.dqn import DQN
 from drlmpi.config.schema import group_config
 from drlmpi.envs.make import probe_spec
-from drlmpi.topologies.context import RunContext
+from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.sequential import Sequential
 from drlmpi.topologies.star import Star
 

@@ -1,6 +1,6 @@
 """``run.eval_on=simulators``: p2p's and star's simulators play the learner's evaluations, each its
 share of the episodes seeded as the learner seeds them, and the learner records them stamped with
-the moment it asked (drlmpi/topologies/rounds.py, drlmpi/roles/evaluate.py).
+the moment it asked (drlmpi/topologies/core/rounds.py, drlmpi/roles/evaluate.py).
 
 In-process: the split and the seeds against the learner's own evaluation, the control message,
 the recording's stamp and the final evaluation on the learner (a fake link). In the pool: DQN
@@ -20,7 +20,7 @@ from drlmpi.envs.make import make_env
 from drlmpi.mpi.wire import Control
 from drlmpi.roles.evaluate import EvaluationShare, evaluate, merge_shares, share_width
 from drlmpi.roles.stopping import Moment, Stopping, TrainingClock
-from drlmpi.topologies.rounds import learn_in_rounds
+from drlmpi.topologies.core.rounds import learn_in_rounds
 from tests.conftest import RunResult, run_in_pool
 from tests.test_refusals import refusal
 from tests.test_roles import _algo

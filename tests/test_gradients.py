@@ -15,8 +15,8 @@ from drlmpi.algos.params import ParamGroup, mlp
 from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import probe_spec
 from drlmpi.mpi.timed import TimedComm
-from drlmpi.topologies.data_parallel.backend import DistExchange, DistGroup, Placement
-from drlmpi.topologies.data_parallel.exchanges import (
+from drlmpi.topologies.core.data_parallel.backend import DistExchange, DistGroup, Placement
+from drlmpi.topologies.core.data_parallel.exchanges import (
     AllgatherExchange,
     AllreduceExchange,
     ServerExchange,

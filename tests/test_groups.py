@@ -75,3 +75,44 @@ def test_groups_contract(runs, wiring, ranks):
     # groups' on rank 0 under their learner's rank.
     episode_ranks = {int(r["rank"]) for r in result.rows("episode")}
     assert episode_ranks == {s["rank"] for s in simulators if s["group"] == 0} | {size}
+
+
+def test_groups_takes_its_wirings_options_from_the_wirings():
+    """groups' options are its own, the data-parallel learner's and those each wiring declares
+    (the same Option objects, declared once): async's chunk options but not its ``utd_mode``, none
+    of star's round sizing; ``group_wiring`` chooses among the wirings."""
+    from drlmpi.topologies.asynchronous import Asynchronous
+    from drlmpi.topologies.core.data_parallel.learners import REDUCE
+    from drlmpi.topologies.groups import WIRINGS, Groups
+
+    assert list(WIRINGS) == ["star", "async"]
+    assert Groups.options["group_wiring"].choices == ("star", "async")
+    assert Groups.options["group_wiring"].default == "star"
+    for wiring in WIRINGS.values():
+        assert all(Groups.options[key] is option for key, option in wiring.options.items())
+    assert [key for key in Groups.options if key in Asynchronous.options and key != "sync_every"
+            and key != "sync_unit"] == ["publish_every", "max_policy_lag", "max_pending_updates", "slots"]
+    assert Groups.options["reduce"] is REDUCE and "utd_mode" not in Groups.options
+    assert not {"round_rows", "ramp_from"} & set(Groups.options)
+
+
+def test_utd_mode_is_refused_in_an_async_group_and_ignored_in_a_star_one():
+    """``++topology.utd_mode=free`` (async's option) in a group: the async wiring refuses it in
+    one line (its learners train what the meetings agree); the star wiring has no such mode and,
+    as for any other topology's key, says it ignores it."""
+    from hydra import compose, initialize_config_dir
+
+    from drlmpi.config.errors import ConfigError
+    from drlmpi.run.preflight import make_plan
+    from tests.conftest import CONF
+
+    def plan(wiring: str):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[
+                "topology=groups", f"topology.group_wiring={wiring}", "++topology.utd_mode=free"])
+        return make_plan(cfg, world_size=4)
+
+    with pytest.raises(ConfigError, match=r"^topology=groups trains what the learners agree on each meeting: "
+                                          r"topology.utd_mode=free is not available there$"):
+        plan("async")
+    assert "topology.utd_mode is not an option of topology=groups: ignored" in plan("star").warnings

@@ -1,7 +1,7 @@
 """The package's layers (docs/architecture.md, "Layers"): a module imports only from its own
 package and the layers below it - imports inside functions included - and the package holds no
-module over 350 lines and at most five modules directly in ``drlmpi/``; every module path the
-docs name exists."""
+module over 350 lines and at most five modules directly in ``drlmpi/``; ``drlmpi/topologies/``
+holds the topologies and ``core/``; every module path the docs name exists."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_no_module_over_350_lines_and_few_at_the_top():
 def test_topologies_drive_roles_through_their_methods():
     """A topology never reads a learner's algorithm (``learner.algo``) nor adds to another
     object's counters (``actor.sim_s += ...``): what it needs is a role's method. Only the role
-    factory (topologies/context.py) hands a learner's algorithm to an actor on the same rank."""
+    factory (topologies/core/context.py) hands a learner's algorithm to an actor on the same rank."""
     found = []
     for path in sorted((PACKAGE / "topologies").rglob("*.py")):
         if path.name == "context.py":
@@ -137,13 +137,53 @@ def test_topologies_drive_roles_through_their_methods():
     assert not found, "\n".join(found)
 
 
+def test_the_top_of_topologies_holds_the_topologies_and_core():
+    """``drlmpi/topologies/`` holds one module or package per built-in topology - the home of the
+    class its ``conf/topology/<name>.yaml`` names, one topology each - and ``core/``, what several
+    share, which imports no topology. A broken copy fails it: pace.py moved back beside the
+    topologies, or core/rounds.py importing star."""
+    here = PACKAGE / "topologies"
+    top = {p.stem for p in here.glob("*.py") if p.name != "__init__.py"}
+    top |= {p.name for p in here.iterdir() if (p / "__init__.py").is_file()}
+    homes = {}
+    for path in sorted((PACKAGE.parent / "conf" / "topology").glob("*.yaml")):
+        (target,) = re.findall(r"^_target_:\s*(\S+)", path.read_text(), re.M)
+        parts = target.split(".")
+        assert parts[:2] == ["drlmpi", "topologies"] and len(parts) == 4, (path.name, target)
+        homes[path.stem] = parts[2]
+    assert len(set(homes.values())) == len(homes), homes
+    assert top == set(homes.values()) | {"core"}, sorted(top ^ (set(homes.values()) | {"core"}))
+    upward = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+              for path in sorted((here / "core").rglob("*.py")) for line, module in _imports(path)
+              if module.startswith("drlmpi.topologies.") and module.split(".")[2] != "core"]
+    assert not upward, "\n".join(upward)
+
+
+def test_groups_drives_its_wirings_through_their_interface():
+    """topology=groups composes another topology's wiring of a group (star's, async's) through
+    ``GroupWiring`` (topologies/core/wiring.py) alone: it compares nothing with a topology's name
+    and reads no other class's options by key. A broken copy fails it: ``report =
+    Star(self.cfg).simulate(sub) if wiring == "star" else ...``, or ``**{key:
+    Allgather.options[key] for key in ("reduce", "check_every")}`` among its options."""
+    others = {p.stem for p in (PACKAGE.parent / "conf" / "topology").glob("*.yaml")} - {"groups"}
+    found = []
+    for node in ast.walk(ast.parse((PACKAGE / "topologies" / "groups.py").read_text())):
+        line = f"topologies/groups.py:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Constant) and node.value in others:
+            found.append(f"{line} names {node.value!r}")
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "options" and ast.unparse(node.value.value) != "cls"):
+            found.append(f"{line} reads {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
 #: what resolves a job from its raw config: only the run plan (drlmpi/run/preflight.py) calls these
 RESOLVERS = {"probe_spec", "read_meta", "get_class", "check_config", "resolve_device"}
 
 
 def test_only_the_run_plan_resolves_the_config():
     """The roles and topologies get the environment's spaces, the classes, the device and the
-    checkpoint to resume from the :class:`~drlmpi.topologies.context.RunPlan`; none of them probes
+    checkpoint to resume from the :class:`~drlmpi.topologies.core.context.RunPlan`; none of them probes
     an environment, reads a checkpoint's meta, imports a ``_target_`` or checks the config again."""
     found = []
     for path in _modules():
@@ -171,9 +211,8 @@ SECOND_DEFAULTS = {
     ("algos/base.py", "name"): "a hand-made algorithm config may have no name",
     ("run/objective.py", "_target_"): "Hydra's sweeper config",
     ("run/summary.py", "resolved_options"): "a topology's report",
-    ("topologies/groups.py", "utd_mode"): "not a groups option: only set with +topology.utd_mode",
-    ("topologies/central.py", "train_seconds"): "a finished run's summary (its report section)",
-    ("topologies/central.py", "per_rank"): "a finished run's summary (its report section)",
+    ("topologies/central/__init__.py", "train_seconds"): "a finished run's summary (its report section)",
+    ("topologies/central/__init__.py", "per_rank"): "a finished run's summary (its report section)",
 }
 SECOND_DEFAULT = re.compile(r"(?<!environ)\.get\(\"(\w+)\", ")  # (environment variables aside)
 

@@ -17,6 +17,8 @@ import statistics
 
 import pytest
 
+from drlmpi.config.schema import defaults
+from drlmpi.topologies.core.registry import built_in
 from tests.shared_runs import declare
 
 TINY = ["run.progress_every_s=0", "run.stop_on_solve=false", "run.eval_every=100000",
@@ -29,18 +31,27 @@ PAIRS = {
 # PPO's 3072 steps (12 rollouts of 256; was 4096): every cell's last quarter returned 6.4-7.0
 # (first quarter 3.4-4.3). TD3 stays at 1536: at 1152, star's and async's were below LEARNED.
 LEARNED = 5.5
-TOPOLOGIES = {
-    "p2p": (2, ["topology=p2p"]),
-    "star": (3, ["topology=star"]),
-    "parameter_server": (3, ["topology=parameter_server"]),
-    "async": (3, ["topology=async"]),  # PPO: the automatic lag bound; TD3 keeps every chunk
-    "allgather": (2, ["topology=allgather"]),
-    "groups": (4, ["topology=groups"]),  # 2 x (learner + simulator), star wiring (async wiring:
-    # the async cells' messages, and tests/test_groups.py's rows for it, exactly once)
-    "central": (3, ["topology=central"]),  # PPO: 8 environments per simulator in 2 groups
-    # every rank acts with its learner's own network (on a GPU learner: on the device)
-    "allgather[act_device=learner]": (2, ["topology=allgather", "act_device=learner"]),
-}
+
+
+def matrix_ranks(name: str, cls) -> int:
+    """The fewest ranks at which two of them step environments (a fixed world size as it is): p2p
+    2, star, parameter_server, async and central 3, allgather 2, groups 4 (2 x (learner +
+    simulator), star wiring; the async wiring: the async cells' messages, and
+    tests/test_groups.py's rows for it, exactly once)."""
+    topo = defaults(f"topology/{name}")
+    ranks = cls.fixed_world_size() or max(2, cls.smallest_world(topo))
+    while not cls.fixed_world_size() and cls.env_ranks(ranks, topo) < 2:
+        ranks += 1
+    return ranks
+
+
+# every multi-rank topology of the registry (a new one runs here with no edit); async: PPO with
+# the automatic lag bound, TD3 keeping every chunk; central: PPO's 8 environments per simulator in
+# 2 groups
+TOPOLOGIES = {name: (matrix_ranks(name, cls), [f"topology={name}"]) for name, cls in built_in().items()
+              if cls.fixed_world_size() != 1}
+# every rank acts with its learner's own network (on a GPU learner: on the device)
+TOPOLOGIES["allgather[act_device=learner]"] = (2, ["topology=allgather", "act_device=learner"])
 CELLS = [(algo, topology) for algo in sorted(PAIRS) for topology in sorted(TOPOLOGIES)]
 for _algo, _topology in CELLS:
     declare(f"matrix-{_algo}-{_topology}", TOPOLOGIES[_topology][0],

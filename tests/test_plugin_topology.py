@@ -1,6 +1,6 @@
 """A topology added from outside drlmpi - one module and one YAML file in a plugin directory on
 ``DRLMPI_PLUGIN_PATH`` (tests/plugin_topology/: ring.py, topology/ring.yaml) - is checked, run
-under mpiexec, planned and reported, with no edit to drlmpi (drlmpi.topologies.registry).
+under mpiexec, planned and reported, with no edit to drlmpi (drlmpi.topologies.core.registry).
 
 About 6 s: the one real 3-rank job (every rank of a user's mpiexec launch must find the plugin's
 class and options) is most of it; the checks, the plan and the report run in-process."""
@@ -22,7 +22,7 @@ from drlmpi.planner.model import predict, topology_names
 from drlmpi.report import build_report
 from drlmpi.run.preflight import make_plan
 from drlmpi.run.reference import help_lines
-from drlmpi.topologies.registry import register
+from drlmpi.topologies.core.registry import register
 from drlmpi.topologies.star import Star
 from tests.conftest import CONF
 from tests.mpirun import run_job
@@ -94,3 +94,31 @@ def test_a_plugin_directory_that_does_not_exist_is_refused_in_one_line(monkeypat
     with pytest.raises(SystemExit) as ended:
         print_help()
     assert ended.value.code == 2 and capsys.readouterr().err == f"drlmpi: error: {said}\n"
+
+
+@pytest.mark.parametrize("old", ["base", "context", "pace", "registry", "reports", "rounds", "data_parallel",
+                                 "data_parallel.backend", "async_learner", "async_simulator", "central_wire"])
+def test_a_plugin_written_for_the_old_layout_still_imports(old):
+    """The modules that moved into topologies/core/ or into a topology's package keep their old
+    names for plugins written before (``from drlmpi.topologies.base import Topology``): the old
+    name is the moved module itself - its classes the registry checks against, one module object
+    (a patch of one is a patch of the other) - and says where it is now."""
+    import importlib
+
+    from drlmpi.topologies import moved_to
+
+    new = moved_to(f"drlmpi.topologies.{old}")
+    sys.modules.pop(f"drlmpi.topologies.{old}", None)  # imported afresh: the warning is raised again
+    with pytest.warns(DeprecationWarning, match=rf"^drlmpi\.topologies\.{old} is {new} now$"):
+        module = importlib.import_module(f"drlmpi.topologies.{old}")
+    assert module is importlib.import_module(new) and module.__spec__.name == new == module.__name__
+    assert moved_to("drlmpi.topologies.star") is None
+
+
+def test_the_old_base_gives_the_topology_class_plugins_subclass():
+    from drlmpi.topologies.core.base import Topology
+
+    sys.modules.pop("drlmpi.topologies.base", None)
+    with pytest.warns(DeprecationWarning):
+        from drlmpi.topologies.base import Topology as Old  # noqa: F401 (the old name)
+    assert Old is Topology and issubclass(Star, Old)

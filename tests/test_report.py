@@ -759,3 +759,33 @@ def test_runs_pinned_and_unbound_are_flagged_as_not_comparable(tmp_path):
         (run / "summary.json").write_text(json.dumps({**summary, "bind_ranks": bind}))
     text = (build_report([root], tmp_path / "out").out / "report.md").read_text()
     assert "`bind_ranks` differs between runs - 'core': star(4) seed 1; 'none': star(4) seed 0" in text
+
+
+def test_run_directories_written_before_the_topologies_package_report_as_they_did():
+    """The run directories committed under docs/results/ were written before topologies/ held
+    core/ and a package per topology (central.py became central/, asynchronous.py asynchronous/):
+    every topology class their saved configs name (``_target_``) still resolves to the topology
+    they ran, and the old central run gets central's own section, row for row as its committed
+    report shows it. (resume= composes a run from its overrides, so only the report reads these.)"""
+    import yaml
+
+    from drlmpi.report.discovery import discover
+    from drlmpi.report.labels import topology_class
+    from drlmpi.report.markdown import topology_sections
+    from drlmpi.report.tables import group_runs
+
+    results = REPO / "docs" / "results"
+    targets: dict[str, set[str]] = {}
+    for path in sorted(results.glob("*/**/.hydra/config.yaml")):
+        topology = yaml.safe_load(path.read_text())["topology"]
+        targets.setdefault(topology["_target_"], set()).add(topology["name"])
+    assert {"drlmpi.topologies.star.Star", "drlmpi.topologies.asynchronous.Asynchronous",
+            "drlmpi.topologies.central.Central", "drlmpi.topologies.allgather.Allgather"} <= set(targets)
+    resolved = {target: topology_class({"topology": {"_target_": target}}) for target in targets}
+    assert {target: {cls.name} for target, cls in resolved.items() if cls is not None} == targets
+    study = results / "h200host_ppo_breakout_overlap"
+    section = topology_sections(group_runs(discover([study / "central_seed3"]).runs))
+    assert section[0] == "## Central inference"
+    committed = (study / "report" / "report.md").read_text().splitlines()
+    rows = [line for line in section if line.startswith("| breakout / ppo")]
+    assert len(rows) == 1 and rows[0] in committed, rows

@@ -129,7 +129,7 @@ def test_a_rank_with_a_learner_acts_with_its_network_where_act_device_says(tmp_p
 
     from drlmpi.mpi.timed import TimedComm
     from drlmpi.run.preflight import make_plan
-    from drlmpi.topologies.context import RunContext
+    from drlmpi.topologies.core.context import RunContext
     from tests.conftest import CONF
 
     for act_device, shared in (("learner", True), ("cpu", False), ("auto", False)):

@@ -1,6 +1,6 @@
 """``topology.ramp_from``: p2p's and star's first rounds are short (``ramp_from`` steps, doubled
 each round up to the round's size), so the learner trains after a few steps instead of idling
-through a whole first round (drlmpi/topologies/base.py ``round_sizes``, rounds.py).
+through a whole first round (drlmpi/topologies/core/base.py ``round_sizes``, rounds.py).
 
 In-process: the sizes and a simulator's rounds against a fake link. In the pool: a real star job
 sends the ramped rounds (the learner's Gatherv count and the job's steps say what crossed the
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from drlmpi.mpi.wire import Control
-from drlmpi.topologies.base import round_sizes
-from drlmpi.topologies.rounds import simulate_in_rounds
+from drlmpi.topologies.core.base import round_sizes
+from drlmpi.topologies.core.rounds import simulate_in_rounds
 from tests.conftest import RunResult, run_in_pool
 from tests.test_refusals import refusal
 

@@ -18,8 +18,20 @@ from drlmpi.config.schema import SCHEMA, defaults, group_config
 from drlmpi.run.arguments import check_writable
 from drlmpi.run.command_line import _launch_time_resolver, main
 from drlmpi.run.preflight import make_plan
-from drlmpi.run.reference import MOST_USED, WIDTH, reference_table, shown_default
+from drlmpi.run.reference import (
+    MOST_USED,
+    WIDTH,
+    generated_block,
+    reference_table,
+    shown_default,
+    topology_names,
+    topology_table,
+)
+from drlmpi.topologies.core.registry import built_in
 from tests.conftest import CONF, REPO
+
+#: drlmpi's own topologies, from the registry (a new one is tested here with no edit)
+TOPOLOGIES = list(built_in())
 
 OmegaConf.register_new_resolver("launch_time", _launch_time_resolver, replace=True)
 
@@ -67,8 +79,7 @@ def test_every_default_passes_its_own_check():
 
 
 @pytest.mark.parametrize("algo", ["dqn", "td3", "ppo", "random"])
-@pytest.mark.parametrize("topology", ["sequential", "p2p", "star", "parameter_server", "async", "allgather",
-                                      "central"])
+@pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_composing_a_group_gives_the_schema_defaults(algo, topology):
     cfg = _compose(f"algo={algo}", "env=pendulum", f"topology={topology}", "~tuned")  # untuned
     assert OmegaConf.to_container(cfg.algo) == defaults(f"algo/{algo}")
@@ -109,7 +120,7 @@ def test_an_option_without_a_default_must_be_set():
                                       ("ppo", "cartpole"), ("ppo", "lunarlander"), ("ppo", "pendulum"),
                                       ("random", "cartpole")])
 def test_every_shipped_default_and_tuned_value_passes(algo, env):
-    for topology in ("sequential", "p2p", "star", "parameter_server", "async", "allgather", "central"):
+    for topology in TOPOLOGIES:
         check_config(_compose(f"algo={algo}", f"env={env}", f"topology={topology}"))
 
 
@@ -231,8 +242,21 @@ def test_help_all_lists_every_option_with_its_default(capsys):
 
 def test_the_documented_reference_is_the_schema():
     text = (REPO / "docs" / "configuration.md").read_text()
-    block = text.split("<!-- schema:begin -->\n", 1)[1].split("\n<!-- schema:end -->", 1)[0]
-    assert block == reference_table(), "regenerate: python -m drlmpi.run.reference"
+    assert generated_block(text, "schema") == reference_table(), \
+        "regenerate: python -m drlmpi.run.reference --write"
+
+
+def test_the_documented_topologies_are_the_registrys():
+    """docs/configuration.md's table of the built-in topologies and the README's list of them are
+    the registry's (conf/topology/, in report order): a new topology's YAML file and class are all
+    it takes. A broken copy fails it: a topology missing from the table, the README naming them in
+    another order."""
+    assert TOPOLOGIES[:3] == ["sequential", "p2p", "star"] and {"groups", "central"} <= set(TOPOLOGIES)
+    table = generated_block((REPO / "docs" / "configuration.md").read_text(), "topologies")
+    assert table == topology_table(), "regenerate: python -m drlmpi.run.reference --write"
+    assert [line.split("`")[1] for line in table.splitlines()[2:]] == TOPOLOGIES
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert topology_names() in readme, f"the README names the topologies as {topology_names()}"
 
 
 def test_numbers_at_the_bounds():

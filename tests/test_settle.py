@@ -18,7 +18,7 @@ from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import make_env
 from drlmpi.envs.spec import env_spec
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.rounds import RoundClock
+from drlmpi.topologies.core.rounds import RoundClock
 
 RUN = {**defaults("run"), "max_env_steps": 100_000, "eval_every": 100_000, "eval_episodes": 1}
 SPAN_S = 0.25

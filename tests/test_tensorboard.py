@@ -32,7 +32,7 @@ from drlmpi.report.curves import TRAINING_METRICS
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
 from drlmpi.run.preflight import make_plan
-from drlmpi.topologies.context import RunContext
+from drlmpi.topologies.core.context import RunContext
 from tests.test_config import _compose
 from tests.test_report import PNG_SIGNATURE, make_run
 

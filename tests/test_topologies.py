@@ -133,7 +133,7 @@ def assert_central_wire(summary: dict, per_rank: dict, simulators: list[int]) ->
     (actions, or the stop flag at the end): the bytes follow from the steps and episodes."""
     from drlmpi.algos.dqn import DQN
     from drlmpi.envs.make import probe_spec
-    from drlmpi.topologies.central_wire import StepWire, env_groups
+    from drlmpi.topologies.central.wire import StepWire, env_groups
 
     layout = DQN.experience_layout(probe_spec(CUE.split("=")[1]))
     width = StepWire(layout).width
@@ -287,10 +287,10 @@ def test_a_round_records_the_updates_run_since_its_weights_were_sent():
     """Star's and p2p's rows are acted with the weights sent a round earlier: the first round's
     with the starting weights (lag 0), each later round's with weights 5 updates old - counted
     from the send, not from the start of the run (a resumed learner starts at 100 updates)."""
-    from drlmpi.topologies.rounds import learn_in_rounds
+    from drlmpi.topologies.core.rounds import learn_in_rounds
 
     learner = _RoundLearner(updates=100)
-    with patch("drlmpi.topologies.rounds.control_message", lambda stop, learner: np.zeros(2)):
+    with patch("drlmpi.topologies.core.rounds.control_message", lambda stop, learner: np.zeros(2)):
         learn_in_rounds(learner, _TwoSimulatorLink(), after_round=lambda: None)
     assert learner.lags == [(1, 0), (2, 0)] + [(1, 5), (2, 5)] * 3
     assert learner.sent_with == [100, 100, 105, 110] and learner.updates == 115
@@ -300,7 +300,7 @@ def test_async_keeps_a_chunk_exactly_at_the_lag_bound_and_discards_the_next():
     """``AsyncLearner._take`` at ``max_policy_lag=8``: a chunk acted 8 updates ago is learned
     from, one acted 9 ago is discarded and counted (rows too). Catches an off-by-one in the
     compare either way (``>=`` discards lag 8; ``> bound + 1`` keeps lag 9)."""
-    from drlmpi.topologies.async_learner import AsyncLearner
+    from drlmpi.topologies.asynchronous.learner import AsyncLearner
 
     taking = AsyncLearner.__new__(AsyncLearner)  # no MPI: only the take path's own state
     taking.learner = _TakingLearner(updates=20)

@@ -6,7 +6,7 @@ trains, an update calls ``exchange(name, group)``: the exchange moves what has t
 (:meth:`~GradientExchange.exchange`: gradients averaged by ``Allreduce`` or NCCL, a parameter
 server's round trip), then the group's optimizer steps (if :attr:`~GradientExchange.steps_locally`).
 A single learner uses :data:`LOCAL`, which exchanges nothing. The topologies' exchanges live in
-:mod:`drlmpi.topologies.data_parallel.exchanges`.
+:mod:`drlmpi.topologies.core.data_parallel.exchanges`.
 
 Every update is checked against the algorithm's ``sync_schedule`` by a
 :class:`CheckedExchange` (see :meth:`Algorithm.run_updates`): ranks that reduce gradients

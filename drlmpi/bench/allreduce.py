@@ -6,9 +6,9 @@ Every rank builds the algorithm's learner networks (its defaults, e.g. DQN's 256
 on its device (``cuda``: GPU local rank mod GPUs) and times drlmpi's own gradient exchanges on
 their flat gradient buffers, in ONE invocation:
 
-* ``mpi``: :class:`~drlmpi.topologies.data_parallel.exchanges.AllreduceExchange` - device-to-host copy,
+* ``mpi``: :class:`~drlmpi.topologies.core.data_parallel.exchanges.AllreduceExchange` - device-to-host copy,
   ``Allreduce`` of host memory, host-to-device copy;
-* ``nccl`` (CUDA) or ``gloo`` (CPU): :class:`~drlmpi.topologies.data_parallel.backend.DistExchange` - one
+* ``nccl`` (CUDA) or ``gloo`` (CPU): :class:`~drlmpi.topologies.core.data_parallel.backend.DistExchange` - one
   ``torch.distributed`` all-reduce where the gradients live.
 
 Each exchange is followed by a device synchronisation, so the time is the whole latency an
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     from drlmpi.config.schema import group_config
     from drlmpi.device.staging import synchronize
     from drlmpi.mpi.timed import TimedComm
-    from drlmpi.topologies.data_parallel.backend import DistExchange, DistGroup, learner_device, place
-    from drlmpi.topologies.data_parallel.exchanges import AllreduceExchange
+    from drlmpi.topologies.core.data_parallel.backend import DistExchange, DistGroup, learner_device, place
+    from drlmpi.topologies.core.data_parallel.exchanges import AllreduceExchange
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algo", default="dqn", choices=("dqn", "td3", "ppo"))

@@ -25,7 +25,6 @@ from pathlib import Path
 
 #: the placeholder for OUT in a step's arguments
 OUT = "{out}"
-TOPOLOGIES = "sequential,p2p,star,async,allgather,parameter_server,groups,central"
 
 
 @dataclass
@@ -135,8 +134,10 @@ def plan_check(overrides: list[str]) -> list[Step]:
     """The planner against measurement: the plan (probe and calibration on the idle machine), every
     cell it covers measured by the topology_throughput preset's sweep, one job at a time, then the
     plan's cells beside the measured ones. ``world_size=`` and ``topology=`` among the overrides
-    choose the cells (default 1,2 and every topology); ``env.sim_cost_ms`` defaults to 1."""
-    chosen = {"world_size": "1,2", "topology": TOPOLOGIES, "env.sim_cost_ms": "1"}
+    choose the cells (default 1,2 and every built-in topology); ``env.sim_cost_ms`` defaults to 1."""
+    from drlmpi.topologies.core.registry import built_in  # here: it imports torch
+
+    chosen = {"world_size": "1,2", "topology": ",".join(built_in()), "env.sim_cost_ms": "1"}
     rest = [o for o in overrides if o.partition("=")[0] not in chosen]
     chosen.update(o.split("=", 1) for o in overrides if o.partition("=")[0] in chosen)
     config = ["algo=dqn", "env=lunarlander", "run.max_env_steps=3000",

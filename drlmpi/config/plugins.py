@@ -4,7 +4,7 @@ A plugin directory is laid out as ``conf/`` is (``topology/<name>.yaml``, ``algo
 Python modules its files name (``_target_: ring.Ring`` for ``<dir>/ring.py``): a new topology is
 one module and one YAML file there, with no edit to drlmpi. Hydra searches these directories after
 ``conf/`` (``hydra_plugins/drlmpi_launcher/search_path.py``), the topology registry reads their
-topologies (:mod:`drlmpi.topologies.registry`), and their modules import from them. A name that
+topologies (:mod:`drlmpi.topologies.core.registry`), and their modules import from them. A name that
 ``conf/`` already has stays ``conf/``'s. Light on purpose: every process that composes reads it.
 """
 

@@ -2,7 +2,7 @@
 
 :data:`SCHEMA` is the one place these live: the top level, ``run``, ``env`` and each algorithm
 here; each topology's scope in its own module (``Topology.options``), added by the topology
-registry (:mod:`drlmpi.topologies.registry`, through :func:`add_scope`). :func:`register` stores
+registry (:mod:`drlmpi.topologies.core.registry`, through :func:`add_scope`). :func:`register` stores
 each scope's defaults as a node of Hydra's ConfigStore (``schema/root``, ``schema/env``,
 ``schema/algo/<name>``, ``schema/topology/<name>``); each YAML file in ``conf/`` starts its
 defaults list with its scope's node and keeps only what differs (an environment's id and
@@ -282,7 +282,7 @@ def register() -> None:
 
 def add_scope(scope: str, options: dict[str, Option]) -> None:
     """Add a scope declared outside this module - a topology's, which its own module declares
-    (:mod:`drlmpi.topologies.registry` adds them all) - and store its node for Hydra."""
+    (:mod:`drlmpi.topologies.core.registry` adds them all) - and store its node for Hydra."""
     SCHEMA[scope] = options
     _store(f"schema/{scope}", defaults(scope))
 
@@ -314,7 +314,7 @@ def scope_of(cfg: Mapping[str, Any], path: str) -> dict[str, Option] | None:
 def named_scope(group: str, name: Any) -> dict[str, Option] | None:
     """The scope of ``algo`` or ``topology`` option ``name`` (``None``: no scope of that name)."""
     if group == "topology" and not group_scopes("topology"):
-        raise RuntimeError("no topology is registered: call drlmpi.topologies.registry.register() "
+        raise RuntimeError("no topology is registered: call drlmpi.topologies.core.registry.register() "
                            "before checking a config")
     return SCHEMA.get(f"{group}/{name}")
 

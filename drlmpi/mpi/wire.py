@@ -34,7 +34,7 @@ class Control(IntEnum):
     0 elsewhere. ``CHECKPOINT``: every rank holding learning state saves its part of a
     checkpoint at the end of this round (collective topologies; see drlmpi.outputs.checkpoint).
     ``EVALUATE``: 0, or 1 + the index of the evaluation the simulators play with the weights
-    that follow (``run.eval_on=simulators``, drlmpi.topologies.rounds); 0 is "none" so that every
+    that follow (``run.eval_on=simulators``, drlmpi.topologies.core.rounds); 0 is "none" so that every
     zeroed message asks for nothing.
     """
 

@@ -1,6 +1,6 @@
 """``python -m drlmpi.plan``: predict each topology's throughput from a short probe
 (:mod:`drlmpi.planner.probe`), each topology's own pace model (``pace`` next to its ``run``;
-:mod:`drlmpi.topologies.pace`, :mod:`drlmpi.planner.model`) and a calibration in short real jobs
+:mod:`drlmpi.topologies.core.pace`, :mod:`drlmpi.planner.model`) and a calibration in short real jobs
 (:mod:`drlmpi.planner.calibration`, :mod:`drlmpi.planner.jobs`); the command line is
 :mod:`drlmpi.planner.cli`, its comparison with measured runs :mod:`drlmpi.planner.compare`."""
 

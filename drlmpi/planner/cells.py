@@ -15,7 +15,7 @@ def compose(overrides: list[str]) -> Any:
     from hydra import initialize_config_dir
 
     from drlmpi.config.plugins import CONF_DIR
-    from drlmpi.topologies.registry import register
+    from drlmpi.topologies.core.registry import register
 
     register()  # every topology's options (the topology files start from them)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -1,5 +1,5 @@
 """The planner's model: env steps/s and updates/s of each topology at N ranks, from a
-:class:`~drlmpi.topologies.pace.Probe` and each topology's own ``pace`` class method
+:class:`~drlmpi.topologies.core.pace.Probe` and each topology's own ``pace`` class method
 (docs/topologies.md, "Predicting throughput").
 
 Every topology writes itself as the seconds its job spends per job-wide environment step, once
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from drlmpi.topologies.pace import Pace, Probe
+from drlmpi.topologies.core.pace import Pace, Probe
 
 #: a prediction within this share of the measured throughput counts as right
 TOLERANCE = 0.25
@@ -53,7 +53,7 @@ class Prediction:
 
 def topology_names() -> list[str]:
     """Every topology a config can name (conf/ and plugin directories): adding one adds it here."""
-    from drlmpi.topologies.registry import names
+    from drlmpi.topologies.core.registry import names
 
     return names()
 

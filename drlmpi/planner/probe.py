@@ -39,7 +39,7 @@ from drlmpi.device.determinism import apply_run_settings
 from drlmpi.job_control.process import usable_cpus
 from drlmpi.planner import LAUNCH_ENV, mpi_command
 from drlmpi.run.preflight import make_plan, resolve_classes
-from drlmpi.topologies.pace import Probe
+from drlmpi.topologies.core.pace import Probe
 
 #: message latency and bandwidth assumed when no MPI launcher can run the ping-pong
 ASSUMED_LATENCY_S = 5e-6
@@ -54,7 +54,7 @@ def _context(cfg: Any, run_dir: Path):
     from mpi4py import MPI
 
     from drlmpi.mpi.timed import TimedComm
-    from drlmpi.topologies.context import RunContext
+    from drlmpi.topologies.core.context import RunContext
 
     return RunContext(make_plan(cfg, smallest_world(cfg)), TimedComm(MPI.COMM_SELF), run_dir)
 
@@ -259,7 +259,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
         slowdown = dict(slow_sim)
         learns = type(learner).__name__ != "RandomPolicy" and batch is not None
         if learns:
-            from drlmpi.topologies.data_parallel.batch_rule import per_rank_algo_config
+            from drlmpi.topologies.core.data_parallel.batch_rule import per_rank_algo_config
 
             for size in per_rank_batches(int(batch), cores):
                 if size == int(batch):  # the job's own batch: three repeats, their spread kept

@@ -58,7 +58,7 @@ def import_class(target: Any) -> Any:
         return None
     if target not in _CLASSES:
         try:  # through the registry: a plugin topology imports from its directory
-            from drlmpi.topologies.registry import import_target
+            from drlmpi.topologies.core.registry import import_target
 
             _CLASSES[target] = import_target(target)
         except Exception:  # noqa: BLE001 (a renamed or removed class: fall back to the name)

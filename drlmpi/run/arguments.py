@@ -49,7 +49,7 @@ def check_command_line(argv: list[str]) -> None:
 
 
 def _register_topologies() -> None:
-    from drlmpi.topologies.registry import register  # imported here: it imports torch
+    from drlmpi.topologies.core.registry import register  # imported here: it imports torch
 
     register()
 

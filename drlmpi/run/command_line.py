@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 # Importing the schema registers its options' defaults with Hydra (conf/ builds on them); the
-# topologies' options are registered by check_command_line (drlmpi.topologies.registry).
+# topologies' options are registered by check_command_line (drlmpi.topologies.core.registry).
 import drlmpi.config.schema  # noqa: F401
 from drlmpi.config.overrides import find, hydra_order, parse, value_text, values
 from drlmpi.config.plugins import CONF_DIR, group_files

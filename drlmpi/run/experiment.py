@@ -25,7 +25,7 @@ from drlmpi.outputs.summary import format_summary, write_summary
 from drlmpi.run.memory import MemorySampler
 from drlmpi.run.preflight import make_plan
 from drlmpi.run.summary import build_summary
-from drlmpi.topologies.context import RunContext, RunPlan
+from drlmpi.topologies.core.context import RunContext, RunPlan
 
 POLICY_FILE = "policy.pt"
 logger = logging.getLogger("drlmpi")

@@ -1,10 +1,10 @@
 """Preflight: every check of a job and every value resolved from its config, once, into one
-validated run plan (:class:`~drlmpi.topologies.context.RunPlan`).
+validated run plan (:class:`~drlmpi.topologies.core.context.RunPlan`).
 
 :func:`make_plan` is called by every rank right after Hydra composed the config and before any
 communication (and by the sweep launcher for each job before it starts), so a bad combination
 (p2p on 3 ranks, DQN on Pendulum) ends every rank with the same one-line message and a non-zero
-exit - never a hang. What it returns, a :class:`~drlmpi.topologies.context.RunPlan`, is what flows
+exit - never a hang. What it returns, a :class:`~drlmpi.topologies.core.context.RunPlan`, is what flows
 down to the topology and its roles: the classes, the environment's spaces, the resolved device,
 the world size, the checkpoint to resume and a read-only copy of the config.
 """
@@ -24,9 +24,9 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.envs.families import family_of
 from drlmpi.envs.make import env_make_kwargs, probe_spec
 from drlmpi.outputs.checkpoint import check_rank_files, read_meta
-from drlmpi.topologies.base import Topology
-from drlmpi.topologies.context import RunPlan
-from drlmpi.topologies.registry import load_class, register
+from drlmpi.topologies.core.base import Topology
+from drlmpi.topologies.core.context import RunPlan
+from drlmpi.topologies.core.registry import load_class, register
 
 
 def make_plan(cfg: Any, world_size: int) -> RunPlan:

@@ -1,21 +1,25 @@
-"""What users read of the schema: ``python -m drlmpi --help`` (:func:`short_help`: one screen -
-the usage, the config groups, the options most runs set and where the rest are),
-``python -m drlmpi --help-all`` (:func:`help_lines`: every option, wrapped to
-:data:`WIDTH` characters) and the reference table of docs/configuration.md
-(:func:`reference_table`; ``python -m drlmpi.run.reference`` prints it, and a test keeps the
-document in step). The full list and the table name every topology's options too, so both
-register them first (:mod:`drlmpi.topologies.registry`); the short help reads only the schema's
-own scopes and conf/, and starts no torch.
+"""What users read of the schema: ``python -m drlmpi --help`` (:func:`short_help`: one screen - the
+usage, the config groups, the options most runs set and where the rest are), ``python -m drlmpi
+--help-all`` (:func:`help_lines`: every option, wrapped to :data:`WIDTH` characters) and the
+reference table of docs/configuration.md (:func:`reference_table`) and its table of the built-in
+topologies (:func:`topology_table`, and the README's list of them: :func:`topology_names`), both
+made from the topology registry: ``python -m drlmpi.run.reference --write`` rewrites the document's
+generated blocks (:data:`BLOCKS`; without ``--write`` it prints the reference), and a test keeps
+them in step. The full list and the table name every topology's options too, so both register them
+first (:mod:`drlmpi.topologies.core.registry`); the short help reads only the schema's own scopes
+and conf/, and starts no torch.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import textwrap
+from pathlib import Path
 
 from drlmpi.config.options import Option, format_number
-from drlmpi.config.plugins import group_files
+from drlmpi.config.plugins import CONF_DIR, group_files
 from drlmpi.config.schema import SCHEMA
 from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, end_job
 
@@ -77,7 +81,7 @@ def shown_default(option: Option) -> str:
 
 def reference_table() -> str:
     """The markdown reference of every option: scope, key, allowed values, doc."""
-    from drlmpi.topologies.registry import register  # here: it imports torch (command_line imports this)
+    from drlmpi.topologies.core.registry import register  # here: it imports torch (command_line imports this)
 
     register()
     lines = ["| option | default | allowed | meaning |", "|---|---|---|---|"]
@@ -92,6 +96,54 @@ def reference_table() -> str:
     return "\n".join(lines)
 
 
+def topology_table() -> str:
+    """The markdown table of drlmpi's own topologies, from the registry in report order: name,
+    accepted world sizes, class (the ``_target_`` its YAML names) and the class's summary."""
+    from drlmpi.topologies.core.registry import built_in
+
+    lines = ["| topology | ranks | class (`_target_`) | what it does |", "|---|---|---|---|"]
+    for name, cls in built_in().items():
+        summary = " ".join(inspect.getdoc(cls).split("\n\n")[0].split()).replace("``", "`")
+        lines.append(f"| `{name}` | {cls.sizes_text()} | `{cls.__module__}.{cls.__qualname__}` | {summary} |")
+    return "\n".join(lines)
+
+
+def topology_names() -> str:
+    """drlmpi's own topologies as the README names them: ``a``, ``b``, ... or ``z`` (report order)."""
+    from drlmpi.topologies.core.registry import built_in
+
+    names = [f"`{name}`" for name in built_in()]
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+#: the document whose blocks are generated, and each block's name -> what makes it
+#: (``<!-- NAME:begin -->`` ... ``<!-- NAME:end -->``)
+DOCUMENT = CONF_DIR.parent / "docs" / "configuration.md"
+BLOCKS = {"topologies": topology_table, "schema": reference_table}
+
+
+def _split(text: str, name: str) -> tuple[str, str, str]:
+    """(up to and with ``<!-- NAME:begin -->``, the block, from ``<!-- NAME:end -->`` on)."""
+    begin, end = f"<!-- {name}:begin -->\n", f"\n<!-- {name}:end -->"
+    before, rest = text.split(begin, 1)
+    block, after = rest.split(end, 1)
+    return before + begin, block, end + after
+
+
+def generated_block(text: str, name: str) -> str:
+    """The text between a document's ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` lines."""
+    return _split(text, name)[1]
+
+
+def write_blocks(path: Path = DOCUMENT) -> None:
+    """Rewrite every generated block of ``path`` from what makes it."""
+    text = path.read_text()
+    for name, make in BLOCKS.items():
+        before, _, after = _split(text, name)
+        text = before + make() + after
+    path.write_text(text)
+
+
 def wrap(text: str, indent: int, hang: int) -> list[str]:
     """``text`` in lines of at most :data:`WIDTH` characters: the first indented by ``indent``,
     the others by ``hang`` (never broken inside a word or at a hyphen)."""
@@ -102,7 +154,7 @@ def wrap(text: str, indent: int, hang: int) -> list[str]:
 def help_lines() -> list[str]:
     """``--help-all``: every option of every scope, as ``key=default  (allowed values)`` and its
     doc beneath, wrapped to :data:`WIDTH` characters."""
-    from drlmpi.topologies.registry import register
+    from drlmpi.topologies.core.registry import register
 
     register()
     out = []
@@ -172,4 +224,7 @@ def print_help(full: bool = False) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    print(reference_table())
+    if sys.argv[1:] == ["--write"]:
+        write_blocks()
+    else:
+        print(reference_table())

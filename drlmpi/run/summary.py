@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from drlmpi.job_control.stop import STOP
-from drlmpi.topologies.context import RunPlan
+from drlmpi.topologies.core.context import RunPlan
 
 
 def versions() -> dict[str, str]:

@@ -8,31 +8,31 @@ collective on ONE flat buffer per network (``topology.reduce``: ``allreduce`` or
 and steps identical optimizers, so parameters stay identical - verified with a checksum
 ``Allgather`` every ``check_every`` updates and at the end.
 
-How the job's batch is shared is ``topology.batch_rule`` (:mod:`drlmpi.topologies.data_parallel.batch_rule`),
-applied to the config each rank builds its learner from. ``global`` (the default): the algorithm
-config describes the job, as sequential would run it - each rank samples ``batch_size / N`` so
-one update averages a minibatch of ``batch_size``, the job runs ``updates_per_step`` updates per
-job-wide environment step, the N replays hold ``buffer_size`` rows together, updates start after
-``learning_starts`` job-wide steps and a PPO rollout is ``rollout_steps`` rows job-wide: the
-optimizer steps per sample and the learning rate are sequential's. ``per_rank``: every rank
-runs the config as is - each update averages N minibatches of ``batch_size`` (an effective batch
-of N x batch_size) and the job does ``updates_per_step`` updates per *rank-local* step, i.e.
-``updates_per_step / N`` per job-wide step (``topology.lr_scale`` may scale the learning rate).
+How the job's batch is shared is ``topology.batch_rule``
+(:mod:`drlmpi.topologies.core.data_parallel.batch_rule`), applied to the config each rank builds its
+learner from. ``global`` (the default): the algorithm config describes the job, as sequential would
+run it - each rank samples ``batch_size / N`` so one update averages a minibatch of ``batch_size``,
+the job runs ``updates_per_step`` updates per job-wide environment step, the N replays hold
+``buffer_size`` rows together, updates start after ``learning_starts`` job-wide steps and a PPO
+rollout is ``rollout_steps`` rows job-wide: the optimizer steps per sample and the learning rate are
+sequential's. ``per_rank``: every rank runs the config as is - each update averages N minibatches of
+``batch_size`` (an effective batch of N x batch_size) and the job does ``updates_per_step`` updates
+per *rank-local* step, i.e. ``updates_per_step / N`` per job-wide step (``topology.lr_scale`` may
+scale the learning rate).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.config.options import choice, integer
 from drlmpi.mpi.wire import Control, RoundCounts
-from drlmpi.topologies.base import control_message, sync_amount, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.data_parallel.backend import BACKEND, check_backend
-from drlmpi.topologies.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
-from drlmpi.topologies.data_parallel.learners import DataParallelLearner
-from drlmpi.topologies.data_parallel.rounds import data_parallel_round
-from drlmpi.topologies.reports import RankReport, learner_report
+from drlmpi.topologies.core.base import control_message, sync_amount, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.data_parallel.backend import BACKEND, check_backend
+from drlmpi.topologies.core.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
+from drlmpi.topologies.core.data_parallel.learners import CHECK_EVERY, REDUCE, DataParallelLearner
+from drlmpi.topologies.core.data_parallel.rounds import data_parallel_round
+from drlmpi.topologies.core.reports import RankReport, learner_report
 
 ROOT = 0
 
@@ -43,11 +43,8 @@ class Allgather(DataParallelTopology):
     name = "allgather"
     options = {
         **sync_options(64, "steps (per environment) each rank collects per round"),
-        "reduce": choice("allreduce", "allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
-                         "allreduce", "allgather"),
-        "check_every": integer(1000, "verify identical parameters every N updates (0: only at the end)",
-                               low=0),
-        "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE, "backend": BACKEND,
+        "reduce": REDUCE, "check_every": CHECK_EVERY, "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE,
+        "backend": BACKEND,
     }
     min_ranks = 1
     max_ranks = None

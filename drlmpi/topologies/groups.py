@@ -3,14 +3,16 @@
 
 The world of W ranks is split (``Comm.Split``) into ``topology.learners`` = L groups of
 G = W / L consecutive ranks; the first rank of each group is its learner, the others its
-simulators. Inside a group the wiring is ``topology.group_wiring``:
+simulators. Inside a group the wiring is ``topology.group_wiring``, one of :data:`WIRINGS`, each
+a :class:`~drlmpi.topologies.core.wiring.GroupWiring` that another topology provides and groups
+drives through that interface alone (its simulator side, its learner side, its options):
 
-* ``star`` - the simulators run :class:`~drlmpi.topologies.star.Star`'s simulator loop over the
-  group's communicator, and the learner its side of the same messages (``Gather`` of counts,
-  ``Gatherv`` of rows, ``Bcast`` of control and weights);
-* ``async`` - the simulators run :class:`~drlmpi.topologies.asynchronous.Asynchronous`'s
-  simulator, the learner its nonblocking learner (credits, lag bound, publications) with the
-  learning step replaced by a meeting of the learners.
+* ``star`` (:class:`~drlmpi.topologies.star.StarWiring`) - the simulators run star's simulator
+  loop over the group's communicator, and the learner its side of the same messages (``Gather``
+  of counts, ``Gatherv`` of rows, ``Bcast`` of control and weights);
+* ``async`` (:class:`~drlmpi.topologies.asynchronous.group.AsyncWiring`) - the simulators run
+  async's simulator, the learner its nonblocking learner (credits, lag bound, publications)
+  with the learning step replaced by a meeting of the learners.
 
 The L learners share a second communicator (another ``Split``). Every round (star) or loop
 iteration (async) they *meet*: one ``Allgather`` of (new steps, updates owed, episodes), the
@@ -20,7 +22,7 @@ number of updates (the fewest any of them is owed), each averaging the L gradien
 all-reduce per network over ``topology.backend`` (MPI, or NCCL with one GPU per learner), so
 the learners keep identical parameters - checked by checksum every ``check_every`` updates and
 at the end. How the job's batch is shared among the L learners is ``topology.batch_rule``
-(:mod:`drlmpi.topologies.data_parallel.batch_rule`, N = L).
+(:mod:`drlmpi.topologies.core.data_parallel.batch_rule`, N = L).
 """
 
 from __future__ import annotations
@@ -36,31 +38,30 @@ from drlmpi.job_control.launchers import size_refusal
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.roles.actor import episode_stats
-from drlmpi.topologies.allgather import Allgather
-from drlmpi.topologies.async_learner import AsyncLearner
-from drlmpi.topologies.async_simulator import AsyncSimulator
-from drlmpi.topologies.asynchronous import Asynchronous
-from drlmpi.topologies.base import control_message, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.data_parallel.backend import (
+from drlmpi.topologies.asynchronous.group import AsyncWiring
+from drlmpi.topologies.core.base import control_message, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.data_parallel.backend import (
     BACKEND,
     check_backend,
 )
-from drlmpi.topologies.data_parallel.batch_rule import (
+from drlmpi.topologies.core.data_parallel.batch_rule import (
     BATCH_RULE,
     DEFAULT_RULE,
     LR_SCALE,
     DataParallelTopology,
     per_rank_algo_config,
 )
-from drlmpi.topologies.data_parallel.learners import DataParallelLearner
-from drlmpi.topologies.data_parallel.rounds import exchange_round_counts, gather_episodes
-from drlmpi.topologies.pace import Pace, Probe, batch_share, device_turns, first_round, log2, sync_rows
-from drlmpi.topologies.reports import RankReport, learner_report
-from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink
-from drlmpi.topologies.star import Star
+from drlmpi.topologies.core.data_parallel.learners import CHECK_EVERY, REDUCE, DataParallelLearner
+from drlmpi.topologies.core.data_parallel.rounds import exchange_round_counts, gather_episodes
+from drlmpi.topologies.core.pace import Pace, Probe, batch_share, device_turns, first_round, log2, sync_rows
+from drlmpi.topologies.core.reports import RankReport, learner_report
+from drlmpi.topologies.core.rounds import LEARNER_RANK
+from drlmpi.topologies.core.wiring import GroupWiring, wiring_options, wiring_table
+from drlmpi.topologies.star import StarWiring
 
-WIRINGS = {"star": Star, "async": Asynchronous}
+#: ``topology.group_wiring`` -> the wiring (the first is the default)
+WIRINGS = wiring_table(StarWiring, AsyncWiring)
 
 
 def group_sizes_hint(world_size: int) -> str:
@@ -76,13 +77,11 @@ class Groups(DataParallelTopology):
         **sync_options(64, "steps (per environment) each simulator sends per round (star) or chunk (async)"),
         "learners": integer(2, "L: the world splits into L groups of one learner and its simulators; the L "
                                "learners average gradients every update"),
-        "group_wiring": choice("star", "how each group's simulators feed its learner: star (collective "
-                                       "rounds) or async (nonblocking chunks)", "star", "async"),
-        "backend": BACKEND,
-        **{key: Allgather.options[key] for key in ("reduce", "check_every")},
-        "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE,
-        **{key: Asynchronous.options[key] for key in ("publish_every", "max_policy_lag",
-                                                      "max_pending_updates", "slots")},
+        "group_wiring": choice(next(iter(WIRINGS)), "how each group's simulators feed its learner: star "
+                               "(collective rounds) or async (nonblocking chunks)", *WIRINGS),
+        "backend": BACKEND, "reduce": REDUCE, "check_every": CHECK_EVERY, "batch_rule": BATCH_RULE,
+        "lr_scale": LR_SCALE,
+        **wiring_options(WIRINGS),  # each applies to the wiring that declares it
     }
     min_ranks = 2
     max_ranks = None
@@ -105,7 +104,8 @@ class Groups(DataParallelTopology):
     def report_label(cls, topo_cfg: Any) -> str:
         """``groups[Lxstar]``, with the backend and batch rule where not the defaults."""
         topo_cfg = topo_cfg or {}
-        parts = [f"{cls.learners(topo_cfg)}x{topo_cfg.get('group_wiring', 'star')}"]
+        wiring = topo_cfg.get("group_wiring") or cls.options["group_wiring"].default  # (older runs: none)
+        parts = [f"{cls.learners(topo_cfg)}x{wiring}"]
         if str(topo_cfg["backend"]) not in ("mpi", "auto"):
             parts.append(str(topo_cfg.get("backend")))
         if str(topo_cfg["batch_rule"]) != DEFAULT_RULE:
@@ -147,22 +147,21 @@ class Groups(DataParallelTopology):
                 f"multiple of {learners} with at least 2 ranks per group (a learner and its simulators)",
                 world_size, ranks, "topology=groups")
                 + (f", or use topology.learners={fits}" if fits else ""))
-        wiring = str(topo["group_wiring"])  # star or async (the schema's choices)
-        if str(topo.get("utd_mode", "ratio")) != "ratio":  # not its option: only set with +topology.
-            raise ConfigError("topology=groups trains what the learners agree on each meeting: "
-                              "topology.utd_mode=free is not available there")
         super().check(plan)
-        WIRINGS[wiring].check(plan.with_world(world_size // learners))
+        cls.wiring(topo).check(plan.with_world(world_size // learners))
         check_backend(topo, plan.device)
+
+    @classmethod
+    def wiring(cls, topo_cfg: Any) -> type[GroupWiring]:
+        """The wiring ``topology.group_wiring`` names (one of the schema's choices)."""
+        return WIRINGS[str(topo_cfg["group_wiring"])]
 
     def run(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm
         group, size, group_comm, learners_comm = split_groups(comm, self.learners(self.cfg))
-        wiring = str(self.cfg["group_wiring"])
+        wiring = self.wiring(self.cfg)
         if learners_comm is None:
-            sub = ctx.subcontext(group_comm)
-            report = (Star(self.cfg).simulate(sub) if wiring == "star"
-                      else AsyncSimulator(sub, self.cfg).run())
+            report = wiring.simulate(ctx.subcontext(group_comm), self.cfg)
         else:
             sub = ctx.subcontext(group_comm, lambda: group_comm.wait_s + learners_comm.wait_s)
             report = _GroupLearner(self, ctx, sub, learners_comm, group, size).run(wiring)
@@ -191,7 +190,8 @@ def split_groups(comm: TimedComm, learners: int) -> tuple[int, int, TimedComm, T
 
 
 class _GroupLearner:
-    """One group's learner: its side of the group's wiring, and the meetings of the learners."""
+    """One group's learner: the meetings of the learners, and what its wiring's learner side
+    uses of them (a :class:`~drlmpi.topologies.core.wiring.GroupLearner`)."""
 
     def __init__(self, topology: Groups, ctx: RunContext, sub: RunContext, lcomm: TimedComm,
                  group: int, group_size: int) -> None:
@@ -254,9 +254,9 @@ class _GroupLearner:
         self.peer.train(int(owed[0]))
         return self.peer.check()
 
-    # -- the wirings --------------------------------------------------------------------------
-    def run(self, wiring: str) -> RankReport:
-        stats = self._run_star() if wiring == "star" else self._run_async()
+    # -- the run ------------------------------------------------------------------------------
+    def run(self, wiring: type[GroupWiring]) -> RankReport:
+        stats = wiring.learn(self)
         checksums = self.finish()
         per_learner = {"group": self.group, "rank": self.ctx.comm.rank, "device": str(self.algo.device),
                        "group_env_steps": self.group_steps, "updates": self.learner.updates,
@@ -267,11 +267,11 @@ class _GroupLearner:
             per_learner["backend_calls"] = calls
         table = self.lcomm.gather_objects(per_learner, root=0, kind="reports")
         topology_stats = {
-            "learners": self.lcomm.size, "group_size": self.group_size, "group_wiring": wiring,
+            "learners": self.lcomm.size, "group_size": self.group_size, "group_wiring": wiring.name,
             "meetings": self.meetings, "per_learner": table, **self.peer.stats(checksums),
         }
-        if table is not None and wiring == "async":  # what the job's learners received and did not store
-            for key in ("discarded_chunks", "discarded_rows", "steps_after_stop"):
+        if table is not None:
+            for key in wiring.summed_stats:
                 topology_stats[key] = sum(int(row.get(key, 0)) for row in table)
         report = learner_report(self.ctx.comm.rank, self.learner,
                                 stats=topology_stats if self.is_root else None)
@@ -281,68 +281,3 @@ class _GroupLearner:
     def store(self, source: int, rows: np.ndarray) -> int:
         """Store rows from the group's rank ``source``, credited to its job rank."""
         return self.learner.store(rows, [self.group * self.group_size + source] * len(rows))
-
-    def _run_star(self) -> dict[str, Any]:
-        link, learner = CollectiveLink(self.sub.comm), self.learner
-        link.send_weights(learner.policy_weights())
-        while True:
-            parts = link.gather(learner.layout)
-            for source, rows in parts:
-                self.store(source, rows)
-            updates, control = self.meet(parts)
-            link.send_control(control)
-            if control[Control.STOP]:
-                return {}
-            link.send_weights(learner.policy_weights())
-            self.train(updates)
-            self.after_round(control)
-
-    def _run_async(self) -> dict[str, Any]:
-        inner = _MeetingAsyncLearner(self)
-        return inner.run_meetings()
-
-
-class _MeetingAsyncLearner(AsyncLearner):
-    """The async learner of one group: it receives, orders, lag-checks and credits chunks as
-    :class:`~drlmpi.topologies.asynchronous.Asynchronous` does, but stores them for the
-    learners' meeting instead of counting them, and trains what the meeting agreed."""
-
-    @staticmethod
-    def free_running(cfg) -> bool:
-        """Never: the learners train what they agree on at each meeting (``topology=groups``
-        has no ``utd_mode``)."""
-        return False
-
-    def __init__(self, owner: _GroupLearner) -> None:
-        super().__init__(owner.sub, owner.cfg, learner=owner.learner)
-        self.owner = owner
-        self.parts: list[tuple[int, np.ndarray]] = []
-
-    def learn_from(self, sim: int, rows: np.ndarray, lag: int) -> int:
-        self.learner.policy_lags.append(int(lag))
-        self.parts.append((sim, rows.copy()))  # the receive buffer is re-posted
-        return self.owner.store(sim, rows)
-
-    def discard(self, sim: int, rows: np.ndarray) -> None:
-        self.parts.append((sim, rows.copy()))  # its steps and episodes are counted at the meeting
-
-    def run_meetings(self) -> dict[str, Any]:
-        owner = self.owner
-        self.start()
-        since_publish = 0
-        while True:
-            self.poll(block=False)  # never block: the other learners wait at the meeting
-            parts, self.parts = self.parts, []
-            updates, control = owner.meet(parts)
-            if control[Control.STOP]:
-                break
-            burst = min(updates, self.publish_every - since_publish)
-            if burst:
-                owner.train(burst)
-                since_publish += burst
-                if since_publish >= self.publish_every:
-                    self.publish()
-                    since_publish = 0
-            owner.after_round(control)
-        self.shutdown()
-        return {**self.chunk_stats(), "steps_after_stop": self.steps_after_stop}

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.topologies.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.pace import Pace, Probe, star_pace
-from drlmpi.topologies.reports import RankReport
-from drlmpi.topologies.rounds import LEARNER_RANK, PointToPointLink, learner_rounds, simulator_rounds
+from drlmpi.topologies.core.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.pace import Pace, Probe, star_pace
+from drlmpi.topologies.core.reports import RankReport
+from drlmpi.topologies.core.rounds import LEARNER_RANK, PointToPointLink, learner_rounds, simulator_rounds
 
 
 class PointToPoint(Topology):

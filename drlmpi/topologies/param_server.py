@@ -11,7 +11,7 @@ A worker whose update strays from that schedule stops the job with a clear error
 (:meth:`~drlmpi.algos.base.Algorithm.run_updates` checks every update) instead of leaving the server waiting.
 
 The workers share the job's batch by ``topology.batch_rule``
-(:mod:`drlmpi.topologies.data_parallel.batch_rule`,
+(:mod:`drlmpi.topologies.core.data_parallel.batch_rule`,
 N = the workers): by default (``global``) the algorithm config describes the job - each worker
 samples ``batch_size / N``, the job runs ``updates_per_step`` updates per job-wide step and the
 workers' replays hold ``buffer_size`` rows together - so learning per sample is sequential's.
@@ -26,13 +26,17 @@ updates every worker can run (the minimum); finished episodes' returns go to the
 from __future__ import annotations
 
 from drlmpi.mpi.wire import Control, RoundCounts
-from drlmpi.topologies.base import control_message, empty_control, sync_amount, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
-from drlmpi.topologies.data_parallel.exchanges import ServerExchange, WorkerExchange, broadcast_all_params
-from drlmpi.topologies.data_parallel.rounds import data_parallel_round
-from drlmpi.topologies.pace import Probe, log2
-from drlmpi.topologies.reports import RankReport, learner_report
+from drlmpi.topologies.core.base import control_message, empty_control, sync_amount, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
+from drlmpi.topologies.core.data_parallel.exchanges import (
+    ServerExchange,
+    WorkerExchange,
+    broadcast_all_params,
+)
+from drlmpi.topologies.core.data_parallel.rounds import data_parallel_round
+from drlmpi.topologies.core.pace import Probe, log2
+from drlmpi.topologies.core.reports import RankReport, learner_report
 
 SERVER = 0
 

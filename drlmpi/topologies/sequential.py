@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from drlmpi.topologies.base import Topology, sync_amount, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.pace import Pace, Probe
-from drlmpi.topologies.reports import RankReport, learner_report
+from drlmpi.topologies.core.base import Topology, sync_amount, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.pace import Pace, Probe
+from drlmpi.topologies.core.reports import RankReport, learner_report
 
 
 class Sequential(Topology):

@@ -11,6 +11,10 @@ therefore lags by one round. (Workers that send gradients instead of experience 
 ``round_rows`` sizes the round job-wide instead: each simulator collects ``round_rows /
 (simulators x env.num_envs)`` steps (rounded, at least one), so a round - and the policy lag
 it makes - holds the same rows on 4 ranks as on 16 (:meth:`Star.round_steps`).
+
+Inside a group of ``topology=groups`` (:class:`StarWiring`) the simulators run the same loop over
+the group's communicator and the group's learner the same messages, meeting the other groups'
+learners between gathering a round and training on it.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from typing import Any
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import integer
-from drlmpi.topologies.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.pace import Pace, Probe, star_pace
-from drlmpi.topologies.reports import RankReport
-from drlmpi.topologies.rounds import LEARNER_RANK, CollectiveLink, learner_rounds, simulator_rounds
+from drlmpi.mpi.wire import Control
+from drlmpi.topologies.core.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.pace import Pace, Probe, star_pace
+from drlmpi.topologies.core.reports import RankReport
+from drlmpi.topologies.core.rounds import LEARNER_RANK, CollectiveLink, learner_rounds, simulator_rounds
+from drlmpi.topologies.core.wiring import GroupLearner, GroupWiring
 
 #: job-wide rows above which star suggests a smaller round to an off-policy learner: a round is
 #: the lag of the data it learns from, and on DQN LunarLander (16 ranks) rounds of 1,920 and 3,840
@@ -118,3 +124,33 @@ class Star(Topology):
         every = self.round_steps(self.cfg, simulators, int(ctx.cfg.env.num_envs))
         return simulator_rounds(ctx, CollectiveLink(ctx.comm), every, sync_amount(self.cfg)[1], simulators,
                                 self.cfg.get("ramp_from"))
+
+
+class StarWiring(GroupWiring):
+    """Star inside a group: its simulators' rounds over the group's communicator; the learner
+    gathers a round, meets the other learners with it, sends the control and its weights, then
+    trains what the meeting agreed. Full rounds of ``sync_every`` (``round_rows`` and
+    ``ramp_from`` are star's alone)."""
+
+    name = "star"
+    topology = Star
+
+    @classmethod
+    def simulate(cls, ctx: RunContext, cfg: Any) -> RankReport:
+        return Star(cfg).simulate(ctx)
+
+    @classmethod
+    def learn(cls, group: GroupLearner) -> dict[str, Any]:
+        link, learner = CollectiveLink(group.sub.comm), group.learner
+        link.send_weights(learner.policy_weights())
+        while True:
+            parts = link.gather(learner.layout)
+            for source, rows in parts:
+                group.store(source, rows)
+            updates, control = group.meet(parts)
+            link.send_control(control)
+            if control[Control.STOP]:
+                return {}
+            link.send_weights(learner.policy_weights())
+            group.train(updates)
+            group.after_round(control)

@@ -6,8 +6,8 @@ declares on its own: options (an option of its own, ``laps``, and its own ``sync
 default), a rank rule (at least 3 ranks), a pace model for the planner and a report section."""
 
 from drlmpi.config.options import integer
-from drlmpi.topologies.base import sync_options
-from drlmpi.topologies.pace import star_pace
+from drlmpi.topologies.core.base import sync_options
+from drlmpi.topologies.core.pace import star_pace
 from drlmpi.topologies.star import Star
 
 

@@ -3,7 +3,7 @@ rules, its pace model for the planner, how reports show it, and its run on every
 round-control messages the collective topologies share.
 
 A topology decides who simulates, who learns and what moves when. It builds its roles through
-the context (:mod:`drlmpi.topologies.context`) and returns a :class:`RankReport` from every rank;
+the context (:mod:`drlmpi.topologies.core.context`) and returns a :class:`RankReport` from every rank;
 :mod:`drlmpi.run` gathers those into ``summary.json``.
 """
 
@@ -20,10 +20,10 @@ from drlmpi.config.options import Option, choice, integer
 from drlmpi.job_control.launchers import size_refusal
 from drlmpi.mpi.wire import Control, int64_message
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.reports import RankReport
+from drlmpi.topologies.core.reports import RankReport
 
 if TYPE_CHECKING:
-    from drlmpi.topologies.context import RunContext, RunPlan
+    from drlmpi.topologies.core.context import RunContext, RunPlan
 
 #: what ``sync_every`` counts (every topology that syncs in amounts of experience has both)
 SYNC_UNIT = choice("steps", "what sync_every counts: environment steps or episodes", "steps", "episodes")
@@ -60,9 +60,9 @@ class Topology(ABC):
 
     Subclasses set :attr:`name`, :attr:`options` (the ``topology.*`` options with their types,
     defaults and docs: the schema's ``topology/<name>`` scope, added by
-    :mod:`drlmpi.topologies.registry`), the accepted world sizes and, if needed, override
+    :mod:`drlmpi.topologies.core.registry`), the accepted world sizes and, if needed, override
     :meth:`check` to refuse algorithms they cannot drive. The planner reads their pace model
-    (``pace``, :mod:`drlmpi.topologies.pace`). They also declare how reports show them:
+    (``pace``, :mod:`drlmpi.topologies.core.pace`). They also declare how reports show them:
     :attr:`report_order` (row order), :attr:`report_variants` (config keys whose non-default
     value is part of the label, ``allgather[allgather]``) and :meth:`paper_label` (the row name in
     the DQN paper's runtime table); a class method ``report_section(runs)`` adds a section of its
@@ -131,7 +131,7 @@ class Topology(ABC):
         if cls.max_ranks == cls.min_ranks:
             return f"exactly {cls.min_ranks} rank{'s' if cls.min_ranks > 1 else ''}"
         if cls.max_ranks is None:
-            return f"at least {cls.min_ranks} ranks"
+            return f"at least {cls.min_ranks} rank{'s' if cls.min_ranks > 1 else ''}"
         return f"{cls.min_ranks} to {cls.max_ranks} ranks"
 
     @classmethod

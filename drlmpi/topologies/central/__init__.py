@@ -45,11 +45,11 @@ from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 from drlmpi.outputs.figures import fmt, percent, table
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.base import Topology
-from drlmpi.topologies.central_wire import LEARNER_RANK, STEP_COLUMNS, Group, StepWire, env_groups
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.pace import Pace, Probe, learner_side
-from drlmpi.topologies.reports import RankReport, learner_report
+from drlmpi.topologies.central.wire import LEARNER_RANK, STEP_COLUMNS, Group, StepWire, env_groups
+from drlmpi.topologies.core.base import Topology
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.pace import Pace, Probe, learner_side
+from drlmpi.topologies.core.reports import RankReport, learner_report
 
 #: batches of updates a learner acting beside them keeps queued on its device (the oldest is
 #: waited for before queueing more): bounds how far the acting copy lags behind

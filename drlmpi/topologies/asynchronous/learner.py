@@ -23,8 +23,8 @@ from drlmpi.mpi.wire import (
     int64_message,
 )
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.reports import RankReport, learner_report
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.reports import RankReport, learner_report
 
 
 class AsyncLearner:

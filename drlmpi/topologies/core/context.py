@@ -31,7 +31,7 @@ from drlmpi.roles.evaluate import EvaluationShare
 from drlmpi.roles.learner import Learner
 
 if TYPE_CHECKING:
-    from drlmpi.topologies.base import Topology
+    from drlmpi.topologies.core.base import Topology
 
 SEED_STRIDE = 10_000  # rank r uses seed + SEED_STRIDE * r (Spinning Up's convention)
 RESUME_STRIDE = 1_000_003  # a run resumed from checkpoint generation g adds g * RESUME_STRIDE
@@ -159,7 +159,7 @@ class RunContext:
         ``shared_init``: build the networks from the job's base seed, identical on every rank
         (data-parallel topologies), then reseed exploration per rank. ``algo_cfg``: another
         config than ``cfg.algo`` (a data-parallel rank's share of the job's batch:
-        :mod:`drlmpi.topologies.data_parallel.batch_rule`).
+        :mod:`drlmpi.topologies.core.data_parallel.batch_rule`).
         """
         device = device or (self.device if learner else "cpu")
         init_seed = int(self.cfg.seed) if shared_init else self.seed
@@ -228,7 +228,7 @@ class RunContext:
                      exchange: GradientExchange = LOCAL) -> Learner:
         """The learner (with ``metrics.csv``, progress output and, with ``run.tensorboard``,
         TensorBoard event files in ``tb/`` when ``log``), its gradients reaching its optimizers
-        through ``exchange`` (the topology's: :mod:`drlmpi.topologies.data_parallel.exchanges`)."""
+        through ``exchange`` (the topology's: :mod:`drlmpi.topologies.core.data_parallel.exchanges`)."""
         with PROGRESS.paused("start-up: building the learner"):
             return self._make_learner(algo, log, exchange)
 

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from drlmpi.config.options import choice, integer
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.data_parallel.backend import (
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.data_parallel.backend import (
     DistExchange,
     DistGroup,
     check_params,
@@ -23,8 +24,8 @@ from drlmpi.topologies.data_parallel.backend import (
     place,
     resolve_backend,
 )
-from drlmpi.topologies.data_parallel.batch_rule import BatchRule
-from drlmpi.topologies.data_parallel.exchanges import (
+from drlmpi.topologies.core.data_parallel.batch_rule import BatchRule
+from drlmpi.topologies.core.data_parallel.exchanges import (
     AllgatherExchange,
     AllreduceExchange,
     broadcast_all_params,
@@ -32,6 +33,12 @@ from drlmpi.topologies.data_parallel.exchanges import (
 
 #: ``topology.reduce``: how MPI averages the gradients (the other backends all-reduce)
 REDUCTIONS = {"allreduce": AllreduceExchange, "allgather": AllgatherExchange}
+#: the options of a data-parallel learner (allgather's and groups'): its MPI reduction and how
+#: often the learners compare parameter checksums (beside :data:`BACKEND`, :data:`BATCH_RULE`,
+#: :data:`LR_SCALE`)
+REDUCE = choice("allreduce", "allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
+                *REDUCTIONS)
+CHECK_EVERY = integer(1000, "verify identical parameters every N updates (0: only at the end)", low=0)
 
 
 class DataParallelLearner:
@@ -43,8 +50,7 @@ class DataParallelLearner:
         topo_cfg: ``topology.*`` (``backend``, ``check_every``).
         rule: the batch rule's share of the job's batch for this learner.
         log: whether this learner writes the run's log (one of them does).
-        reduce: how MPI averages the gradients (``topology.reduce`` of allgather; groups'
-            learners all-reduce).
+        reduce: how MPI averages the gradients (``topology.reduce``, :data:`REDUCE`).
     """
 
     def __init__(self, ctx: RunContext, comm: TimedComm, topo_cfg: Any, rule: BatchRule, log: bool,

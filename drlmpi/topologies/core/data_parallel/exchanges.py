@@ -15,8 +15,8 @@ backward and its step:
   algorithm's ``sync_schedule`` and run its target-network hooks:
   :meth:`~drlmpi.algos.base.Algorithm.run_updates`).
 
-NCCL and gloo averaging (:class:`~drlmpi.topologies.data_parallel.backend.DistExchange`) is
-in :mod:`~drlmpi.topologies.data_parallel.backend`.
+NCCL and gloo averaging (:class:`~drlmpi.topologies.core.data_parallel.backend.DistExchange`) is
+in :mod:`~drlmpi.topologies.core.data_parallel.backend`.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ from drlmpi.roles.actor import Actor
 from drlmpi.roles.evaluate import EvaluationShare, merge_shares, message_width
 from drlmpi.roles.learner import Learner
 from drlmpi.roles.stopping import Moment
-from drlmpi.topologies.base import control_message, empty_control, round_sizes
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.reports import RankReport, learner_report, simulator_report
+from drlmpi.topologies.core.base import control_message, empty_control, round_sizes
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.reports import RankReport, learner_report, simulator_report
 
 LEARNER_RANK = 0
 
@@ -300,7 +300,7 @@ def simulate_in_rounds(actor: Actor, link: Link, every: int, unit: str, simulato
     extrapolated with it between rounds). ``evaluation``: this simulator's share of the
     evaluations the learner asks for (``run.eval_on=simulators``), played with the weights just
     received and sent with the next round's rows. ``ramp_from``: the first round's steps,
-    doubled each round up to ``every`` (:func:`~drlmpi.topologies.base.round_sizes`; the
+    doubled each round up to ``every`` (:func:`~drlmpi.topologies.core.base.round_sizes`; the
     learner trains on whatever a round brings, so only the simulators need to know)."""
     control = empty_control()
     link.receive_weights(actor.weights)

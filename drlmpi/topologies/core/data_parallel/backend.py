@@ -35,7 +35,7 @@ from drlmpi.algos.params import ParamGroup
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import choice
 from drlmpi.mpi.timed import TimedComm
-from drlmpi.topologies.data_parallel.exchanges import (
+from drlmpi.topologies.core.data_parallel.exchanges import (
     check_identical_params,
     param_checksums,
     verify_identical,
@@ -202,7 +202,8 @@ class DistExchange(GradientExchange):
 
 
 def dist_checksums(group: DistGroup, algo: Algorithm) -> np.ndarray:
-    """Like :func:`~drlmpi.topologies.data_parallel.exchanges.check_identical_params`, through the backend."""
+    """Like :func:`~drlmpi.topologies.core.data_parallel.exchanges.check_identical_params`, through
+    the backend."""
     return verify_identical(group.all_gather(param_checksums(algo), kind="checksums"), algo)
 
 

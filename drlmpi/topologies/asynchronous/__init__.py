@@ -48,12 +48,12 @@ from typing import Any
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import choice, integer
-from drlmpi.topologies.async_learner import AsyncLearner
-from drlmpi.topologies.async_simulator import LEARNER_RANK, AsyncSimulator
-from drlmpi.topologies.base import Topology, sync_options
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.pace import Pace, Probe, first_round, learner_side, sync_rows
-from drlmpi.topologies.reports import RankReport
+from drlmpi.topologies.asynchronous.learner import AsyncLearner
+from drlmpi.topologies.asynchronous.simulator import LEARNER_RANK, AsyncSimulator
+from drlmpi.topologies.core.base import Topology, sync_options
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.pace import Pace, Probe, first_round, learner_side, sync_rows
+from drlmpi.topologies.core.reports import RankReport
 
 
 class Asynchronous(Topology):

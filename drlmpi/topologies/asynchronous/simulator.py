@@ -18,8 +18,8 @@ from drlmpi.mpi.wire import (
     WeightsHeader,
     int64_message,
 )
-from drlmpi.topologies.context import RunContext
-from drlmpi.topologies.reports import RankReport, simulator_report
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.reports import RankReport, simulator_report
 
 LEARNER_RANK = 0
 

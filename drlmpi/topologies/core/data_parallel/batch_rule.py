@@ -49,9 +49,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import choice
-from drlmpi.topologies.base import Topology
-from drlmpi.topologies.context import RunPlan
-from drlmpi.topologies.pace import Pace, Probe, batch_share, device_turns, sync_rows
+from drlmpi.topologies.core.base import Topology
+from drlmpi.topologies.core.context import RunPlan
+from drlmpi.topologies.core.pace import Pace, Probe, batch_share, device_turns, sync_rows
 
 #: ``topology.batch_rule`` and ``topology.lr_scale`` of every data-parallel topology
 BATCH_RULE = choice("global", "global: algo options describe the job (batch_size/N per rank, "

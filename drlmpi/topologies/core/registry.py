@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import named
-from drlmpi.config.plugins import group_files, plugin_dirs
+from drlmpi.config.plugins import CONF_DIR, group_files, plugin_dirs
 from drlmpi.config.schema import SCHEMA, add_scope
-from drlmpi.topologies.base import Topology
+from drlmpi.topologies.core.base import Topology
 
 
 def names() -> list[str]:
@@ -47,8 +48,23 @@ def load_class(target: str) -> type[Topology]:
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"topology class {target} cannot be imported: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, Topology)):
-        raise ConfigError(f"{target} is not a Topology (drlmpi.topologies.base.Topology)")
+        raise ConfigError(f"{target} is not a Topology (drlmpi.topologies.core.base.Topology)")
     return cls
+
+
+def target_of(path: Path) -> str:
+    """The class a ``topology/<name>.yaml`` names (``_target_``), refused in one line if none."""
+    target = OmegaConf.load(path).get("_target_")
+    if not isinstance(target, str):
+        raise ConfigError(f"{path} names no class: add '_target_: module.Class' (a Topology)")
+    return target
+
+
+def built_in() -> dict[str, type[Topology]]:
+    """drlmpi's own topologies (``conf/topology/``, never a plugin's), name -> class, in report
+    order: every list of them in the docs and the tests is made from this one."""
+    classes = {path.stem: load_class(target_of(path)) for path in (CONF_DIR / "topology").glob("*.yaml")}
+    return dict(sorted(classes.items(), key=lambda item: (item[1].report_order, item[0])))
 
 
 def register() -> None:
@@ -58,8 +74,6 @@ def register() -> None:
     for name, path in group_files("topology").items():
         if f"topology/{name}" in SCHEMA:
             continue
-        target = OmegaConf.load(path).get("_target_")
-        if not isinstance(target, str):
-            raise ConfigError(f"{path} names no class: add '_target_: module.Class' (a Topology)")
+        target = target_of(path)
         cls = load_class(target)
         add_scope(f"topology/{name}", {**named(target, name, "topology"), **cls.options})
