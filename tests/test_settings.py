@@ -65,3 +65,26 @@ def test_maps_are_read_only_and_a_missing_option_takes_its_default():
 def test_an_option_without_a_default_must_be_given():
     with pytest.raises(ValueError, match="env.id must be set"):
         EnvSettings.build({"name": "x", "reward_threshold": None})
+
+
+def test_a_composed_job_becomes_its_typed_settings():
+    """The whole job (Hydra's composition of the defaults, a tuned pair and overrides) as one
+    typed object: each section the settings class of the algorithm and topology composed."""
+    from hydra import compose, initialize_config_dir
+
+    from drlmpi.config.job import JobSettings
+    from drlmpi.config.scopes import PPOSettings
+    from drlmpi.topologies.registry import register
+    from tests.conftest import CONF
+
+    register()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["algo=ppo", "env=pendulum", "topology=star",
+                                                       "algo.hidden=[32]", "seed=3"])
+    job = JobSettings.build(cfg)
+    assert job.seed == 3 and job.env.id == "Pendulum-v1" and isinstance(job.algo, PPOSettings)
+    assert job.algo.hidden == (32,) and job.algo.lr == cfg.algo.lr
+    assert job.run.eval_every == cfg.run.eval_every
+    assert job.topology["name"] == "star" and job.topology["sync_every"] == cfg.topology.sync_every
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.run.max_env_steps = 1  # type: ignore[misc]

@@ -107,15 +107,15 @@ def typed(option: Option, value: Any) -> Any:
     if option.kind == "ints":
         return tuple(int(v) for v in value)
     if option.kind == "map":
-        return _frozen(value)
+        return read_only(value)
     return value
 
 
-def _frozen(value: Any) -> Any:
+def read_only(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return types.MappingProxyType({k: _frozen(v) for k, v in value.items()})
+        return types.MappingProxyType({k: read_only(v) for k, v in value.items()})
     if isinstance(value, list):
-        return tuple(_frozen(v) for v in value)
+        return tuple(read_only(v) for v in value)
     return value
 
 
