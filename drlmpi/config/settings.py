@@ -86,7 +86,7 @@ def options_of(cls: type[Settings]) -> dict[str, Option]:
     return {f.name: f.metadata[OPTION] for f in dataclasses.fields(cls) if OPTION in f.metadata}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """An OmegaConf container as plain Python values (interpolations resolved)."""
     if isinstance(value, (DictConfig, ListConfig)):
         return OmegaConf.to_container(value, resolve=True)
@@ -97,7 +97,7 @@ def typed(option: Option, value: Any) -> Any:
     """``value`` (already checked against ``option``) as the type the option declares: an int for
     ``int`` (YAML may write ``1e5`` or ``2.0``), a float for ``float``, a tuple of ints for ``ints``,
     a read-only mapping for ``map`` (nested mappings too)."""
-    value = _plain(value)
+    value = plain(value)
     if value is None:
         return None
     if option.kind == "int":
@@ -153,6 +153,12 @@ class Settings:
             elif option.default is REQUIRED:
                 raise ValueError(f"{cls.scope or 'the top level'}.{key} must be set (it has no default)")
         return cls(**values)
+
+    @classmethod
+    def coerce(cls: type[S], value: S | Mapping[str, Any]) -> S:
+        """``value`` as these settings: itself when it already is, else :meth:`build` of it (a
+        config node, or a plain mapping in tests and tools)."""
+        return value if isinstance(value, cls) else cls.build(value)
 
     def replace(self: S, **changes: Any) -> S:
         """A copy with ``changes`` (typed like :meth:`build`'s values)."""
