@@ -102,7 +102,7 @@ def _tuned_values(path):
 def test_every_tuned_file_applies_to_its_pair(pair, monkeypatch):
     # The Atari DQN replay (5.6 GB) must not depend on this machine's free memory here; the
     # memory refusal has its own tests.
-    monkeypatch.setattr("drlmpi.algos.base.host_available_bytes", lambda: 64 * 2**30)
+    monkeypatch.setattr("drlmpi.algos.configured.host_available_bytes", lambda: 64 * 2**30)
     algo, env = pair.split("_", 1)
     cfg = _compose(f"algo={algo}", f"env={env}")
     tuned = _tuned_values(CONF / "tuned" / f"{pair}.yaml")

@@ -119,14 +119,14 @@ def test_cnn_shapes_for_every_image_layout(kwargs, chw):
 
 def test_encoder_choice_and_refusals():
     small = image_spec(size=16)
-    assert resolve_encoder(small, {"encoder": "auto"}, "ppo") == "mlp"
-    assert resolve_encoder(image_spec(), {"encoder": "auto"}, "ppo") == "cnn"
-    assert resolve_encoder(image_spec(), {"encoder": "mlp"}, "ppo") == "mlp"
+    assert resolve_encoder(small, "auto", "ppo") == "mlp"
+    assert resolve_encoder(image_spec(), "auto", "ppo") == "cnn"
+    assert resolve_encoder(image_spec(), "mlp", "ppo") == "mlp"
     with pytest.raises(ConfigError, match=r"at least 36x36.*image 1x16x16 uint8.*encoder=mlp"):
-        resolve_encoder(small, {"encoder": "cnn"}, "dqn")
+        resolve_encoder(small, "cnn", "dqn")
     cartpole = env_spec(gym.make("CartPole-v1"))
     with pytest.raises(ConfigError, match="encoder=cnn needs image observations.*vector of 4"):
-        resolve_encoder(cartpole, {"encoder": "cnn"}, "ppo")
+        resolve_encoder(cartpole, "cnn", "ppo")
     mlp_on_images = PPO(small, group_config("algo", "ppo"), seed=0)
     assert mlp_on_images.encoder == "mlp"
     obs = every_byte_pattern(3, small.obs_shape)

@@ -31,19 +31,19 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from drlmpi.algos.configured import Configured
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.host_forward import MAX_HOST_ROWS
 from drlmpi.algos.params import ParamGroup
 from drlmpi.algos.training_state import TrainingState
 from drlmpi.algos.update_path import UpdatePath
 from drlmpi.config.errors import ConfigError
-from drlmpi.data.layout import ExperienceLayout
+from drlmpi.config.scopes import AlgoSettings
 from drlmpi.device.capture import CapturedUpdate, resolve_capture
-from drlmpi.device.memory import host_available_bytes
 from drlmpi.envs.spec import EnvSpec
 
 
-class Algorithm(TrainingState, UpdatePath, ABC):
+class Algorithm(TrainingState, UpdatePath, Configured, ABC):
     """Base class of DQN, TD3 and PPO (see the module docstring for the contract).
 
     Subclasses set :attr:`groups` (every trained network, by name) and :attr:`policy` (the one
@@ -61,11 +61,6 @@ class Algorithm(TrainingState, UpdatePath, ABC):
     #: whether it takes uint8 image observations (through :mod:`drlmpi.algos.encoders`).
     takes_images: ClassVar[bool] = False
     updates_anything: ClassVar[bool] = True  #: (only then has it ``algo.capture``: not ``random``)
-    #: the config key that sizes the learner's device storage (see :meth:`storage_bytes`).
-    storage_option: ClassVar[str] = "buffer_size"
-    #: config keys whose non-default value makes a run a regime of its own in reports
-    #: (``ppo[vtrace=false]``), never averaged with the default's runs (:meth:`report_variant_parts`)
-    report_variants: ClassVar[tuple[str, ...]] = ()
     #: updates :meth:`run_updates` runs as one block (``algo.updates_per_graph``: a captured graph
     #: of that many updates); callers split a batch of updates into multiples of this.
     updates_per_graph: int = 1
@@ -79,17 +74,20 @@ class Algorithm(TrainingState, UpdatePath, ABC):
     metric_names: tuple[str, ...] = ()
     loss_metrics: tuple[str, ...] = ()
 
+
     groups: dict[str, ParamGroup]
     policy: ParamGroup
 
-    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
-                 seed: int, learner: bool) -> None:
+    def __init__(self, spec: EnvSpec, cfg: AlgoSettings | Mapping[str, Any],
+                 device: str | torch.device, seed: int, learner: bool) -> None:
+        cfg = self.settings_of(cfg)
         self.check_spec(spec)
         if spec.image and not self.takes_images:
             raise ConfigError(f"algo={self.config_name(cfg)} takes flat vector observations, but "
                               f"{spec.env_id} has an {spec.describe_obs()}: use algo=ppo or algo=dqn "
                               f"(CNN encoders)")
         self.spec = spec
+        #: the algorithm's typed settings (``algo.*``)
         self.cfg = cfg
         self.device = torch.device(device)
         self.learner = learner
@@ -101,7 +99,7 @@ class Algorithm(TrainingState, UpdatePath, ABC):
         self.layout = self.experience_layout(spec)
         self.updates = 0
         #: the capture mode updates use: ``fused``, ``graph``, ``compile`` or ``off`` (resolved)
-        self.capture = (resolve_capture(str(cfg["capture"]), self.device, self.fusable)
+        self.capture = (resolve_capture(cfg.capture, self.device, self.fusable)
                         if learner and self.updates_anything else "off")
         if (self.device.type == "cuda" and spec.image and os.environ.get("DRLMPI_CUDNN_BENCHMARK", "1") != "0"
                 and not torch.are_deterministic_algorithms_enabled()):  # (run.deterministic)
@@ -121,37 +119,22 @@ class Algorithm(TrainingState, UpdatePath, ABC):
         self.rng = np.random.default_rng(seed)
         torch.manual_seed(seed)
 
+    def warm_up_rows(self) -> int:
+        """Rows stored before updates may start (an off-policy algorithm's ``learning_starts``)."""
+        return 0
+
+    def minibatch_rows(self) -> int:
+        """Rows one update learns from (``batch_size``; 0 for an algorithm that does not learn)."""
+        return 0
+
+    def rollout_rows(self) -> int:
+        """Rows a rollout gathers before its updates (PPO's ``rollout_steps``; 0 for a replay)."""
+        return 0
+
     def rollout_updates(self) -> int | None:
         """The updates one rollout of the configured size entitles (on-policy algorithms: what a
         topology bounds policy lag by); ``None`` for algorithms that learn from a replay."""
         return None
-
-    @classmethod
-    def experience_layout(cls, spec: EnvSpec) -> ExperienceLayout:
-        """The columns of this algorithm's experience rows for ``spec`` (base + its extras)."""
-        return ExperienceLayout(spec.obs_dim, spec.action_dim, cls.extra_columns,
-                                spec.obs_shape, spec.obs_dtype)
-
-    @classmethod
-    def config_name(cls, cfg: Mapping[str, Any]) -> str:
-        """The name messages use for this algorithm (``cfg.name``, else the class name)."""
-        return str(cfg.get("name", cls.__name__.lower()))
-
-    @classmethod
-    def report_variant_parts(cls, cfg: Mapping[str, Any]) -> list[str]:
-        """``key=value`` for each of :attr:`report_variants` that ``cfg`` sets away from the
-        schema's default (booleans written as in overrides: ``vtrace=false``)."""
-        from drlmpi.config.schema import SCHEMA
-
-        scope = SCHEMA.get(f"algo/{cls.config_name(cfg)}", {})
-        parts = []
-        for key in cls.report_variants:
-            if key not in scope:
-                continue
-            value = cfg.get(key, scope[key].default)
-            if value != scope[key].default:
-                parts.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
-        return parts
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
         """The pre-clipping gradient norm of each trained group that clips (clipping computes it
@@ -171,49 +154,6 @@ class Algorithm(TrainingState, UpdatePath, ABC):
             if group.optimizer is not None:
                 out["lr" if len(self.groups) == 1 else f"{name}_lr"] = group.lr_value
         return out
-
-    @classmethod
-    def job_options(cls, cfg: Mapping[str, Any], job_envs: int) -> dict[str, Any]:
-        """Options of ``cfg`` this algorithm resolves for a job of ``job_envs`` environments
-        (all simulators' ``env.num_envs``), as ``{option: value}``; the plan writes them into
-        the job's config before anything reads it (PPO: per-environment rollouts)."""
-        return {}
-
-    # -- checks ---------------------------------------------------------------------------
-    @classmethod
-    def check_spec(cls, spec: EnvSpec) -> None:
-        """Raise :class:`ConfigError` if this algorithm cannot handle ``spec``'s spaces."""
-
-    @classmethod
-    def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
-        """Bytes of learner storage (replay or rollout rows) this config allocates on the
-        learner's device; networks and optimizer state are not counted (megabytes)."""
-        return 0
-
-    @classmethod
-    def check_storage(cls, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device,
-                      free_bytes: int | None = None, headroom: float = 0.9) -> None:
-        """Refuse at start-up, in one line, storage that cannot fit where the learner keeps it:
-        more than ``headroom`` of the free memory (``free_bytes``, else what CUDA reports for a
-        CUDA ``device``, or the host's available memory for the CPU). The message names the
-        size, the per-row bytes and the option that sets it."""
-        device = torch.device(device)
-        need = cls.storage_bytes(spec, cfg)
-        if free_bytes is None:
-            free_bytes = (torch.cuda.mem_get_info(device)[0] if device.type == "cuda"
-                          else host_available_bytes())
-            if free_bytes is None:  # not knowable here: nothing to refuse
-                return
-        if need > headroom * free_bytes:
-            option = cls.storage_option
-            where = device if device.type == "cuda" else "the host"
-            hint = "or use device=cpu" if device.type == "cuda" else "or use fewer learner ranks"
-            raise ConfigError(
-                f"algo={cls.config_name(cfg)}: its storage needs {need / 2**30:.2f} GiB in {where} "
-                f"(algo.{option}={cfg[option]} rows x {cls.experience_layout(spec).row_bytes} bytes, "
-                f"observations {spec.describe_obs()}) but only {free_bytes / 2**30:.2f} GiB is free: "
-                f"lower algo.{option} {hint}"
-            )
 
     # -- acting (simulator side) ------------------------------------------------------------
     def set_env_positions(self, first: int, count: int, job_envs: int) -> None:

@@ -28,6 +28,7 @@ from drlmpi.algos.host_forward import HostMLP
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target, under
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.scopes import DQNSettings
 from drlmpi.device.compiled import Compiled
 from drlmpi.envs.spec import EnvSpec
 
@@ -43,37 +44,39 @@ class DQN(OffPolicyAlgorithm):
     """
 
     metric_names = ("loss", "q_mean")
+    settings_class = DQNSettings
     acting_modules = ("q",)
     report_variants = ("eps_ladder",)  # per-environment exploration changes what is collected
     loss_metrics = ("loss",)
     takes_images = True
 
-    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
-                 seed: int = 0, learner: bool = True) -> None:
+    def __init__(self, spec: EnvSpec, cfg: DQNSettings | Mapping[str, Any],
+                 device: str | torch.device = "cpu", seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)
+        cfg = self.cfg
         #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
-        self.encoder = resolve_encoder(spec, cfg, self.config_name(cfg))
-        if self.encoder == "cnn" and self.capture == "fused" and cfg["capture"] == "auto":
+        self.encoder = resolve_encoder(spec, cfg.encoder, cfg.name)
+        if self.encoder == "cnn" and self.capture == "fused" and cfg.capture == "auto":
             self.capture = "graph"  # auto: the CNN update has not been measured fused (ask for it)
         q_net = network(spec, self.layout, self.encoder, spec.n_actions,
-                        tuple(cfg["hidden"])).to(self.device)
+                        cfg.hidden).to(self.device)
         # The target's parameters are views into one flat buffer: a copy or Polyak step is one op.
         self.q_target, self._target_flat = flat_target(q_net)
         self.q = q_net
-        self.policy = ParamGroup(q_net, cfg["lr"], cfg.get("max_grad_norm"), with_optimizer=learner)
+        self.policy = ParamGroup(q_net, cfg.lr, cfg.max_grad_norm, with_optimizer=learner)
         self.groups = {"q": self.policy}
         self._host_q = HostMLP.of(q_net)  # on views of the flat parameters: see act_host
-        self.gamma = float(cfg["gamma"])
-        self.target_update_every = int(cfg["target_update_every"])
-        self.tau = float(cfg["tau"])
-        self.double_q = bool(cfg["double_q"])
+        self.gamma = cfg.gamma
+        self.target_update_every = cfg.target_update_every
+        self.tau = cfg.tau
+        self.double_q = cfg.double_q
         # the exploration schedule as plain numbers: a simulator reads it every step, and a config
         # lookup costs more than the Q-network's forward pass there
-        self.eps_start, self.eps_end = float(cfg["eps_start"]), float(cfg["eps_end"])
-        self.exploration_steps = max(1, int(cfg["exploration_steps"]))
-        self.eps_ladder = float(cfg["eps_ladder"])
+        self.eps_start, self.eps_end = cfg.eps_start, cfg.eps_end
+        self.exploration_steps = max(1, cfg.exploration_steps)
+        self.eps_ladder = cfg.eps_ladder
         #: the fused loss evaluates the online and target networks together (``algo.target_forward``)
-        self.paired = cfg["target_forward"] == "paired" and pairable(q_net)
+        self.paired = cfg.target_forward == "paired" and pairable(q_net)
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
         self._gradient = LossGradient(self.policy, self.q_loss, "dqn q",

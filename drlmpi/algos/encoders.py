@@ -19,9 +19,6 @@ plain MLPs (same parameters and state-dict keys as before encoders existed).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 from torch import nn
 
@@ -44,10 +41,10 @@ def image_chw(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
     return shape[0], shape[1], shape[2], False
 
 
-def resolve_encoder(spec: EnvSpec, cfg: Mapping[str, Any], algo_name: str) -> str:
-    """The encoder ``cfg.encoder`` means for ``spec`` (``auto`` resolved); refuses in one line a
-    CNN for flat observations or for images smaller than the stack takes."""
-    choice = str(cfg["encoder"])  # auto, mlp or cnn (the schema refuses others)
+def resolve_encoder(spec: EnvSpec, choice: str, algo_name: str) -> str:
+    """The encoder ``choice`` (``algo.encoder``: auto, mlp or cnn) means for ``spec`` (``auto``
+    resolved); refuses in one line a CNN for flat observations or for images smaller than the
+    stack takes."""
     if not spec.image:
         if choice == "cnn":
             raise ConfigError(f"algo={algo_name} algo.encoder=cnn needs image observations, but "

@@ -41,14 +41,15 @@ class OffPolicyAlgorithm(Algorithm):
         super().__init__(spec, cfg, device, seed, learner)
         from drlmpi.data.replay import ReplayBuffer
 
-        self.batch_size = int(cfg["batch_size"])
-        self.learning_starts = int(cfg["learning_starts"])
-        self.updates_per_step = float(cfg["updates_per_step"])
-        self.updates_per_graph = int(cfg["updates_per_graph"])
+        cfg = self.cfg
+        self.batch_size = cfg.batch_size
+        self.learning_starts = cfg.learning_starts
+        self.updates_per_step = cfg.updates_per_step
+        self.updates_per_graph = cfg.updates_per_graph
         if self.updates_per_graph < 1:
             raise ConfigError(f"algo.updates_per_graph must be >= 1, got {self.updates_per_graph}")
         self._update_credit = 0.0
-        self.replay = (ReplayBuffer(self.layout, int(cfg["buffer_size"]), self.device, seed)
+        self.replay = (ReplayBuffer(self.layout, cfg.buffer_size, self.device, seed)
                        if learner else None)
         self._sampler_seeded = False
         self._fused = False
@@ -59,7 +60,13 @@ class OffPolicyAlgorithm(Algorithm):
     def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
         from drlmpi.data.replay import replay_bytes
 
-        return replay_bytes(cls.experience_layout(spec), int(cfg["buffer_size"]))
+        return replay_bytes(cls.experience_layout(spec), cls.settings_of(cfg).buffer_size)
+
+    def warm_up_rows(self) -> int:
+        return self.learning_starts
+
+    def minibatch_rows(self) -> int:
+        return self.batch_size
 
     def row_buffer(self, n: int) -> np.ndarray:
         return self.replay.staging.host_rows(n)

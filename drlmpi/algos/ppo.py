@@ -64,6 +64,7 @@ from drlmpi.algos.params import ParamGroup
 from drlmpi.algos.rollout_targets import RolloutTargets
 from drlmpi.algos.rollouts import RolloutStore
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.scopes import PPOSettings
 from drlmpi.envs.spec import EnvSpec
 
 
@@ -81,6 +82,7 @@ class PPO(RolloutTargets, Algorithm):
     """
 
     kind = "on_policy"
+    settings_class = PPOSettings
     acting_modules = ("net",)
     capturable = True
     extra_columns = (("log_prob", 1),)
@@ -91,66 +93,68 @@ class PPO(RolloutTargets, Algorithm):
     takes_images = True
 
     @classmethod
-    def storage_bytes(cls, spec: EnvSpec, cfg: Mapping[str, Any]) -> int:
+    def storage_bytes(cls, spec: EnvSpec, cfg: PPOSettings | Mapping[str, Any]) -> int:
         """A rollout's rows twice (pending chunks and the frozen copy) plus its minibatch table
         (V-trace adds the weight column)."""
+        cfg = cls.settings_of(cfg)
         layout = cls.experience_layout(spec)
-        table = layout.obs_slots + spec.action_dim + 4 + int(bool(cfg["vtrace"]))
-        return int(cfg["rollout_steps"]) * (2 * layout.width + table) * 4
+        table = layout.obs_slots + spec.action_dim + 4 + int(cfg.vtrace)
+        return cfg.rollout_steps * (2 * layout.width + table) * 4
 
     @classmethod
-    def job_options(cls, cfg: Mapping[str, Any], job_envs: int) -> dict[str, Any]:
+    def job_options(cls, cfg: PPOSettings | Mapping[str, Any], job_envs: int) -> dict[str, Any]:
         """``rollout_steps_per_env`` x ``job_envs`` as ``rollout_steps`` and the rollout's rows /
         ``num_minibatches`` as ``batch_size``, where set: a rollout keeps its horizon per
         environment, and an epoch its number of minibatches, as ranks are added."""
+        cfg = cls.settings_of(cfg)
         out: dict[str, Any] = {}
-        rows = int(cfg["rollout_steps"])
-        per_env = cfg.get("rollout_steps_per_env")
+        rows = cfg.rollout_steps
+        per_env = cfg.rollout_steps_per_env
         if per_env is not None:
-            rows = out["rollout_steps"] = int(per_env) * int(job_envs)
-        minibatches = cfg.get("num_minibatches")
+            rows = out["rollout_steps"] = per_env * job_envs
+        minibatches = cfg.num_minibatches
         if minibatches is not None:
-            if int(minibatches) > rows:
+            if minibatches > rows:
                 raise ConfigError(f"algo.num_minibatches={minibatches} is more than the rollout's "
                                   f"{rows} rows (algo.rollout_steps)")
-            out["batch_size"] = rows // int(minibatches)
+            out["batch_size"] = rows // minibatches
         return out
 
-    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
-                 seed: int = 0, learner: bool = True) -> None:
+    def __init__(self, spec: EnvSpec, cfg: PPOSettings | Mapping[str, Any],
+                 device: str | torch.device = "cpu", seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)
-        activation = str(cfg["activation"])  # the schema's choices: ACTIVATIONS
+        cfg = self.cfg
+        activation = cfg.activation  # the schema's choices: ACTIVATIONS
         #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
-        self.encoder = resolve_encoder(spec, cfg, self.config_name(cfg))
-        self.lr_schedule = str(cfg["lr_schedule"])  # constant or linear
-        self.net = ActorCritic(spec, tuple(int(h) for h in cfg["hidden"]), ACTIVATIONS[activation],
-                               float(cfg["log_std_init"]), bool(cfg["ortho_init"]),
+        self.encoder = resolve_encoder(spec, cfg.encoder, cfg.name)
+        self.lr_schedule = cfg.lr_schedule  # constant or linear
+        self.net = ActorCritic(spec, cfg.hidden, ACTIVATIONS[activation],
+                               cfg.log_std_init, cfg.ortho_init,
                                self.layout, self.encoder).to(self.device)
-        self.policy = ParamGroup(self.net, float(cfg["lr"]), cfg.get("max_grad_norm"),
-                                 adam_eps=float(cfg["adam_eps"]), with_optimizer=learner,
+        self.policy = ParamGroup(self.net, cfg.lr, cfg.max_grad_norm,
+                                 adam_eps=cfg.adam_eps, with_optimizer=learner,
                                  scheduled_lr=self.lr_schedule != "constant")
         self.groups = {"policy": self.policy}
-        self.lr = float(cfg["lr"])
-        self.gamma = float(cfg["gamma"])
-        self.gae_lambda = float(cfg["gae_lambda"])
-        self.rollout_steps = int(cfg["rollout_steps"])
-        self.batch_size = int(cfg["batch_size"])
-        self.epochs = int(cfg["epochs"])
-        self.clip_range = float(cfg["clip_range"])
-        clip_vf = cfg.get("clip_range_vf")
-        self.clip_range_vf = None if clip_vf is None else float(clip_vf)
-        self.ent_coef = float(cfg["ent_coef"])
-        self.vf_coef = float(cfg["vf_coef"])
-        self.normalize_advantage = bool(cfg["normalize_advantage"])
-        self.reward_scale = float(cfg["reward_scale"])
-        self.vtrace = bool(cfg["vtrace"])
-        self.rho_clip = float(cfg["vtrace_rho_clip"])
-        self.c_clip = float(cfg["vtrace_c_clip"])
+        self.lr = cfg.lr
+        self.gamma = cfg.gamma
+        self.gae_lambda = cfg.gae_lambda
+        self.rollout_steps = cfg.rollout_steps
+        self.batch_size = cfg.batch_size
+        self.epochs = cfg.epochs
+        self.clip_range = cfg.clip_range
+        self.clip_range_vf = cfg.clip_range_vf
+        self.ent_coef = cfg.ent_coef
+        self.vf_coef = cfg.vf_coef
+        self.normalize_advantage = cfg.normalize_advantage
+        self.reward_scale = cfg.reward_scale
+        self.vtrace = cfg.vtrace
+        self.rho_clip = cfg.vtrace_rho_clip
+        self.c_clip = cfg.vtrace_c_clip
         if self.vtrace:
             self.metric_names = (*self.metric_names, "is_weight")
         for key in ("rollout_steps", "batch_size", "epochs"):
-            if int(cfg[key]) < 1:
-                raise ConfigError(f"algo.{key} must be >= 1, got {cfg[key]}")
+            if getattr(cfg, key) < 1:
+                raise ConfigError(f"algo.{key} must be >= 1, got {getattr(cfg, key)}")
         if not spec.discrete:
             self._low = np.asarray(spec.action_low, dtype=np.float32)
             self._high = np.asarray(spec.action_high, dtype=np.float32)
@@ -226,6 +230,12 @@ class PPO(RolloutTargets, Algorithm):
         """Minibatch updates a rollout of ``n_rows`` rows gets: ``epochs`` passes of
         ``max(1, n_rows // batch_size)`` minibatches of ``batch_size`` rows."""
         return self.epochs * max(1, n_rows // self.batch_size)
+
+    def minibatch_rows(self) -> int:
+        return self.batch_size
+
+    def rollout_rows(self) -> int:
+        return self.rollout_steps
 
     def rollout_updates(self) -> int:
         return self.updates_per_rollout(self.rollout_steps)

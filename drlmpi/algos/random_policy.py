@@ -17,6 +17,7 @@ from torch import nn
 
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.params import ParamGroup
+from drlmpi.config.scopes import RandomSettings
 from drlmpi.envs.spec import EnvSpec
 
 
@@ -24,11 +25,12 @@ class RandomPolicy(Algorithm):
     """Uniform random actions (``action_space``-shaped); no parameters, no updates."""
 
     kind = "off_policy"
+    settings_class = RandomSettings
     takes_images = True
     updates_anything = False
 
-    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
-                 seed: int = 0, learner: bool = True) -> None:
+    def __init__(self, spec: EnvSpec, cfg: RandomSettings | Mapping[str, Any],
+                 device: str | torch.device = "cpu", seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)
         # An empty flat buffer: topologies still "send weights", of zero length.
         self.policy = ParamGroup(nn.Sequential(), lr=0.0, with_optimizer=False)

@@ -38,6 +38,7 @@ from drlmpi.algos.host_forward import HostMLP
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.algos.params import ParamGroup, flat_target, mlp, under
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.scopes import TD3Settings
 from drlmpi.envs.spec import EnvSpec
 
 
@@ -67,15 +68,17 @@ class TD3(OffPolicyAlgorithm):
     """
 
     metric_names = ("critic_loss", "actor_loss", "q_mean")
+    settings_class = TD3Settings
     acting_modules = ("actor",)
     loss_metrics = ("critic_loss",)  # the actor loss is NaN until the first actor step
     report_variants = ("twin_critics",)  # the same learning, another update rate
 
 
-    def __init__(self, spec: EnvSpec, cfg: Mapping[str, Any], device: str | torch.device = "cpu",
-                 seed: int = 0, learner: bool = True) -> None:
+    def __init__(self, spec: EnvSpec, cfg: TD3Settings | Mapping[str, Any],
+                 device: str | torch.device = "cpu", seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)
-        hidden = tuple(int(h) for h in cfg["hidden"])
+        cfg = self.cfg
+        hidden = cfg.hidden
         self.low = np.asarray(spec.action_low, dtype=np.float32)
         self.high = np.asarray(spec.action_high, dtype=np.float32)
         self.half_range = (self.high - self.low) / 2.0
@@ -84,30 +87,30 @@ class TD3(OffPolicyAlgorithm):
         # are views into one flat buffer each, so a Polyak step is one op per network.
         self.actor_target, self._actor_target_flat = flat_target(actor)
         self.actor = actor
-        max_grad_norm = cfg.get("max_grad_norm")
-        self.policy = ParamGroup(actor, float(cfg["actor_lr"]), max_grad_norm, with_optimizer=learner)
+        max_grad_norm = cfg.max_grad_norm
+        self.policy = ParamGroup(actor, cfg.actor_lr, max_grad_norm, with_optimizer=learner)
         self.groups = {"actor": self.policy}
         self._host_actor = HostMLP.of(actor.net)  # on views of the flat parameters: see act_host
         self._center = ((self.high + self.low) / 2.0).astype(np.float32)
         if learner:
             #: the critics' layout, ``separate`` or ``stacked`` (``algo.twin_critics`` resolved)
-            self.twin_critics = critic_layout(cfg["twin_critics"], self.device)
+            self.twin_critics = critic_layout(cfg.twin_critics, self.device)
             critic = CRITICS[self.twin_critics](spec.obs_dim, spec.action_dim, hidden).to(self.device)
             self.critic_target, self._critic_target_flat = flat_target(critic)
             self._critic_target_params = dict(self.critic_target.named_parameters())
             self.critic = critic
-            self.groups["critic"] = ParamGroup(critic, float(cfg["critic_lr"]), max_grad_norm)
+            self.groups["critic"] = ParamGroup(critic, cfg.critic_lr, max_grad_norm)
         else:  # acting only: the critic is never used
             self.critic = self.critic_target = None
             self.twin_critics = None
-        self.gamma = float(cfg["gamma"])
-        self.tau = float(cfg["tau"])
-        self.policy_delay = int(cfg["policy_delay"])
-        self.policy_noise = float(cfg["policy_noise"])
-        self.noise_clip = float(cfg["noise_clip"])
-        self.exploration_noise = float(cfg["exploration_noise"])
+        self.gamma = cfg.gamma
+        self.tau = cfg.tau
+        self.policy_delay = cfg.policy_delay
+        self.policy_noise = cfg.policy_noise
+        self.noise_clip = cfg.noise_clip
+        self.exploration_noise = cfg.exploration_noise
         #: the fused critic loss runs each critic with its target in one pass (``algo.target_forward``)
-        self.paired = cfg["target_forward"] == "paired"
+        self.paired = cfg.target_forward == "paired"
         if self.policy_delay < 1:
             raise ConfigError(f"algo.policy_delay must be >= 1, got {self.policy_delay}")
         self._half_range_t = torch.as_tensor(self.half_range, device=self.device)

@@ -109,8 +109,7 @@ def _learner_algo(ctx: Any, algo_cfg: Any) -> Any:
 
 def _fill(algo: Any, spec: Any) -> tuple[np.ndarray, float]:
     """Store enough random rows that updates are due; the seconds per stored row."""
-    need = max(int(algo.cfg.get("learning_starts") or 0), int(algo.cfg.get("batch_size") or 1),
-               int(algo.cfg.get("rollout_steps") or 0), 2048)
+    need = max(algo.warm_up_rows(), algo.minibatch_rows(), algo.rollout_rows(), 2048)
     rows = random_rows(algo.layout, spec, need)
     t0 = time.perf_counter()
     algo.observe(rows)
@@ -156,14 +155,14 @@ def _learner_costs(ctx: Any, chunk: int, seconds: float) -> tuple[float, float, 
     seconds per stored row, seconds per update, updates per row (after ``learning_starts``)."""
     learner = ctx.make_learner(log=False)
     algo = learner.algo
-    warm = int(algo.cfg.get("learning_starts") or 0)
+    warm = algo.warm_up_rows()
     if warm:
         learner.store(random_rows(algo.layout, ctx.spec, warm, seed=2))
         learner.train()
     rows = random_rows(algo.layout, ctx.spec, chunk, seed=3)
     stored = updates = 0
     store_s = train_s = 0.0
-    rollout = int(algo.cfg.get("rollout_steps") or 0)
+    rollout = algo.rollout_rows()
     started = time.perf_counter()
     while time.perf_counter() - started < seconds or stored < max(2 * rollout, 4 * chunk):
         t0 = time.perf_counter()

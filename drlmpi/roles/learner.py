@@ -17,6 +17,7 @@ import torch
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.config.errors import NonFiniteError
+from drlmpi.config.scopes import RunSettings
 from drlmpi.data.finite import first_non_finite
 from drlmpi.device.acting import Acting, HostActing
 from drlmpi.device.staging import DeviceSpan
@@ -45,7 +46,8 @@ class Learner(Training):
     Args:
         algo: the learner-side algorithm instance.
         make_eval_envs: builds the evaluation environments (called once, lazily).
-        run: the ``run`` section of the config (budgets, evaluation, threshold handling).
+        run: the ``run`` settings (budgets, evaluation, threshold handling; a config node is
+            built into :class:`~drlmpi.config.scopes.RunSettings`).
         reward_threshold: greedy evaluation mean that counts as solved.
         log: receives ``log(kind, **fields)`` for episodes and evaluations (or ``None``).
         seed: seeds evaluation episodes (``seed + run.eval_seed_offset + ...``).
@@ -59,7 +61,7 @@ class Learner(Training):
     """
 
     def __init__(self, algo: Algorithm, make_eval_envs: Callable[[], list[gym.Env]],
-                 run: Any, reward_threshold: float | None,
+                 run: RunSettings | Mapping[str, Any], reward_threshold: float | None,
                  log: Callable[..., None] | None = None, seed: int = 0,
                  mpi_clock: Callable[[], float] | None = None,
                  exchange: GradientExchange = LOCAL,
@@ -73,14 +75,15 @@ class Learner(Training):
         self.exchange = exchange
         self._make_eval_envs = make_eval_envs
         self._eval_envs: list[gym.Env] | None = None
-        self.max_env_steps = None if run.get("max_env_steps") is None else int(run["max_env_steps"])
-        self.max_train_seconds = run.get("max_train_seconds")
-        self.max_episodes = run.get("max_episodes")
-        self.eval_every = int(run["eval_every"])
-        self.eval_episodes = int(run["eval_episodes"])
-        self.eval_seed_offset = int(run["eval_seed_offset"])
-        self.recent_window = int(run["recent_window"])
-        self.stop_on_solve = bool(run["stop_on_solve"])
+        run = RunSettings.coerce(run)
+        self.max_env_steps = run.max_env_steps
+        self.max_train_seconds = run.max_train_seconds
+        self.max_episodes = run.max_episodes
+        self.eval_every = run.eval_every
+        self.eval_episodes = run.eval_episodes
+        self.eval_seed_offset = run.eval_seed_offset
+        self.recent_window = run.recent_window
+        self.stop_on_solve = run.stop_on_solve
         self.reward_threshold = reward_threshold
         self.log = log
         self.seed = seed
