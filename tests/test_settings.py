@@ -74,7 +74,7 @@ def test_a_composed_job_becomes_its_typed_settings():
 
     from drlmpi.config.job import JobSettings
     from drlmpi.config.scopes import PPOSettings
-    from drlmpi.topologies.registry import register
+    from drlmpi.topologies.core.registry import register
     from tests.conftest import CONF
 
     register()
