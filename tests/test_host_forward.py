@@ -11,13 +11,13 @@ from torch import nn
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.host_forward import MAX_HOST_ROWS, HostMLP
 from drlmpi.bench.act import CASES
-from drlmpi.bench.learner import algo_cfg
+from drlmpi.bench.learner import algo_settings
 from drlmpi.envs.spec import EnvSpec
 
 
 def acting(name: str, seed: int = 0):
     cls, spec = CASES[name]
-    return cls(spec, algo_cfg(name, 64), device="cpu", seed=seed, learner=False), spec
+    return cls(spec, algo_settings(name, 64), device="cpu", seed=seed, learner=False), spec
 
 
 @pytest.mark.parametrize("name", ["dqn", "td3"])
@@ -75,7 +75,7 @@ def test_only_plain_cpu_mlps_get_a_host_twin():
 def test_image_networks_act_through_torch():
     spec = EnvSpec("Img-v0", 36 * 36, True, 2, 1, (), (), obs_shape=(1, 36, 36), obs_dtype="uint8")
     for encoder in ("cnn", "mlp"):  # the CNN, and the MLP behind its uint8-scaling encoder
-        algo = DQN(spec, algo_cfg("dqn", 32, encoder=encoder), device="cpu", learner=False)
+        algo = DQN(spec, algo_settings("dqn", 32, encoder=encoder), device="cpu", learner=False)
         assert algo.act_host(np.zeros((1, *spec.obs_shape), np.uint8)) is None
         actions, _ = algo.act(np.zeros((1, *spec.obs_shape), np.uint8), 10**9, False)
         assert actions.shape == (1, 1)

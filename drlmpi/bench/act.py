@@ -19,7 +19,7 @@ import torch
 
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.td3 import TD3
-from drlmpi.bench.learner import algo_cfg
+from drlmpi.bench.learner import algo_settings
 from drlmpi.envs.spec import EnvSpec
 
 #: the observation and action shapes of the environments the studies act in
@@ -48,7 +48,7 @@ def per_call_us(algo, obs: np.ndarray, seconds: float) -> float:
 def measure(name: str, envs: int, seconds: float) -> dict:
     """One algorithm's row: torch and host microseconds a call, and torch / host."""
     cls, spec = CASES[name]
-    algo = cls(spec, algo_cfg(name, 64), device="cpu", seed=0, learner=False)
+    algo = cls(spec, algo_settings(name, 64), device="cpu", seed=0, learner=False)
     obs = np.random.default_rng(0).normal(size=(envs, spec.obs_dim)).astype(np.float32)
     host = per_call_us(algo, obs, seconds)
     if algo.act_host(obs) is None:

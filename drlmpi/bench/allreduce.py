@@ -22,15 +22,12 @@ import argparse
 import statistics
 import time
 
-from omegaconf import OmegaConf
-
 
 def main(argv: list[str] | None = None) -> None:
     from hydra.utils import get_class
     from mpi4py import MPI
 
-    from drlmpi.bench.learner import SPECS, algo_cfg
-    from drlmpi.config.schema import group_config
+    from drlmpi.bench.learner import SPECS, algo_settings
     from drlmpi.device.staging import synchronize
     from drlmpi.mpi.timed import TimedComm
     from drlmpi.topologies.core.data_parallel.backend import DistExchange, DistGroup, learner_device, place
@@ -46,9 +43,8 @@ def main(argv: list[str] | None = None) -> None:
     comm = TimedComm(MPI.COMM_WORLD.Dup())
     placement = place(comm)
     device = learner_device(args.device, placement)
-    target = str(group_config("algo", args.algo)["_target_"])
-    algo = get_class(target)(SPECS[args.algo], OmegaConf.create(algo_cfg(args.algo, 64)), device=device,
-                             seed=0, learner=True)
+    settings = algo_settings(args.algo, 64)
+    algo = get_class(settings._target_)(SPECS[args.algo], settings, device=device, seed=0, learner=True)
     groups = list(algo.groups.items())
     for _, group in groups:
         group.flat.grads.normal_()

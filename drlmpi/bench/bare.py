@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from drlmpi.config.scopes import DQNSettings, PPOSettings, TD3Settings
 from drlmpi.envs.spec import EnvSpec
 
 
@@ -30,16 +31,16 @@ def _mlp(sizes: list[int], out_act: type[nn.Module] | None = None) -> nn.Sequent
     return nn.Sequential(*layers)
 
 
-def bare_dqn(cfg: dict, spec: EnvSpec, batch: int) -> Callable[[], object]:
-    hidden = list(cfg["hidden"])
+def bare_dqn(cfg: DQNSettings, spec: EnvSpec, batch: int) -> Callable[[], object]:
+    hidden = list(cfg.hidden)
     q = _mlp([spec.obs_dim, *hidden, spec.n_actions])
     q_target = copy.deepcopy(q)
-    opt = torch.optim.Adam(q.parameters(), lr=cfg["lr"])
+    opt = torch.optim.Adam(q.parameters(), lr=cfg.lr)
     n, od = 100_000, spec.obs_dim
     # One packed float32 table [obs | action | reward | next_obs | terminated], one gather.
     data = torch.cat([torch.randn(n, od), torch.randint(0, spec.n_actions, (n, 1)).float(),
                       torch.randn(n, 1), torch.randn(n, od), (torch.rand(n, 1) < 0.1).float()], 1)
-    gamma, max_norm, every = cfg["gamma"], cfg.get("max_grad_norm"), cfg["target_update_every"]
+    gamma, max_norm, every = cfg.gamma, cfg.max_grad_norm, cfg.target_update_every
     count = [0]
 
     def step() -> object:
@@ -64,20 +65,20 @@ def bare_dqn(cfg: dict, spec: EnvSpec, batch: int) -> Callable[[], object]:
     return step
 
 
-def bare_td3(cfg: dict, spec: EnvSpec, batch: int) -> Callable[[], object]:
-    hidden = list(cfg["hidden"])
+def bare_td3(cfg: TD3Settings, spec: EnvSpec, batch: int) -> Callable[[], object]:
+    hidden = list(cfg.hidden)
     od, ad = spec.obs_dim, spec.action_dim
     actor = _mlp([od, *hidden, ad], nn.Tanh)
     q1, q2 = _mlp([od + ad, *hidden, 1]), _mlp([od + ad, *hidden, 1])
     actor_t, q1_t, q2_t = (copy.deepcopy(m) for m in (actor, q1, q2))
-    a_opt = torch.optim.Adam(actor.parameters(), lr=cfg["actor_lr"])
-    c_opt = torch.optim.Adam([*q1.parameters(), *q2.parameters()], lr=cfg["critic_lr"])
+    a_opt = torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr)
+    c_opt = torch.optim.Adam([*q1.parameters(), *q2.parameters()], lr=cfg.critic_lr)
     n = 100_000
     data = torch.cat([torch.randn(n, od), torch.rand(n, ad) * 4 - 2, torch.randn(n, 1),
                       torch.randn(n, od), (torch.rand(n, 1) < 0.1).float()], 1)
     half = 2.0
-    gamma, tau, delay = cfg["gamma"], cfg["tau"], cfg["policy_delay"]
-    noise_std, noise_clip = cfg["policy_noise"] * half, cfg["noise_clip"] * half
+    gamma, tau, delay = cfg.gamma, cfg.tau, cfg.policy_delay
+    noise_std, noise_clip = cfg.policy_noise * half, cfg.noise_clip * half
     count = [0]
 
     def step() -> object:
@@ -109,8 +110,8 @@ def bare_td3(cfg: dict, spec: EnvSpec, batch: int) -> Callable[[], object]:
     return step
 
 
-def bare_ppo(cfg: dict, spec: EnvSpec, batch: int) -> Callable[[], object]:
-    hidden = list(cfg["hidden"])
+def bare_ppo(cfg: PPOSettings, spec: EnvSpec, batch: int) -> Callable[[], object]:
+    hidden = list(cfg.hidden)
     def trunk(out: int) -> nn.Sequential:
         sizes = [spec.obs_dim, *hidden]
         layers = [m for i in range(len(hidden)) for m in (nn.Linear(sizes[i], sizes[i + 1]), nn.Tanh())]
@@ -118,13 +119,13 @@ def bare_ppo(cfg: dict, spec: EnvSpec, batch: int) -> Callable[[], object]:
 
     pi, v = trunk(spec.n_actions), trunk(1)
     params = [*pi.parameters(), *v.parameters()]
-    opt = torch.optim.Adam(params, lr=cfg["lr"], eps=cfg["adam_eps"])
-    n = int(cfg["rollout_steps"])
+    opt = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps)
+    n = cfg.rollout_steps
     obs = torch.randn(n, spec.obs_dim)
     actions = torch.randint(0, spec.n_actions, (n,))
     old_logp = torch.full((n,), float(np.log(0.5)))
     adv, ret = torch.randn(n), torch.randn(n)
-    clip, vf, ent, max_norm = cfg["clip_range"], cfg["vf_coef"], cfg["ent_coef"], cfg.get("max_grad_norm")
+    clip, vf, ent, max_norm = cfg.clip_range, cfg.vf_coef, cfg.ent_coef, cfg.max_grad_norm
     state = {"perm": torch.randperm(n), "pos": 0}
 
     def step() -> object:

@@ -28,15 +28,16 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from drlmpi.bench.bare import BARE
 from drlmpi.bench.kernels import device_ops_per_call
 from drlmpi.bench.table import print_table, write_json
-from drlmpi.config.schema import SCHEMA, group_config
+from drlmpi.config.schema import SETTINGS, group_config
+from drlmpi.config.scopes import AlgoSettings
 from drlmpi.device.determinism import CUBLAS_WORKSPACE, PRECISION_LABELS, set_deterministic
 from drlmpi.envs.spec import EnvSpec
 
@@ -53,16 +54,12 @@ ATARI_CFG = {"dqn": {"hidden": [512], "buffer_size": 5_000},
              "ppo": {"hidden": [512], "activation": "relu", "rollout_steps": 1024, "epochs": 4}}
 
 
-def algo_cfg(name: str, batch: int, **overrides) -> dict:
-    """The algorithm's defaults (:func:`~drlmpi.config.schema.group_config`) with the batch size (and
-    overrides) set; the replay is always ready (``learning_starts`` 0)."""
-    cfg = OmegaConf.to_container(group_config("algo", name)) if f"algo/{name}" in SCHEMA else {}
-    cfg["batch_size"] = batch
-    if name in ("dqn", "td3"):
-        cfg["learning_starts"] = 0
-        cfg["buffer_size"] = 100_000
-    cfg.update(overrides)
-    return cfg
+def algo_settings(name: str, batch: int, **overrides: Any) -> AlgoSettings:
+    """The algorithm's settings: its defaults (:func:`~drlmpi.config.schema.group_config`) with
+    the batch size (and overrides) set; the replay is always ready (``learning_starts`` 0)."""
+    values = {"batch_size": batch, **({"learning_starts": 0, "buffer_size": 100_000}
+                                      if name in ("dqn", "td3") else {}), **overrides}
+    return SETTINGS[f"algo/{name}"].build({**group_config("algo", name), **values})
 
 
 def random_rows(layout, spec: EnvSpec, n: int, seed: int = 0, terminal_prob: float = 0.1,
@@ -127,14 +124,13 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
     atari = obs == "atari"
     if name == "td3":  # rows name their layout: separate unless asked (auto would follow the device)
         overrides.setdefault("twin_critics", "separate")
-    cfg = OmegaConf.create(algo_cfg(name, batch, capture=capture, **(ATARI_CFG[name] if atari else {}),
-                                    **overrides))
     if per_graph > 1:
-        cfg["updates_per_graph"] = per_graph
+        overrides["updates_per_graph"] = per_graph
+    cfg = algo_settings(name, batch, capture=capture, **(ATARI_CFG[name] if atari else {}), **overrides)
     spec = ATARI_SPEC if atari else SPECS[name]
-    algo = get_class(cfg["_target_"])(spec, cfg, device=device, seed=0, learner=True)
+    algo = get_class(cfg._target_)(spec, cfg, device=device, seed=0, learner=True)
     if name == "ppo":
-        rows = random_rows(algo.layout, spec, int(cfg["rollout_steps"]))
+        rows = random_rows(algo.layout, spec, cfg.rollout_steps)
         on_device = algo.store.staging.to_device(rows)  # data arrival is not part of an update
 
         def step() -> object:
@@ -144,7 +140,7 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
             return algo.update()
 
         return step
-    algo.observe(random_rows(algo.layout, spec, int(cfg["buffer_size"]) if atari else 50_000))
+    algo.observe(random_rows(algo.layout, spec, cfg.buffer_size if atari else 50_000))
     if per_graph > 1:
         return lambda: algo.run_updates(per_graph)
     return algo.update
@@ -255,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
             for batch in args.batch:
                 if args.obs == "vector":
                     record(algo, batch, "cpu", "bare",
-                           lambda a=algo, b=batch: BARE[a](algo_cfg(a, b), SPECS[a], b))
+                           lambda a=algo, b=batch: BARE[a](algo_settings(a, b), SPECS[a], b))
                 for device in args.device:
                     modes = modes_for(device, algo)
                     for mode in modes if device == "cpu" else [m for m in args.modes or modes if m in modes]:
@@ -300,7 +296,7 @@ def target_forwards(args: argparse.Namespace, algo: str) -> list[str]:
     if algo not in ("dqn", "td3"):
         return []
     wanted = [*args.target_forward, *(["separate"] if args.separate_target else [])]
-    default = algo_cfg(algo, 1)["target_forward"]
+    default = algo_settings(algo, 1).target_forward
     return [value for value in dict.fromkeys(wanted) if value != default]
 
 
