@@ -26,10 +26,12 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from drlmpi.envs import families  # noqa: E402
 from drlmpi.envs.make import probe_spec  # noqa: E402
 from drlmpi.topologies.core.registry import register  # noqa: E402
 
 register()  # every topology's options in the schema, before any test composes a config
+families.register()  # and every environment family's (the env files start from them)
 from tests.mpi_pool import Pool, PoolJob  # noqa: E402
 from tests.shared_runs import CATALOGUE  # noqa: E402
 

@@ -44,6 +44,7 @@ def test_options_defaults_and_fill():
 @pytest.mark.parametrize("bad, words", [
     ({"frame_skip": 0}, "env.atari.frame_skip must be an integer >= 1, got 0"),
     ({"foo": 1}, "env.atari has no option 'foo' (options: noop_max, frame_skip"),
+    ({"frame_stak": 2}, "env.atari has no option 'frame_stak' (did you mean env.atari.frame_stack? options:"),
     ({"noop_max": -1}, "env.atari.noop_max must be an integer >= 0"),
     ({"screen_size": 2.5}, "env.atari.screen_size must be an integer >= 1, got 2.5"),
     ({"frame_stack": True}, "env.atari.frame_stack must be an integer"),
@@ -66,14 +67,15 @@ def test_env_kwargs_an_ale_id_cannot_take_are_refused_in_one_line(key):
     check_ale_kwargs({"repeat_action_probability": 0.25, "full_action_space": True})
 
 
-def test_one_option_from_the_command_line_keeps_the_other_defaults():
+@pytest.mark.parametrize("override", ["env.atari.frame_stack=2", "+env.atari.frame_stack=2"])
+def test_one_option_from_the_command_line_keeps_the_other_defaults(override):
     from tests.pool_worker import compose
 
-    cfg = compose(["env=breakout", "+env.atari.frame_stack=2"])  # the env files leave env.atari out
+    cfg = compose(["env=breakout", override])  # the env files leave env.atari empty: with or without +
     assert dict(cfg.env.atari) == {"frame_stack": 2}
     spec = probe_spec(cfg.env.id, **env_make_kwargs(cfg.env))
     assert spec.obs_shape == (2, 84, 84)
-    assert compose(["env=breakout"]).env.atari is None
+    assert compose(["env=breakout"]).env.atari == {}
 
 
 def test_options_map_to_the_vector_env_arguments():

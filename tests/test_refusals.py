@@ -73,8 +73,13 @@ def refusal(*argv: str, world_size: int = 1) -> str:
     (["topology=star", "env.sim_cost_ms_by_rank={1: -2}"], 3, "the cost of rank 1 must be a number"),
     # Atari
     (["env=tetris", "+env.atari.frame_skip=0"], 1, "env.atari.frame_skip must be"),
-    (["env.atari={frame_skip: 4}"], 1, "env.atari is for ALE/ ids"),
-    (["env.num_threads=2"], 1, "env.num_threads is for ALE/ ids (the threads of their AtariVectorEnv)"),
+    (["env.atari={frame_skip: 4}"], 1, "env.atari is an option of the atari family (env files: breakout, "
+                                       "pong, tetris), not of env=cartpole (gym family)"),
+    (["env.num_threads=2"], 1, "env.num_threads is an option of the atari family (env files: breakout, "
+                               "pong, tetris), not of env=cartpole (gym family), got 2"),
+    (["++env.num_threads=2"], 1,  # added past the command line's check: the run plan refuses it
+     "env.num_threads is an option of the atari family (ALE/ ids), not of env.id=CartPole-v1 (gym family)"),
+    (["env=breakout", "env.atari.frame_stak=2"], 1, "did you mean env.atari.frame_stack?"),
     (["env=tetris", "env.vector=async"], 1, "env.vector=async is not for ALE/ ids: a simulator's"),
     (["env=pong", "+env.kwargs.render_mode=human"], 1, "env.kwargs.render_mode is not taken by ALE ids"),
     (["env=tetris", "algo=td3"], 1, "algo=td3 needs a continuous"),

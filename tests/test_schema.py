@@ -15,6 +15,8 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import REQUIRED
 from drlmpi.config.overrides import parse, values
 from drlmpi.config.schema import SCHEMA, defaults, group_config
+from drlmpi.config.schema import node as schema_node
+from drlmpi.envs.families import family_of
 from drlmpi.run.arguments import check_writable
 from drlmpi.run.command_line import _launch_time_resolver, main
 from drlmpi.run.preflight import make_plan
@@ -48,14 +50,16 @@ def test_yaml_files_start_from_the_schema_and_keep_only_what_differs():
     for group in ("algo", "env", "topology"):
         for path in sorted((CONF / group).glob("*.yaml")):
             node = OmegaConf.load(path)
-            scope = "env" if group == "env" else f"{group}/{path.stem}"
+            # an env file starts from its id's family's node: every env option and the family's own
+            scope = f"env/{family_of(node.id).name}" if group == "env" else f"{group}/{path.stem}"
             assert list(node.defaults) == [f"/schema/{scope}@_here_", "_self_"], path
+            base = OmegaConf.to_container(schema_node(scope))
             own = {k: node[k] for k in node if k != "defaults"}
             if group == "topology":  # the file names its class, whose options make the scope
-                assert own.pop("_target_") == defaults(scope)["_target_"], path
-            assert set(own) <= set(SCHEMA[scope]), (path, set(own) - set(SCHEMA[scope]))
+                assert own.pop("_target_") == base["_target_"], path
+            assert set(own) <= set(base), (path, set(own) - set(base))
             for key, value in own.items():  # a value equal to the schema's default is noise
-                assert value != defaults(scope)[key], f"{path.name}: {key} repeats its default"
+                assert value != base[key], f"{path.name}: {key} repeats its default"
     assert all(option.doc and "\n" not in option.doc for s in SCHEMA.values() for option in s.values())
 
 
@@ -161,6 +165,13 @@ def test_a_bad_override_is_refused_before_anything_starts(override, message):
     ("algo.learning_start=10", {"algo": "dqn"}, "algo.learning_start is not an option of any algo "
                                                 "(did you mean algo.learning_starts?), got 10"),
     ("algo.lr=-1", {"algo": ("dqn", "ppo")}, "algo.lr must be > 0, got -1"),  # each sweep's scope
+    # an environment family's option: only its env files' nodes have it
+    ("env.num_threads=2", {"env": ("pong", "halfcheetah")},
+     "env.num_threads is an option of the atari family (env files: breakout, pong, tetris), not of "
+     "env=halfcheetah (mujoco family), got 2"),
+    ("env.num_threads=0", {"env": "breakout"}, "env.num_threads must be >= 1, got 0"),
+    ("env.num_thread=2", {"env": None}, "env.num_thread is not an option of env (did you mean "
+                                        "env.num_threads?), got 2"),
 ])
 def test_a_plain_key_the_chosen_scope_lacks_is_refused_in_one_line(override, scopes, message):
     """Hydra refuses ``key=value`` for a key its config lacks in five lines; drlmpi does first,
@@ -177,6 +188,9 @@ def test_overrides_the_schema_leaves_to_hydra_pass():
                "++topology.publish_every=0", "algo._target_=my.Algo", "world_size_by_topology.star=8"):
         check_override(ok, scopes)
     check_override("algo.clip_range=-1", {"algo": None, "topology": None})  # scope unknown yet
+    for env in ("breakout", ("tetris", "pong"), None):  # an atari file, or not known yet (a preset)
+        check_override("env.num_threads=4", {**scopes, "env": env})
+    check_override("++env.num_threads=4", {**scopes, "env": "cartpole"})  # left to the run plan
     (lr, seven, yes, sweep, hidden) = parse(["a=1e-3", "b='7'", "c=True", "d=1,[2,3]", "e=[32,32]"])
     assert values(lr) == [1e-3] and values(seven) == ["7"] and values(yes) == [True]
     assert values(sweep) == [1, [2, 3]] and values(hidden) == [[32, 32]]

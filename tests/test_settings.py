@@ -51,12 +51,12 @@ def test_a_checked_config_builds_a_frozen_object_of_the_declared_types():
 
 def test_maps_are_read_only_and_a_missing_option_takes_its_default():
     env = EnvSettings.build({"name": "breakout", "id": "ALE/Breakout-v5", "reward_threshold": 30,
-                             "atari": {"frame_stack": 2, "nested": {"a": [1, 2]}}})
-    assert env.atari["frame_stack"] == 2 and env.atari["nested"]["a"] == (1, 2)
+                             "kwargs": {"frameskip": 2, "nested": {"a": [1, 2]}}})
+    assert env.kwargs["frameskip"] == 2 and env.kwargs["nested"]["a"] == (1, 2)
     with pytest.raises(TypeError):
-        env.atari["frame_stack"] = 4  # type: ignore[index]
-    assert env.num_envs == 1 and env.kwargs == {} and env.reward_threshold == 30.0
-    assert env.as_dict()["atari"] == {"frame_stack": 2, "nested": {"a": [1, 2]}}
+        env.kwargs["frameskip"] = 4  # type: ignore[index]
+    assert env.num_envs == 1 and env.sim_cost_ms_by_rank is None and env.reward_threshold == 30.0
+    assert env.as_dict()["kwargs"] == {"frameskip": 2, "nested": {"a": [1, 2]}}
     old_run = {"max_env_steps": 5000, "eval_every": 1000}  # written before later options existed
     run = RunSettings.build(old_run)
     assert run.max_env_steps == 5000 and run.memory_sample_s == 0 and run.matmul_precision == "highest"

@@ -4,9 +4,10 @@
 :class:`~drlmpi.config.errors.ConfigError` with one line, ``<option> <what is wrong>, got
 <value>``, for the first bad value; :func:`check_override` does the same for one ``key=value``
 command-line override before Hydra starts (the sweeping process included, for every value of a
-sweep). Scopes: ``""`` (root), ``run``, ``env``, ``algo/<name>``, ``topology/<name>``; an
-algorithm's or a topology's options are checked against the scope of the ``name`` it was
-composed with.
+sweep). Scopes: ``""`` (root), ``run``, ``env`` (with every environment family's own options,
+``env/<family>``), ``algo/<name>``, ``topology/<name>``; an algorithm's or a topology's options
+are checked against the scope of the ``name`` it was composed with, an ``env.`` override against
+the node its env file starts from.
 """
 
 from __future__ import annotations
@@ -17,8 +18,42 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from drlmpi.config.options import Option
 from drlmpi.config.overrides import parse, values
-from drlmpi.config.schema import SCHEMA, group_scopes, named_scope, scope_of
+from drlmpi.config.plugins import group_files
+from drlmpi.config.schema import SCHEMA, file_scope, group_scopes
+
+
+def env_scope() -> dict[str, Option]:
+    """Every ``env`` option: those of every environment and each family's own (which of them an
+    id may set is checked where ids are known: :func:`drlmpi.envs.families.check_env`)."""
+    if not group_scopes("env"):
+        raise RuntimeError("no environment family is registered: call drlmpi.envs.families.register() "
+                           "before checking a config")
+    out = dict(SCHEMA["env"])
+    for options in group_scopes("env").values():
+        out.update({key: option for key, option in options.items() if key not in out})
+    return out
+
+
+def scope_of(cfg: Mapping[str, Any], path: str) -> dict[str, Option] | None:
+    """The schema of ``cfg[path]`` (``env``: every env option; ``algo``/``topology`` by their
+    composed ``name``; ``None`` for a name without a scope). Topology and family scopes come from
+    their modules: checking one before any is registered is a mistake of the caller's, not a
+    custom topology."""
+    if path in ("", "run"):
+        return SCHEMA[path]
+    if path == "env":
+        return env_scope()
+    return named_scope(path, (cfg.get(path) or {}).get("name"))
+
+
+def named_scope(group: str, name: Any) -> dict[str, Option] | None:
+    """The scope of ``algo`` or ``topology`` option ``name`` (``None``: no scope of that name)."""
+    if group == "topology" and not group_scopes("topology"):
+        raise RuntimeError("no topology is registered: call drlmpi.topologies.core.registry.register() "
+                           "before checking a config")
+    return SCHEMA.get(f"{group}/{name}")
 
 
 def check_config(cfg: Mapping[str, Any]) -> None:
@@ -102,14 +137,15 @@ def _show(value: Any) -> str:
 
 def check_override(arg: str, scopes: Mapping[str, str | Sequence[str] | None]) -> None:
     """Check one command-line override ``key=value`` (each value of a ``a,b,c`` sweep, as Hydra's
-    grammar reads it) before Hydra composes anything; ``scopes`` maps ``algo``/``topology`` to
-    the name chosen on the command line (or its default), or to each name of a sweep over them
-    (``None``: not known yet, an experiment preset may pick it). A value is checked against every
-    chosen scope that has the option. A plain ``run.``/``env.``/``algo.``/``topology.`` key that
-    a chosen scope lacks is refused in one line (Hydra's own refusal takes five): a typo, with a
-    "did you mean", or another algorithm's or topology's option, naming who takes it (in a
-    sweep, ``++`` sets it for the jobs that take it, the others ignore it). Interpolations and
-    sweep functions are left to Hydra."""
+    grammar reads it) before Hydra composes anything; ``scopes`` maps ``algo``/``topology``/``env``
+    to the name chosen on the command line (or its default), or to each name of a sweep over them
+    (``None`` or absent: not known yet, an experiment preset may pick it). A value is checked
+    against every chosen scope that has the option (an env file's: the node it starts from). A
+    plain ``run.``/``env.``/``algo.``/``topology.`` key that a chosen scope lacks is refused in one
+    line (Hydra's own refusal takes five): a typo, with a "did you mean", another algorithm's or
+    topology's option, naming who takes it (in a sweep, ``++`` sets it for the jobs that take it,
+    the others ignore it), or another environment family's, naming its env files. Interpolations
+    and sweep functions are left to Hydra."""
     from drlmpi.config.errors import ConfigError
 
     (override,) = parse([arg])
@@ -124,7 +160,9 @@ def check_override(arg: str, scopes: Mapping[str, str | Sequence[str] | None]) -
         chosen = [(name, named_scope(path, name)) for name in names]
         if any(scope is None for _, scope in chosen):  # a custom class's options are its own
             chosen = []
-    elif path in ("", "run", "env"):
+    elif path == "env":
+        chosen = _env_files(scopes.get("env"))
+    elif path in ("", "run"):
         chosen = [(None, SCHEMA[path])]
     else:
         return
@@ -151,10 +189,33 @@ def _refuse_missing(path: str, leaf: str, chosen: list[tuple[str | None, Mapping
         return
     value = items[0] if len(items) == 1 else items
     takers = sorted(name for name, scope in group_scopes(path).items() if leaf in scope)
-    if not takers:  # a typo, or run/env (one scope): no option of that name anywhere
-        _refuse_unknown(path, chosen[0][1] if path in ("run", "env") else {}, {leaf: value})
+    if not takers:  # a typo: no option of that name anywhere
+        known = {"run": SCHEMA["run"], "env": env_scope()}.get(path, {})
+        _refuse_unknown(path, known, {leaf: value})
+    if path == "env":  # env files are not their family: name the family's files
+        theirs = ", ".join(name for name in sorted(group_files("env"))
+                           if file_scope("env", name) == f"env/{takers[0]}") or "none"
+        mine = ", ".join(f"env={name} ({_family(file_scope('env', name))})" for name in lacking)
+        raise ConfigError(f"env.{leaf} is an option of the {takers[0]} family (env files: {theirs}), "
+                          f"not of {mine}, got {_show(value)}")
     sweep = (f": ++{path}.{leaf}=... sets it for the jobs that take it, the others ignore it"
              if len(lacking) < len(chosen) else "")
     take = "takes" if len(takers) == 1 else "take"
     raise ConfigError(f"{path}.{leaf} is not an option of {', '.join(f'{path}={n}' for n in lacking)} "
                       f"({', '.join(takers)} {take} it){sweep}, got {_show(value)}")
+
+
+def _env_files(names: str | Sequence[str] | None) -> list[tuple[str | None, dict[str, Option]]]:
+    """``(env file, the options of the node it starts from)`` for each env file chosen; every env
+    option, under ``None``, while the files are not known (a preset may pick one) or not drlmpi's
+    to read."""
+    names = (names,) if isinstance(names, str) else tuple(names or ())
+    scopes = [file_scope("env", name) for name in names]
+    if not names or None in scopes:
+        return [(None, env_scope())]
+    return [(name, {**SCHEMA["env"], **SCHEMA[scope]}) for name, scope in zip(names, scopes)]
+
+
+def _family(scope: str | None) -> str:
+    """``env/gym`` -> ``gym family`` (an env file's node, for messages)."""
+    return f"{scope.split('/', 1)[1]} family" if scope and "/" in scope else "no family's options"

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 REQUIRED = MISSING  # an option without a default: the YAML that selects the scope must set it
 
@@ -96,6 +96,11 @@ class Option:
         if below or above:
             return f"must be {self.bounds()}"
         return None
+
+
+def plain(value: Any) -> Any:
+    """A config value as plain Python: a mapping or list node as ``dict``/``list`` (resolved)."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def format_number(x: float) -> str:

@@ -147,15 +147,9 @@ class EnvSettings(Settings):
         None, "per-rank sim_cost_ms, e.g. {1: 20} (null: none)", nullable=True)
     num_envs: int = integer(1, "environments stepped in lock step by each simulator")
     vector: str = choice(
-        "sync", "how a simulator steps its num_envs environments: sync (one after another in its own "
-                "process; ALE/ ids: one AtariVectorEnv on num_threads threads) or async (one worker process"
-                " each; not ALE/ ids)", "sync", "async")
-    num_threads: int = integer(
-        1, "ALE/ ids: threads stepping a simulator's num_envs environments (one AtariVectorEnv); at most "
-           "the cores each rank may use")
-    atari: Mapping[str, Any] | None = mapping(
-        None, "Atari preprocessing for ALE/ ids (docs/environments.md lists the keys; null: the defaults "
-              "there)", nullable=True)
+        "sync", "how a simulator steps its num_envs environments: sync (in its own process: one after "
+                "another, or in one vector env where the id's family has one) or async (one worker "
+                "process each, where the family allows it)", "sync", "async")
     max_episode_steps: int | None = integer(
         None, "override the registered time limit (null keeps it)", nullable=True)
     kwargs: Mapping[str, Any] = mapping({}, "extra keyword arguments for gymnasium.make")

@@ -21,9 +21,9 @@ import types
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from drlmpi.config.options import REQUIRED, Option
+from drlmpi.config.options import REQUIRED, Option, plain
 
 S = TypeVar("S", bound="Settings")
 
@@ -84,13 +84,6 @@ def mapping(default: Mapping[str, Any] | None, doc: str, nullable: bool = False)
 def options_of(cls: type[Settings]) -> dict[str, Option]:
     """The scope's options by name, in declaration order (what the schema holds)."""
     return {f.name: f.metadata[OPTION] for f in dataclasses.fields(cls) if OPTION in f.metadata}
-
-
-def plain(value: Any) -> Any:
-    """An OmegaConf container as plain Python values (interpolations resolved)."""
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value
 
 
 def typed(option: Option, value: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Atari (ALE) games: the ``env.atari`` options and what they make of an ``ALE/<Game>-v5`` id.
+"""Atari (ALE) games: the ``env.atari`` options (the atari family's,
+:mod:`drlmpi.envs.families.atari`) and what they make of an ``ALE/<Game>-v5`` id.
 
 Every ALE id is played through ale-py's ``AtariVectorEnv`` (its C++ frame skip, max-pool,
 grayscale, area resize, frame stack, no-op starts and FIRE at reset), stepped by
@@ -17,6 +18,7 @@ Options, their defaults and meaning: :data:`ATARI_DEFAULTS` and docs/environment
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -26,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 #: Every ``env.atari`` option with its default (docs/environments.md explains each one). The env
-#: files leave ``env.atari`` out; whatever a run sets is laid over these.
+#: files leave ``env.atari`` empty; whatever a run sets is laid over these.
 ATARI_DEFAULTS: dict[str, Any] = {
     "noop_max": 30,
     "frame_skip": 4,
@@ -59,7 +61,9 @@ def check_atari_options(options: Mapping | None) -> dict[str, Any]:
     out = dict(ATARI_DEFAULTS)
     for key, value in options.items():
         if key not in ATARI_DEFAULTS:
-            raise ValueError(f"env.atari has no option {key!r} (options: {', '.join(ATARI_DEFAULTS)})")
+            close = difflib.get_close_matches(str(key), ATARI_DEFAULTS, n=1)
+            hint = f"did you mean env.atari.{close[0]}? " if close else ""
+            raise ValueError(f"env.atari has no option {key!r} ({hint}options: {', '.join(ATARI_DEFAULTS)})")
         if key in _INT_LOW:
             low = _INT_LOW[key]
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:

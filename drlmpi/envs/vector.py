@@ -6,9 +6,9 @@ flags, the observation to act on next (the reset one where it ended), and the ra
 reports of environments that end whole games (:data:`drlmpi.envs.spec.RAW_EPISODE_KEY`).
 
 * :class:`SerialEnvs` (``sync``): the environments live in the simulator's process and are
-  stepped one after another; the watchdog sees each step. ALE environments are the exception:
-  a simulator's ALE environments join one ``AtariVectorEnv``
-  (:class:`~drlmpi.envs.atari_bank.AleBank`), stepped by ``env.num_threads`` threads.
+  stepped one after another; the watchdog sees each step. Where the family of their id steps
+  several together (``Family.join``: :func:`drlmpi.envs.families.joined_bank`), they are
+  stepped in the one bank it returns instead.
 * :class:`WorkerEnvs` (``async``): one worker process per environment (Gymnasium's
   ``AsyncVectorEnv``, shared memory, ``spawn`` start so no worker inherits MPI state), stepped
   in parallel: one simulator rank then uses up to ``env.num_envs`` cores, like the threads of
@@ -23,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from drlmpi.envs.families import joined_bank
 from drlmpi.envs.spec import RAW_EPISODE_KEY, BankStep
 from drlmpi.job_control.progress import PROGRESS
 
@@ -30,14 +31,12 @@ VECTOR_MODES = ("sync", "async")
 
 
 class SerialEnvs:
-    """Environments stepped one after another in this process (``env.vector=sync``), or, when
-    they are ALE environments, in the one vector env they join (``mode`` ``ale``)."""
+    """Environments stepped one after another in this process (``env.vector=sync``), or in the
+    one bank their family joins them into (``mode``: the bank's)."""
 
     mode = "sync"
 
     def __init__(self, envs: list[gym.Env], dtype: Any = np.float32) -> None:
-        from drlmpi.envs.atari_bank import joined_bank
-
         self.envs = envs
         self.n = len(envs)
         self.dtype = dtype

@@ -15,9 +15,11 @@ def compose(overrides: list[str]) -> Any:
     from hydra import initialize_config_dir
 
     from drlmpi.config.plugins import CONF_DIR
+    from drlmpi.envs.families import register as register_families
     from drlmpi.topologies.core.registry import register
 
     register()  # every topology's options (the topology files start from them)
+    register_families()  # every environment family's (so do the env files)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=list(overrides))
 

@@ -30,17 +30,21 @@ HYDRA_MODES = (("--run", "-r"), ("--multirun", "-m"), ("--cfg", "-c"), ("--info"
 
 def check_command_line(argv: list[str]) -> None:
     """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
-    rejects (every value of a sweep). Registers every topology's options (a plugin topology that
-    cannot be imported is refused here): before the first ``topology.`` override, else once the
-    others pass - registering imports every topology class, and with it torch (about 2 s), which
-    a refusal of any other option need not wait for."""
+    rejects (every value of a sweep). Registers every environment family's options, then every
+    topology's (a plugin topology that cannot be imported is refused here): before the first
+    ``topology.`` override, else once the others pass - registering imports every topology
+    class, and with it torch (about 2 s), which a refusal of any other option need not wait for."""
     from drlmpi.config.errors import ConfigError
 
     modes = [names[0] for names in HYDRA_MODES if any(a in names for a in argv)]
     if len(modes) > 1:
         raise ConfigError(f"{' and '.join(modes)} cannot be given together (one of "
                           f"{', '.join(names[0] for names in HYDRA_MODES)})")
-    scopes = {"algo": chosen(argv, "algo", "dqn"), "topology": chosen(argv, "topology", "sequential")}
+    from drlmpi.envs.families import register as register_families  # the env files start from them
+
+    register_families()
+    scopes = {"algo": chosen(argv, "algo", "dqn"), "topology": chosen(argv, "topology", "sequential"),
+              "env": chosen(argv, "env", "cartpole")}
     for arg in override_args(argv):
         if parse([arg])[0].key_or_group.startswith("topology."):
             _register_topologies()

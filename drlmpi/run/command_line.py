@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 # Importing the schema registers its options' defaults with Hydra (conf/ builds on them); the
-# topologies' options are registered by check_command_line (drlmpi.topologies.core.registry).
+# environment families' and the topologies' options are registered by check_command_line
+# (drlmpi.envs.families, drlmpi.topologies.core.registry).
 import drlmpi.config.schema  # noqa: F401
 from drlmpi.config.overrides import find, hydra_order, parse, value_text, values
 from drlmpi.config.plugins import CONF_DIR, group_files
@@ -172,7 +173,9 @@ def _task(cfg) -> float | int:
     from mpi4py import MPI
 
     set_thread_counts(cfg.get("threads_per_rank"))
-    threads = max(int(cfg.threads_per_rank), int(cfg.env.num_threads))
+    from drlmpi.envs.families import env_threads
+
+    threads = max(int(cfg.threads_per_rank), env_threads(cfg.env))
     bind_rank(str(cfg.bind_ranks), MPI.COMM_WORLD, threads)  # before torch starts threads
     from drlmpi.config.errors import ConfigError, NonFiniteError
     from drlmpi.outputs.files import FileWriteError

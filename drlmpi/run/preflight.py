@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from drlmpi.algos.base import Algorithm
 from drlmpi.config.checks import check_config, ignored_options
 from drlmpi.config.errors import ConfigError
-from drlmpi.envs.families import family_of
+from drlmpi.envs import families
 from drlmpi.envs.make import env_make_kwargs, probe_spec
 from drlmpi.outputs.checkpoint import check_rank_files, read_meta
 from drlmpi.topologies.core.base import Topology
@@ -33,6 +33,7 @@ def make_plan(cfg: Any, world_size: int) -> RunPlan:
     """Check the whole job before it starts and resolve what it runs with; raise
     :class:`ConfigError` with one clear line. The caller's ``cfg`` is not modified."""
     register()  # every topology's options in the schema (idempotent)
+    families.register()  # and every environment family's
     check_config(cfg)  # types and ranges of every option (drlmpi.config.schema)
     resume_meta = check_resume(cfg, world_size) if cfg.get("resume") else None
     algo_cls, topology_cls = resolve_classes(cfg)
@@ -108,11 +109,10 @@ def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
 
 
 def check_env_options(env: Any) -> None:
-    """Refuse, in one line, ``env`` options the family of ``env.id`` cannot run (Atari options or
-    threads for a non-ALE id, worker processes for an ALE id, bad ``env.atari`` values or
-    ``env.kwargs`` of an ALE id) or an id whose package is not installed (ale-py, MuJoCo):
-    :mod:`drlmpi.envs.families`."""
-    family_of(env.id).check_options(env)
+    """Refuse, in one line, ``env`` options the family of ``env.id`` cannot run (another family's
+    options, or what the family itself refuses) or an id whose package is not installed:
+    :func:`drlmpi.envs.families.check_env`."""
+    families.check_env(env)
 
 
 def check_sim_costs(env: Any, world_size: int) -> None:

@@ -1,13 +1,14 @@
 """What users read of the schema: ``python -m drlmpi --help`` (:func:`short_help`: one screen - the
 usage, the config groups, the options most runs set and where the rest are), ``python -m drlmpi
---help-all`` (:func:`help_lines`: every option, wrapped to :data:`WIDTH` characters) and the
+--help-all`` (:func:`help_lines`: every option, wrapped to :data:`WIDTH` characters), the
 reference table of docs/configuration.md (:func:`reference_table`) and its table of the built-in
 topologies (:func:`topology_table`, and the README's list of them: :func:`topology_names`), both
-made from the topology registry: ``python -m drlmpi.run.reference --write`` rewrites the document's
+made from the registries: ``python -m drlmpi.run.reference --write`` rewrites the document's
 generated blocks (:data:`BLOCKS`; without ``--write`` it prints the reference), and a test keeps
-them in step. The full list and the table name every topology's options too, so both register them
-first (:mod:`drlmpi.topologies.core.registry`); the short help reads only the schema's own scopes
-and conf/, and starts no torch.
+them in step. The full list and the table name every environment family's and topology's options
+too, so both register them first (:mod:`drlmpi.envs.families`,
+:mod:`drlmpi.topologies.core.registry`); the short help reads only the schema's own scopes and
+conf/, and starts no torch.
 """
 
 from __future__ import annotations
@@ -79,18 +80,43 @@ def shown_default(option: Option) -> str:
     return str(value)
 
 
-def reference_table() -> str:
-    """The markdown reference of every option: scope, key, allowed values, doc."""
+#: the order in which the references list the schema's groups of scopes
+GROUP_ORDER = ("", "run", "env", "algo", "topology")
+
+
+def registered_scopes() -> list[tuple[str, dict[str, Option]]]:
+    """Every scope of the schema, the environment families' and topologies' registered first,
+    in :data:`GROUP_ORDER` (an environment family's own options right after ``env``'s)."""
+    from drlmpi.envs.families import register as register_families
     from drlmpi.topologies.core.registry import register  # here: it imports torch (command_line imports this)
 
+    register_families()
     register()
+    return sorted(SCHEMA.items(), key=lambda item: GROUP_ORDER.index(item[0].split("/")[0]))
+
+
+def _family(scope: str) -> str:
+    """``atari family: ALE/ ids`` for an environment family's scope, else nothing."""
+    from drlmpi.envs.families import FAMILIES
+
+    if not scope.startswith("env/"):
+        return ""
+    name = scope.split("/", 1)[1]
+    ids = [family.ids for family in FAMILIES if family.name == name]
+    return f"{name} family: {ids[0]}" if ids else f"{name} family"
+
+
+def reference_table() -> str:
+    """The markdown reference of every option: scope, key, allowed values, doc."""
     lines = ["| option | default | allowed | meaning |", "|---|---|---|---|"]
-    for scope, options in SCHEMA.items():
-        prefix = scope.replace("/", "=") + ": " if "/" in scope else (f"{scope}." if scope else "")
+    for scope, options in registered_scopes():
+        prefix = ("env." if scope.startswith("env/") else scope.replace("/", "=") + ": " if "/" in scope
+                  else f"{scope}." if scope else "")
         for key, option in options.items():
             if key == "_target_":
                 continue
-            doc = option.doc.replace("|", "\\|")
+            note = f"({_family(scope)}) " if scope.startswith("env/") else ""
+            doc = (note + option.doc).replace("|", "\\|")
             lines.append(f"| `{prefix}{key}` | `{shown_default(option)}` | {option.allowed(markdown=True)} "
                          f"| {doc} |")
     return "\n".join(lines)
@@ -154,12 +180,12 @@ def wrap(text: str, indent: int, hang: int) -> list[str]:
 def help_lines() -> list[str]:
     """``--help-all``: every option of every scope, as ``key=default  (allowed values)`` and its
     doc beneath, wrapped to :data:`WIDTH` characters."""
-    from drlmpi.topologies.core.registry import register
-
-    register()
     out = []
-    for scope, options in SCHEMA.items():
-        out += ["", f"[{scope.replace('/', '=') or 'top level'}]"]
+    for scope, options in registered_scopes():
+        if not options:  # an environment family without options of its own
+            continue
+        title = f"env: {_family(scope)}" if scope.startswith("env/") else scope.replace("/", "=")
+        out += ["", f"[{title or 'top level'}]"]
         prefix = scope.split("/")[0] + "." if scope else ""
         for key, option in options.items():
             if key in ("_target_", "name"):

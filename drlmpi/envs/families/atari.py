@@ -1,18 +1,30 @@
 """Atari games of the Arcade Learning Environment (``ALE/<Game>-v5``): every one is played
-through ale-py's ``AtariVectorEnv`` (:mod:`drlmpi.envs.atari`, :mod:`drlmpi.envs.atari_bank`),
-with the ``env.atari`` options and ``env.num_threads``; they need ale-py installed and have no
-render window."""
+through ale-py's ``AtariVectorEnv`` (:mod:`drlmpi.envs.atari`, :mod:`drlmpi.envs.atari_bank`).
+The family's own options (:data:`OPTIONS`): ``env.atari``, the preprocessing, and
+``env.num_threads``, the threads of the vector env a simulator's environments join. Its ids need
+ale-py installed and have no render window."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium
 
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.options import Option, integer
 from drlmpi.envs.families.base import Family
 
 INSTALL_HINT = "pip install ale-py; it ships the game ROMs"
+
+#: the family's ``env`` options (scope ``env/atari``; conf/env/breakout.yaml, pong.yaml and
+#: tetris.yaml start from its node, ``schema/env/atari``)
+OPTIONS: dict[str, Option] = {
+    "num_threads": integer(1, "threads stepping a simulator's num_envs environments (its one "
+                              "AtariVectorEnv); at most the cores each rank may use"),
+    "atari": Option("map", "preprocessing: docs/environments.md lists the keys ({} or null: the "
+                           "defaults there; env.atari.frame_stack=2 sets one)", {}, nullable=True),
+}
 
 
 def is_atari(env_id: str) -> bool:
@@ -21,8 +33,9 @@ def is_atari(env_id: str) -> bool:
 
 
 def make(env_id: str, *, sim_cost_ms: float = 0.0, max_episode_steps: int | None = None,
-         atari: Any = None, train: bool = True, num_threads: int = 1, **kwargs: Any) -> gymnasium.Env:
-    """One ``AtariVectorEnv`` environment with its preprocessing
+         train: bool = True, atari: Any = None, num_threads: int = 1, **kwargs: Any) -> gymnasium.Env:
+    """One ``AtariVectorEnv`` environment with the preprocessing ``atari`` (``env.atari``),
+    joining a vector env of ``num_threads`` threads in a simulator
     (:func:`drlmpi.envs.atari_bank.make_atari`); ``kwargs`` go to ``AtariVectorEnv``."""
     from drlmpi.envs.atari_bank import make_atari
 
@@ -32,9 +45,17 @@ def make(env_id: str, *, sim_cost_ms: float = 0.0, max_episode_steps: int | None
                       sim_cost_ms=sim_cost_ms, num_threads=num_threads, **kwargs)
 
 
-def make_options(env_cfg: Any) -> dict[str, Any]:
-    """The ``env.atari`` options and the thread count of the vector env."""
-    return {"atari": env_cfg.get("atari"), "num_threads": int(env_cfg.get("num_threads") or 1)}
+def join(envs: list[gymnasium.Env], dtype: Any) -> Any:
+    """A simulator's ALE environments as one ``AtariVectorEnv`` bank
+    (:func:`drlmpi.envs.atari_bank.joined_bank`)."""
+    from drlmpi.envs.atari_bank import joined_bank
+
+    return joined_bank(envs, dtype)
+
+
+def threads(options: Mapping[str, Any]) -> int:
+    """The vector env's threads, ``env.num_threads``."""
+    return options["num_threads"]
 
 
 def check_options(env: Any) -> None:
@@ -51,12 +72,12 @@ def check_options(env: Any) -> None:
     from drlmpi.envs.atari import check_ale_kwargs, check_atari_options
 
     try:
-        check_atari_options(env.get("atari"))
+        check_atari_options(FAMILY.option_values(env)["atari"])
         check_ale_kwargs(env.get("kwargs"))
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
 
 
-FAMILY = Family(name="atari", recognises=is_atari, make=make, make_options=make_options,
-                check_options=check_options, install_hint=INSTALL_HINT, renders=False,
-                no_render_reason="ALE ids are played by AtariVectorEnv, which does not render")
+FAMILY = Family(name="atari", recognises=is_atari, make=make, ids="ALE/ ids", options=OPTIONS,
+                check_options=check_options, join=join, threads=threads, install_hint=INSTALL_HINT,
+                renders=False, no_render_reason="ALE ids are played by AtariVectorEnv, which does not render")

@@ -2,37 +2,64 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
+
+from drlmpi.config.options import Option
+from drlmpi.config.schema import scope_values
+
+
+def _nothing_to_check(env: Any) -> None:
+    """A family without refusals of its own."""
+
+
+def _one_thread(options: Mapping[str, Any]) -> int:
+    """A family whose environments step in the simulator's own thread."""
+    return 1
 
 
 @dataclass(frozen=True)
 class Family:
     """A kind of environment id and everything drlmpi does differently for it.
 
-    ``make(env_id, *, sim_cost_ms, max_episode_steps, atari, train, num_threads, **kwargs)``
-    builds one environment (the arguments of :func:`drlmpi.envs.make.make_env`; a family ignores
-    those it has no use for). A simulator's environments are stepped by the banks of
-    :mod:`drlmpi.envs.vector`, which every family shares (ALE environments join one vector env
-    there by their type, :func:`drlmpi.envs.atari_bank.joined_bank`).
+    ``make(env_id, *, sim_cost_ms, max_episode_steps, train, **kwargs)`` builds one environment
+    (the arguments of :func:`drlmpi.envs.make.make_env`; a family ignores those it has no use
+    for); ``kwargs`` are the family's own :attr:`options`' values (by name) and ``env.kwargs``.
+    A simulator's environments are stepped by the banks of :mod:`drlmpi.envs.vector`, which
+    every family shares; a family that steps several of its environments together gives
+    :attr:`join`, and ``env.vector=sync`` then steps them in the bank it returns.
     """
 
-    #: a short name (``gym``, ``atari``, ``mujoco``)
+    #: a short name (``gym``, ``atari``, ``mujoco``); its ``env`` scope is ``env/<name>``
     name: str
     #: whether an ``env.id`` is one of this family's
     recognises: Callable[[str], bool]
     #: one environment of an id of this family
     make: Callable[..., gymnasium.Env]
-    #: the family's own ``make`` keyword arguments read from an ``env`` config section
-    make_options: Callable[[Any], dict[str, Any]]
-    #: refuse, with a one-line ConfigError, options of an ``env`` section this family cannot run
-    check_options: Callable[[Any], None]
+    #: its ids, in words, for messages and the reference (``ALE/ ids``)
+    ids: str = "Gymnasium ids"
+    #: its own ``env`` options (the schema's scope ``env/<name>``; the env files of its ids start
+    #: from the node ``schema/env/<name>``, every env option and these): passed to :attr:`make`
+    options: Mapping[str, Option] = field(default_factory=dict)
+    #: refuse, with a one-line ConfigError, what an ``env`` section of its ids cannot run
+    check_options: Callable[[Any], None] = _nothing_to_check
+    #: one bank stepping a simulator's environments of this family together
+    #: (``join(envs, dtype)``; ``None``, or no ``join``: they step one after another)
+    join: Callable[[list[gymnasium.Env], Any], Any] | None = None
+    #: the busy threads a simulator's environments run in its rank, from the option values
+    #: (binding a rank to one core serialises more than one)
+    threads: Callable[[Mapping[str, Any]], int] = _one_thread
     #: how to install what its ids need ("" when Gymnasium alone makes them)
     install_hint: str = ""
     #: whether ``python -m drlmpi.play --render`` can open a window for its ids
     renders: bool = True
     #: why it cannot, when it cannot (play's error message)
     no_render_reason: str = ""
+
+    def option_values(self, env: Mapping[str, Any]) -> dict[str, Any]:
+        """Its :attr:`options`' values in the ``env`` section ``env``, an option's default where
+        the section lacks it (``env.id=`` naming one of its ids on another family's env file)."""
+        return scope_values(self.options, env)

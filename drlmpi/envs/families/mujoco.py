@@ -1,6 +1,7 @@
 """Gymnasium's MuJoCo environments (``HalfCheetah-v5``, ``Hopper-v5``...): made like any
 Gymnasium id once MuJoCo's warnings go through Python's ``warnings``; they need MuJoCo
-installed."""
+installed. No options of their own (``conf/env/`` files of MuJoCo ids start from
+``schema/env/mujoco``, where the family's options would go)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,7 @@ import gymnasium
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.envs.families.base import Family
-from drlmpi.envs.families.gym import check_options as check_gym_options
 from drlmpi.envs.families.gym import make as make_gym
-from drlmpi.envs.families.gym import make_options
 
 INSTALL_HINT = "pip install 'drlmpi[mujoco]' (it installs gymnasium[mujoco])"
 
@@ -43,13 +42,12 @@ def make(env_id: str, **kwargs: Any) -> gymnasium.Env:
 
 
 def check_options(env: Any) -> None:
-    """Refuse, in one line, a MuJoCo id without MuJoCo installed, then what the gym family refuses."""
+    """Refuse, in one line, a MuJoCo id without MuJoCo installed."""
     try:
         import mujoco  # noqa: F401
     except ImportError as exc:
         raise ConfigError(f"env.id={env.id} needs MuJoCo: {INSTALL_HINT}: {exc}") from exc
-    check_gym_options(env)
 
 
-FAMILY = Family(name="mujoco", recognises=is_mujoco, make=make, make_options=make_options,
+FAMILY = Family(name="mujoco", recognises=is_mujoco, make=make, ids="Gymnasium's MuJoCo ids",
                 check_options=check_options, install_hint=INSTALL_HINT)
