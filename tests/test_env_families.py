@@ -8,6 +8,7 @@ and recompose for ``resume=`` (committed ones under docs/results/)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -18,7 +19,7 @@ from omegaconf import OmegaConf
 
 from drlmpi.config.checks import check_config
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.options import integer
+from drlmpi.config.settings import Settings, integer
 from drlmpi.envs import families
 from drlmpi.envs.atari import check_atari_options
 from drlmpi.envs.families import FAMILIES, Family, check_env, env_threads, family_of, joined_bank
@@ -73,9 +74,13 @@ def test_a_family_added_to_the_registry_is_found_checked_and_made(monkeypatch):
         if env.speed > 9:
             raise ConfigError(f"env.speed must be at most 9, got env.speed={env.speed}")
 
+    @dataclasses.dataclass(frozen=True)
+    class FakeOptions(Settings):  # a family declares its own env options as settings
+        speed: int = integer(1, "how fast")
+
     fake = Family(name="fake", recognises=lambda env_id: env_id.startswith("Fake/"),
                   make=lambda env_id, **kwargs: _Made(env_id, kwargs),
-                  options={"speed": integer(1, "how fast")}, threads=lambda options: options["speed"],
+                  settings=FakeOptions, threads=lambda options: options["speed"],
                   check_options=check, install_hint="pip install fake")
     monkeypatch.setattr(families, "FAMILIES", (*FAMILIES[:-1], fake, FAMILIES[-1]))
     assert family_of("Fake/Thing-v0") is fake

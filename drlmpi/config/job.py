@@ -35,8 +35,11 @@ class JobSettings(RootSettings):
     topology: Any = None
 
     @classmethod
-    def build(cls, node: Mapping[str, Any]) -> JobSettings:
+    def build(cls, node: Mapping[str, Any], env: type[EnvSettings] = EnvSettings) -> JobSettings:
+        """The typed settings of a checked, composed job config; ``env``: the settings class of
+        its ``env`` section (its id's family's: ``Family.section()``, every env option and the
+        family's own)."""
         root = RootSettings.build(node)
         return cls(**{f.name: getattr(root, f.name) for f in dataclasses.fields(RootSettings)},
-                   run=RunSettings.build(node["run"]), env=EnvSettings.build(node["env"]),
+                   run=RunSettings.build(node["run"]), env=env.build(node["env"]),
                    algo=section("algo", node["algo"]), topology=section("topology", node["topology"]))

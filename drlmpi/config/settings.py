@@ -138,7 +138,10 @@ class Settings:
         """The typed settings of a checked config node (:func:`~drlmpi.config.checks.check_config`
         has refused anything the options do not allow). Keys the scope does not declare are left
         out (another scope's, which the checks reported); a declared key the node lacks takes its
-        default - a run directory written before the option existed."""
+        default - a run directory written before the option existed. ``node`` may be typed
+        settings of another class (a whole env section, for a family's own options)."""
+        if isinstance(node, Settings):
+            node = {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
         values = {}
         for key, option in options_of(cls).items():
             if key in node and not (isinstance(node, DictConfig) and OmegaConf.is_missing(node, key)):

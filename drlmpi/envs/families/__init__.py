@@ -36,7 +36,7 @@ def register() -> None:
     ``schema/env/<name>`` its env files start from. Idempotent and cheap; call it before Hydra
     composes a config (the entry point, the run plan and the tests do)."""
     for family in FAMILIES:
-        add_scope(f"env/{family.name}", dict(family.options))
+        add_scope(f"env/{family.name}", family.settings)
 
 
 def make_options(env: Mapping[str, Any]) -> dict[str, Any]:

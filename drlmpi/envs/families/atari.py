@@ -1,30 +1,34 @@
 """Atari games of the Arcade Learning Environment (``ALE/<Game>-v5``): every one is played
 through ale-py's ``AtariVectorEnv`` (:mod:`drlmpi.envs.atari`, :mod:`drlmpi.envs.atari_bank`).
-The family's own options (:data:`OPTIONS`): ``env.atari``, the preprocessing, and
+The family's own options (:class:`AtariOptions`): ``env.atari``, the preprocessing, and
 ``env.num_threads``, the threads of the vector env a simulator's environments join. Its ids need
 ale-py installed and have no render window."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import gymnasium
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.options import Option, integer
+from drlmpi.config.settings import Settings, integer, mapping
 from drlmpi.envs.families.base import Family
 
 INSTALL_HINT = "pip install ale-py; it ships the game ROMs"
 
-#: the family's ``env`` options (scope ``env/atari``; conf/env/breakout.yaml, pong.yaml and
-#: tetris.yaml start from its node, ``schema/env/atari``)
-OPTIONS: dict[str, Option] = {
-    "num_threads": integer(1, "threads stepping a simulator's num_envs environments (its one "
-                              "AtariVectorEnv); at most the cores each rank may use"),
-    "atari": Option("map", "preprocessing: docs/environments.md lists the keys ({} or null: the "
-                           "defaults there; env.atari.frame_stack=2 sets one)", {}, nullable=True),
-}
+@dataclass(frozen=True)
+class AtariOptions(Settings):
+    """The family's ``env`` options (scope ``env/atari``; conf/env/breakout.yaml, pong.yaml and
+    tetris.yaml start from its node, ``schema/env/atari``)."""
+
+    scope: ClassVar[str] = "env/atari"
+    num_threads: int = integer(1, "threads stepping a simulator's num_envs environments (its one "
+                                  "AtariVectorEnv); at most the cores each rank may use")
+    atari: Mapping[str, Any] | None = mapping({}, "preprocessing: docs/environments.md lists the keys ({} "
+                                                  "or null: the defaults there; env.atari.frame_stack=2 sets "
+                                                  "one)", nullable=True)
 
 
 def is_atari(env_id: str) -> bool:
@@ -78,6 +82,6 @@ def check_options(env: Any) -> None:
         raise ConfigError(str(exc)) from exc
 
 
-FAMILY = Family(name="atari", recognises=is_atari, make=make, ids="ALE/ ids", options=OPTIONS,
+FAMILY = Family(name="atari", recognises=is_atari, make=make, ids="ALE/ ids", settings=AtariOptions,
                 check_options=check_options, join=join, threads=threads, install_hint=INSTALL_HINT,
                 renders=False, no_render_reason="ALE ids are played by AtariVectorEnv, which does not render")

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import gymnasium
 
 from drlmpi.config.options import Option
-from drlmpi.config.schema import scope_values
+from drlmpi.config.scopes import EnvSettings
+from drlmpi.config.settings import Settings, options_of
+
+
+@dataclass(frozen=True)
+class NoOptions(Settings):
+    """A family without ``env`` options of its own."""
+
+
+def env_section(own: type[Settings]) -> type[EnvSettings]:
+    """The settings class of a whole ``env`` section of a family's ids: every environment's
+    options and the family's own (``own``), one frozen dataclass."""
+    if own is NoOptions:
+        return EnvSettings
+    section = dataclass(frozen=True)(type(f"{own.__name__}Env", (EnvSettings, own),
+                                          {"__module__": own.__module__, "scope": "env"}))
+    section.__doc__ = f"An ``env`` section of the ids {own.__name__} serves: every env option and its own."
+    return section
 
 
 def _nothing_to_check(env: Any) -> None:
@@ -41,9 +58,10 @@ class Family:
     make: Callable[..., gymnasium.Env]
     #: its ids, in words, for messages and the reference (``ALE/ ids``)
     ids: str = "Gymnasium ids"
-    #: its own ``env`` options (the schema's scope ``env/<name>``; the env files of its ids start
-    #: from the node ``schema/env/<name>``, every env option and these): passed to :attr:`make`
-    options: Mapping[str, Option] = field(default_factory=dict)
+    #: its own ``env`` options as a settings class (the schema's scope ``env/<name>``; the env files
+    #: of its ids start from the node ``schema/env/<name>``, every env option and these): their
+    #: values are passed to :attr:`make`
+    settings: type[Settings] = NoOptions
     #: refuse, with a one-line ConfigError, what an ``env`` section of its ids cannot run
     check_options: Callable[[Any], None] = _nothing_to_check
     #: one bank stepping a simulator's environments of this family together
@@ -59,7 +77,23 @@ class Family:
     #: why it cannot, when it cannot (play's error message)
     no_render_reason: str = ""
 
-    def option_values(self, env: Mapping[str, Any]) -> dict[str, Any]:
-        """Its :attr:`options`' values in the ``env`` section ``env``, an option's default where
-        the section lacks it (``env.id=`` naming one of its ids on another family's env file)."""
-        return scope_values(self.options, env)
+    #: (the class of a whole env section of its ids, made once: :meth:`section`)
+    _sections: ClassVar[dict[type[Settings], type[EnvSettings]]] = {}
+
+    @property
+    def options(self) -> dict[str, Option]:
+        """Its own ``env`` options (generated from :attr:`settings`)."""
+        return options_of(self.settings)
+
+    def section(self) -> type[EnvSettings]:
+        """The settings class of a whole ``env`` section of its ids (:func:`env_section`)."""
+        if self.settings not in self._sections:
+            self._sections[self.settings] = env_section(self.settings)
+        return self._sections[self.settings]
+
+    def option_values(self, env: Mapping[str, Any] | Settings) -> dict[str, Any]:
+        """Its own options' values in the ``env`` section ``env`` (a config node or typed
+        settings), typed, an option's default where the section lacks it (``env.id=`` naming one
+        of its ids on another family's env file)."""
+        own = self.settings.build(env)
+        return {key: getattr(own, key) for key in self.options}
