@@ -5,35 +5,62 @@ written before an option existed still builds (the option takes its default)."""
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
-from collections.abc import Mapping
 
 import pytest
 from omegaconf import OmegaConf
 
 from drlmpi.config.schema import SCHEMA, SETTINGS, group_config
-from drlmpi.config.scopes import EnvSettings, PPOSettings, RunSettings
-from drlmpi.config.settings import OPTION, options_of
-
-KINDS = {"int": int, "float": float, "bool": bool, "str": str, "ints": tuple, "map": Mapping}
+from drlmpi.config.scopes import EnvSettings, PPOSettings, RunSettings, TopologySettings
+from drlmpi.config.settings import declaration_problem, integer, options_of, text
 
 
 @pytest.mark.parametrize("scope", sorted(SETTINGS))
 def test_each_fields_type_is_its_options_kind(scope):
     """A field's annotation and its option agree (an ``int`` field holds an ``integer``): a field
     declared with the wrong maker would be checked as one type and read as another."""
-    cls = SETTINGS[scope]
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        option = f.metadata[OPTION]
-        hint = hints[f.name]
-        optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
-        inner = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
-        declared = typing.get_origin(inner) or inner
-        assert declared is KINDS[option.kind] or issubclass(declared, KINDS[option.kind]), (scope, f.name)
-        assert (optional and type(None) in typing.get_args(hint)) == option.nullable, (scope, f.name)
-    assert SCHEMA[scope] == options_of(cls)
+    assert declaration_problem(SETTINGS[scope]) is None
+    assert SCHEMA[scope] == options_of(SETTINGS[scope])
+
+
+@dataclasses.dataclass(frozen=True)
+class _WrongType(TopologySettings):
+    laps: str = integer(3, "rounds a lap lasts")
+
+
+@dataclasses.dataclass(frozen=True)
+class _NotNullable(TopologySettings):
+    laps: int = integer(None, "rounds a lap lasts (null: none)", nullable=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NullableText(TopologySettings):
+    label: str | None = text("x", "a label")
+
+
+class _NotADataclass(TopologySettings):
+    laps: int = integer(3, "rounds a lap lasts")
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoMaker(TopologySettings):
+    laps: int = 3
+
+
+def test_a_broken_settings_declaration_is_said_in_one_line():
+    """An annotation that disagrees with its field maker (type or nullability), a subclass left
+    without @dataclass (its fields would silently be none of the scope's) or a field made without
+    a maker: each said in one line."""
+    assert declaration_problem(TopologySettings) is None and declaration_problem(PPOSettings) is None
+    assert declaration_problem(_WrongType) == ("_WrongType.laps is annotated str but made as a int option: "
+                                               "annotate it int or use the maker of its type")
+    assert declaration_problem(_NotNullable) == ("_NotNullable.laps is annotated int but its option is "
+                                                 "nullable: add '| None'")
+    assert declaration_problem(_NullableText) == ("_NullableText.label is annotated str | None but its "
+                                                  "option is not nullable: drop '| None'")
+    assert declaration_problem(_NotADataclass) == ("_NotADataclass is not a dataclass: declare it with "
+                                                   "@dataclass(frozen=True)")
+    assert declaration_problem(_NoMaker) == ("_NoMaker.laps has no option: make it with a field maker "
+                                             "(integer, text, ...)")
 
 
 def test_a_checked_config_builds_a_frozen_object_of_the_declared_types():
@@ -51,12 +78,12 @@ def test_a_checked_config_builds_a_frozen_object_of_the_declared_types():
 
 def test_maps_are_read_only_and_a_missing_option_takes_its_default():
     env = EnvSettings.build({"name": "breakout", "id": "ALE/Breakout-v5", "reward_threshold": 30,
-                             "atari": {"frame_stack": 2, "nested": {"a": [1, 2]}}})
-    assert env.atari["frame_stack"] == 2 and env.atari["nested"]["a"] == (1, 2)
+                             "kwargs": {"frameskip": 2, "nested": {"a": [1, 2]}}})
+    assert env.kwargs["frameskip"] == 2 and env.kwargs["nested"]["a"] == (1, 2)
     with pytest.raises(TypeError):
-        env.atari["frame_stack"] = 4  # type: ignore[index]
-    assert env.num_envs == 1 and env.kwargs == {} and env.reward_threshold == 30.0
-    assert env.as_dict()["atari"] == {"frame_stack": 2, "nested": {"a": [1, 2]}}
+        env.kwargs["frameskip"] = 4  # type: ignore[index]
+    assert env.num_envs == 1 and env.sim_cost_ms_by_rank is None and env.reward_threshold == 30.0
+    assert env.as_dict()["kwargs"] == {"frameskip": 2, "nested": {"a": [1, 2]}}
     old_run = {"max_env_steps": 5000, "eval_every": 1000}  # written before later options existed
     run = RunSettings.build(old_run)
     assert run.max_env_steps == 5000 and run.memory_sample_s == 0 and run.matmul_precision == "highest"
