@@ -251,7 +251,8 @@ def test_a_rollout_per_environment_counts_the_jobs_environments(topology, ranks,
     assert (plan.cfg.algo.rollout_steps, plan.cfg.algo.batch_size) == (rows, rows // 4)
     assert cfg.algo.rollout_steps == configured != rows  # the caller's config is not modified
     if issubclass(plan.topology_cls, Allgather | ParameterServer):  # global rule: a rank's share
-        algo_cfg = plan.topology_cls.batch_rule(plan.cfg, ranks).algo_cfg
+        settings = plan.topology_cls.settings_of(plan.cfg.topology)
+        algo_cfg = plan.topology_cls.batch_rule(settings, plan.cfg.algo, ranks).algo_cfg
         per_rank = 16 * 2 * stepping // plan.topology_cls.data_ranks(ranks)
         assert (algo_cfg.rollout_steps, algo_cfg.batch_size) == (per_rank, per_rank // 4)
     algo = PPO(plan.spec, plan.cfg.algo, learner=False)

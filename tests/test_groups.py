@@ -77,23 +77,34 @@ def test_groups_contract(runs, wiring, ranks):
     assert episode_ranks == {s["rank"] for s in simulators if s["group"] == 0} | {size}
 
 
-def test_groups_takes_its_wirings_options_from_the_wirings():
-    """groups' options are its own, the data-parallel learner's and those each wiring declares
-    (the same Option objects, declared once): async's chunk options but not its ``utd_mode``, none
-    of star's round sizing; ``group_wiring`` chooses among the wirings."""
+def test_groups_settings_inherit_the_wirings_fields():
+    """groups' settings class is composed by inheritance of its own fields, the data-parallel
+    learners' and the fields each wiring reads inside a group (``GroupWiring.fields``: the same
+    options, declared once): async's chunk options but not its ``utd_mode``, none of star's round
+    sizing; ``group_wiring`` chooses among the wirings; a wiring reads its fields of groups'
+    typed settings, an instance of them."""
+    from drlmpi.config.settings import options_of
     from drlmpi.topologies.asynchronous import Asynchronous
-    from drlmpi.topologies.core.data_parallel.learners import REDUCE
+    from drlmpi.topologies.core.data_parallel.batch_rule import BatchRuleFields
+    from drlmpi.topologies.core.data_parallel.learners import AveragingFields
     from drlmpi.topologies.groups import WIRINGS, Groups
 
+    groups, options = Groups.settings_class, options_of(Groups.settings_class)
     assert list(WIRINGS) == ["star", "async"]
-    assert Groups.options["group_wiring"].choices == ("star", "async")
-    assert Groups.options["group_wiring"].default == "star"
+    assert options["group_wiring"].choices == ("star", "async") and options["group_wiring"].default == "star"
+    assert issubclass(groups, AveragingFields) and issubclass(groups, BatchRuleFields)
     for wiring in WIRINGS.values():
-        assert all(Groups.options[key] is option for key, option in wiring.options.items())
-    assert [key for key in Groups.options if key in Asynchronous.options and key != "sync_every"
-            and key != "sync_unit"] == ["publish_every", "max_policy_lag", "max_pending_updates", "slots"]
-    assert Groups.options["reduce"] is REDUCE and "utd_mode" not in Groups.options
-    assert not {"round_rows", "ramp_from"} & set(Groups.options)
+        assert issubclass(groups, wiring.fields)
+        assert all(options[key] is option for key, option in options_of(wiring.fields).items()
+                   if key != "sync_every")  # (groups says what sync_every means in a group)
+    async_options = options_of(Asynchronous.settings_class)
+    assert [key for key in options if key in async_options and key not in ("_target_", "name", "sync_every",
+            "sync_unit")] == ["publish_every", "max_policy_lag", "max_pending_updates", "slots"]
+    assert options["reduce"] is options_of(AveragingFields)["reduce"] and "utd_mode" not in options
+    assert not {"round_rows", "ramp_from"} & set(options)
+    assert (options["sync_every"].default, async_options["sync_every"].default) == (64, 64)
+    settings = Groups.settings_of({"group_wiring": "async", "slots": 3})
+    assert isinstance(settings, WIRINGS["async"].fields) and settings.slots == 3
 
 
 def test_utd_mode_is_refused_in_an_async_group_and_ignored_in_a_star_one():

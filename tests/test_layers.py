@@ -162,9 +162,9 @@ def test_the_top_of_topologies_holds_the_topologies_and_core():
 def test_groups_drives_its_wirings_through_their_interface():
     """topology=groups composes another topology's wiring of a group (star's, async's) through
     ``GroupWiring`` (topologies/core/wiring.py) alone: it compares nothing with a topology's name
-    and reads no other class's options by key. A broken copy fails it: ``report =
-    Star(self.cfg).simulate(sub) if wiring == "star" else ...``, or ``**{key:
-    Allgather.options[key] for key in ("reduce", "check_every")}`` among its options."""
+    and reads no class's options by key (its settings inherit them). A broken copy fails it:
+    ``report = Star(self.cfg).simulate(sub) if wiring == "star" else ...``, or ``**{key:
+    Allgather.options[key] ...}`` / ``options_of(AllgatherSettings)[key]`` among its options."""
     others = {p.stem for p in (PACKAGE.parent / "conf" / "topology").glob("*.yaml")} - {"groups"}
     found = []
     for node in ast.walk(ast.parse((PACKAGE / "topologies" / "groups.py").read_text())):
@@ -173,6 +173,9 @@ def test_groups_drives_its_wirings_through_their_interface():
             found.append(f"{line} names {node.value!r}")
         if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
                 and node.value.attr == "options" and ast.unparse(node.value.value) != "cls"):
+            found.append(f"{line} reads {ast.unparse(node)}")
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call)
+                and getattr(node.value.func, "id", None) == "options_of"):
             found.append(f"{line} reads {ast.unparse(node)}")
     assert not found, "\n".join(found)
 

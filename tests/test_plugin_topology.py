@@ -17,7 +17,7 @@ from hydra import compose, initialize_config_dir
 from drlmpi.config.checks import check_override
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.plugins import PLUGIN_PATH
-from drlmpi.config.schema import SCHEMA
+from drlmpi.config.schema import SCHEMA, SETTINGS
 from drlmpi.planner.model import predict, topology_names
 from drlmpi.report import build_report
 from drlmpi.run.preflight import make_plan
@@ -42,6 +42,7 @@ def plugin(monkeypatch):
     register()
     yield
     SCHEMA.pop("topology/ring", None)
+    SETTINGS.pop("topology/ring", None)
     sys.modules.pop("ring", None)
     if str(PLUGINS) in sys.path:
         sys.path.remove(str(PLUGINS))
@@ -57,11 +58,21 @@ def test_a_plugin_topology_is_checked_run_planned_and_reported(plugin, tmp_path)
     with pytest.raises(ConfigError, match=r"^topology\.laps must be >= 1, got 0$"):
         check_override("topology.laps=0", {"topology": "ring"})
     assert any(line.strip().startswith("topology.laps=3 ") for line in help_lines())
+    # Declared as a dataclass: the scope is its settings class (star's options, its own default and
+    # option; _target_ and name its YAML file's), and the run's topology reads them typed.
+    ring_settings = SETTINGS["topology/ring"]
+    assert ring_settings.__name__ == "RingSettings" and issubclass(ring_settings, Star.settings_class)
+    assert (SCHEMA["topology/ring"]["name"].default, SCHEMA["topology/ring"]["_target_"].default) == (
+        "ring", "ring.Ring")
+    assert list(SCHEMA["topology/ring"]) == ["_target_", "name", "sync_every", "sync_unit", "round_rows",
+                                             "ramp_from", "laps"]
     # Its rank rule, before any rank starts.
     with pytest.raises(ConfigError, match="^topology=ring needs at least 3 ranks, but the job has 2"):
         make_plan(cfg, 2)
     ring = make_plan(cfg, 3).topology_cls
     assert ring.__module__ == "ring" and issubclass(ring, Star)
+    settings = ring(cfg.topology).cfg
+    assert isinstance(settings, ring.settings_class) and (settings.laps, settings.sync_every) == (5, 128)
     # Planned: the planner lists it and asks its pace model.
     assert "ring" in topology_names()
     planned = predict(ring, 4, probe(), cfg)
@@ -79,6 +90,57 @@ def test_a_plugin_topology_is_checked_run_planned_and_reported(plugin, tmp_path)
     text = (tmp_path / "report" / "report.md").read_text()
     assert "## Ring\n\n1 run(s) of the ring, laps [5]." in text
     assert "| cartpole | dqn | ring | 3 | 1 |" in text  # its row in the results table
+
+
+#: a plugin topology written for an older drlmpi: its options a dict, read by key ...
+OLD_OPTIONS = """
+from drlmpi.config.options import Option
+from drlmpi.topologies.star import Star
+
+
+class Old(Star):
+    name = "old"
+    options = {"laps": Option("int", "rounds a lap lasts", 3, low=1)}
+"""
+#: ... or made with the helpers that declared them then (gone: the settings classes replace them)
+OLD_HELPERS = """
+from drlmpi.topologies.core.base import sync_options
+from drlmpi.topologies.star import Star
+
+
+class Old(Star):
+    name = "old"
+    options = sync_options(128, "experience each simulator collects per round")
+"""
+NEW_WAY = (r"declare them as a frozen dataclass of drlmpi\.config\.scopes\.TopologySettings and name it "
+           r"settings_class \(docs/topologies\.md, 'Writing a topology'\)$")
+
+
+@pytest.mark.parametrize(("source", "said"), [
+    (OLD_OPTIONS, r"^topology class old_plugin\.Old: it declares its options as a dict \(options = "
+                  r"\{\.\.\.\}\), which drlmpi no longer reads: " + NEW_WAY),
+    (OLD_HELPERS, r"^topology class old_plugin\.Old cannot be imported: cannot import name 'sync_options' "
+                  r"from 'drlmpi\.topologies\.core\.base' .* \(written for an older drlmpi\? "
+                  r"docs/topologies\.md, 'Writing a topology'\)$"),
+])
+def test_a_plugin_declaring_its_options_the_old_way_is_refused_in_one_line(monkeypatch, tmp_path, source,
+                                                                           said):
+    """A plugin written for an older drlmpi (``options = {...}``, its config read by key) is refused
+    before anything is composed or any rank starts, with where the way to declare them now is; the
+    registry registers nothing of it."""
+    (tmp_path / "topology").mkdir()
+    (tmp_path / "old_plugin.py").write_text(source)
+    (tmp_path / "topology" / "old.yaml").write_text(
+        "defaults:\n  - /schema/topology/old@_here_\n  - _self_\n_target_: old_plugin.Old\n")
+    monkeypatch.setenv(PLUGIN_PATH, str(tmp_path))
+    try:
+        with pytest.raises(ConfigError, match=said):
+            register()
+        assert "topology/old" not in SCHEMA and "topology/old" not in SETTINGS
+    finally:
+        sys.modules.pop("old_plugin", None)
+        if str(tmp_path) in sys.path:
+            sys.path.remove(str(tmp_path))
 
 
 def test_a_plugin_directory_that_does_not_exist_is_refused_in_one_line(monkeypatch, tmp_path, capsys):

@@ -8,17 +8,17 @@ policy lag each round records - are those of the equivalent ``sync_every``.
 
 from __future__ import annotations
 
-from drlmpi.topologies.star import Star
+from drlmpi.topologies.star import Star, StarSettings
 from tests.conftest import RunResult, run_in_pool
 from tests.test_refusals import refusal
 
 
 def test_the_round_is_shared_among_every_simulators_environments():
-    cfg = {"sync_every": 256, "sync_unit": "steps", "round_rows": 960}
+    cfg = StarSettings(sync_every=256, round_rows=960)
     assert [Star.round_steps(cfg, sims, 1) for sims in (1, 3, 7, 15)] == [960, 320, 137, 64]
     assert Star.round_steps(cfg, 15, 8) == 8  # 15 simulators x 8 environments
-    assert Star.round_steps({**cfg, "round_rows": 4}, 15, 8) == 1  # at least one step
-    assert Star.round_steps({**cfg, "round_rows": None}, 15, 8) == 256  # sync_every
+    assert Star.round_steps(cfg.replace(round_rows=4), 15, 8) == 1  # at least one step
+    assert Star.round_steps(cfg.replace(round_rows=None), 15, 8) == 256  # sync_every
     assert Star.report_label(cfg) == "star[round_rows=960]"
 
 
@@ -31,11 +31,11 @@ def test_the_planner_paces_the_round_that_runs():
                             ingest_row_s=1e-6, updates_per_step=1.0, batch_size=64,
                             message_s=lambda nbytes: 1e-5 + nbytes / 1e9,
                             learner_update_at=lambda batch: 2e-3, slowdown_at=lambda ranks: 1.0)
-    by_rows = {"sync_every": 256, "sync_unit": "steps", "round_rows": 960}
+    by_rows = StarSettings(sync_every=256, round_rows=960)
     for ranks, steps in ((4, 320), (16, 64)):
         paced = Star.pace(ranks, probe, by_rows)
-        assert paced == Star.pace(ranks, probe, {"sync_every": steps, "sync_unit": "steps"})
-        assert paced != Star.pace(ranks, probe, {"sync_every": 256, "sync_unit": "steps"})
+        assert paced == Star.pace(ranks, probe, StarSettings(sync_every=steps))
+        assert paced != Star.pace(ranks, probe, StarSettings(sync_every=256))
 
 
 def test_round_rows_is_refused_with_episodes_or_beside_a_sync_every():

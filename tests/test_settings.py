@@ -1,39 +1,131 @@
 """Typed settings (drlmpi/config/settings.py, drlmpi/config/scopes.py): the schema is generated from
-the settings classes, a checked config becomes a frozen object of the declared types, and a config
-written before an option existed still builds (the option takes its default)."""
+the settings classes (every topology's too: drlmpi/topologies/core/registry.py), a checked config
+becomes a frozen object of the declared types, and a config written before an option existed still
+builds (the option takes its default)."""
 
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
-from collections.abc import Mapping
 
 import pytest
 from omegaconf import OmegaConf
 
 from drlmpi.config.schema import SCHEMA, SETTINGS, group_config
-from drlmpi.config.scopes import EnvSettings, PPOSettings, RunSettings
-from drlmpi.config.settings import OPTION, options_of
+from drlmpi.config.scopes import EnvSettings, PPOSettings, RunSettings, TopologySettings
+from drlmpi.config.settings import declaration_problem, integer, options_of, text
+from drlmpi.topologies.core.base import SyncFields
+from drlmpi.topologies.core.registry import built_in, register, settings_problem
+from drlmpi.topologies.star import Star, StarSettings
 
-KINDS = {"int": int, "float": float, "bool": bool, "str": str, "ints": tuple, "map": Mapping}
+register()  # the topologies' scopes too, before the parameters below are made from SETTINGS
 
 
 @pytest.mark.parametrize("scope", sorted(SETTINGS))
 def test_each_fields_type_is_its_options_kind(scope):
     """A field's annotation and its option agree (an ``int`` field holds an ``integer``): a field
-    declared with the wrong maker would be checked as one type and read as another."""
-    cls = SETTINGS[scope]
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        option = f.metadata[OPTION]
-        hint = hints[f.name]
-        optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
-        inner = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
-        declared = typing.get_origin(inner) or inner
-        assert declared is KINDS[option.kind] or issubclass(declared, KINDS[option.kind]), (scope, f.name)
-        assert (optional and type(None) in typing.get_args(hint)) == option.nullable, (scope, f.name)
-    assert SCHEMA[scope] == options_of(cls)
+    declared with the wrong maker would be checked as one type and read as another. Every scope,
+    the topologies' included; the schema holds each class's options."""
+    assert declaration_problem(SETTINGS[scope]) is None
+    assert SCHEMA[scope] == options_of(SETTINGS[scope])
+
+
+def test_the_scopes_include_every_topology():
+    assert {f"topology/{name}" for name in built_in()} <= set(SETTINGS) and len(built_in()) >= 8
+
+
+@dataclasses.dataclass(frozen=True)
+class _WrongType(TopologySettings):
+    laps: str = integer(3, "rounds a lap lasts")
+
+
+@dataclasses.dataclass(frozen=True)
+class _NotNullable(TopologySettings):
+    laps: int = integer(None, "rounds a lap lasts (null: none)", nullable=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NullableText(TopologySettings):
+    label: str | None = text("x", "a label")
+
+
+class _NotADataclass(TopologySettings):
+    laps: int = integer(3, "rounds a lap lasts")
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoMaker(TopologySettings):
+    laps: int = 3
+
+
+def test_a_broken_settings_declaration_is_said_in_one_line():
+    """An annotation that disagrees with its field maker (type or nullability), a subclass left
+    without @dataclass (its fields would silently be none of the scope's) or a field made without
+    a maker: each said in one line."""
+    assert declaration_problem(TopologySettings) is None and declaration_problem(PPOSettings) is None
+    assert declaration_problem(_WrongType) == ("_WrongType.laps is annotated str but made as a int option: "
+                                               "annotate it int or use the maker of its type")
+    assert declaration_problem(_NotNullable) == ("_NotNullable.laps is annotated int but its option is "
+                                                 "nullable: add '| None'")
+    assert declaration_problem(_NullableText) == ("_NullableText.label is annotated str | None but its "
+                                                  "option is not nullable: drop '| None'")
+    assert declaration_problem(_NotADataclass) == ("_NotADataclass is not a dataclass: declare it with "
+                                                   "@dataclass(frozen=True)")
+    assert declaration_problem(_NoMaker) == ("_NoMaker.laps has no option: make it with a field maker "
+                                             "(integer, text, ...)")
+
+
+def test_the_registry_refuses_a_topology_whose_settings_are_declared_wrongly():
+    """A topology whose settings class is declared wrongly, is no settings class, or that still
+    declares a dict of options is refused by the registry before anything reads its config."""
+
+    class Broken(Star):
+        settings_class = _WrongType
+
+    class NotSettings(Star):
+        settings_class = dict
+
+    class OldStyle(Star):
+        options = {"laps": integer(3, "rounds a lap lasts")}
+
+    assert settings_problem(Star) is None and settings_problem(Broken) == declaration_problem(_WrongType)
+    assert settings_problem(NotSettings).startswith("settings_class is <class 'dict'>, not a subclass of "
+                                                    "drlmpi.config.scopes.TopologySettings")
+    assert settings_problem(OldStyle).startswith("it declares its options as a dict (options = {...}), which "
+                                                 "drlmpi no longer reads: declare them as a frozen dataclass")
+
+
+@pytest.mark.parametrize("name", sorted(built_in()))
+def test_each_topology_builds_its_typed_settings_from_its_composed_config(name):
+    """``conf/topology/<name>.yaml`` over its schema node becomes the topology's settings class,
+    holding exactly the composed values, typed; the topology reads that object."""
+    cls = built_in()[name]
+    node = group_config("topology", name)
+    settings = cls.settings_of(node)
+    assert type(settings) is cls.settings_class is SETTINGS[f"topology/{name}"]
+    assert isinstance(settings, TopologySettings) and settings.scope == f"topology/{name}"
+    assert (settings.name, settings._target_) == (name, f"{cls.__module__}.{cls.__qualname__}")
+    assert settings.as_dict() == OmegaConf.to_container(node)
+    assert cls(node).cfg == settings and cls.settings_of(settings) is settings
+    if isinstance(settings, SyncFields):  # YAML may write a count as 64.0: read as the int it is
+        every = cls.settings_of(OmegaConf.merge(node, {"sync_every": 64.0})).sync_every
+        assert every == 64 and type(every) is int
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.name = "other"  # type: ignore[misc]
+
+
+def test_a_plugins_settings_take_their_target_and_name_from_its_yaml_file():
+    """A settings class that leaves ``_target_`` and ``name`` to the registry (a plugin's, or one
+    class under a second YAML file) is registered as a subclass whose defaults are the file's."""
+    from drlmpi.topologies.core.registry import named_settings
+
+    assert named_settings(StarSettings, "drlmpi.topologies.star.Star", "star") is StarSettings
+    derived = named_settings(StarSettings, "plugin.Fast", "fast")
+    assert issubclass(derived, StarSettings) and derived.scope == "topology/fast"
+    assert declaration_problem(derived) is None
+    options = options_of(derived)
+    assert (options["_target_"].default, options["name"].default) == ("plugin.Fast", "fast")
+    assert list(options) == list(options_of(StarSettings))
+    assert derived.build({}).name == "fast" and StarSettings.build({}).name == "star"
 
 
 def test_a_checked_config_builds_a_frozen_object_of_the_declared_types():
@@ -85,6 +177,9 @@ def test_a_composed_job_becomes_its_typed_settings():
     assert job.seed == 3 and job.env.id == "Pendulum-v1" and isinstance(job.algo, PPOSettings)
     assert job.algo.hidden == (32,) and job.algo.lr == cfg.algo.lr
     assert job.run.eval_every == cfg.run.eval_every
-    assert job.topology["name"] == "star" and job.topology["sync_every"] == cfg.topology.sync_every
+    assert isinstance(job.topology, StarSettings) and job.topology.name == "star"
+    assert job.topology.sync_every == cfg.topology.sync_every and job.topology.round_rows is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         job.run.max_env_steps = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.topology.sync_every = 1  # type: ignore[misc]

@@ -1,7 +1,8 @@
-"""The settings of the top level, ``run``, ``env`` and each built-in algorithm (each topology
-declares its own beside its class: :attr:`drlmpi.topologies.base.Topology.settings`). What each
-option means is its doc here; docs/configuration.md's reference and ``--help-all`` are generated
-from these classes (:mod:`drlmpi.run.reference`)."""
+"""The settings of the top level, ``run``, ``env`` and each built-in algorithm, and the base of
+every topology's (:class:`TopologySettings`: each topology declares its own subclass beside its
+class, :attr:`drlmpi.topologies.core.base.Topology.settings_class`). What each option means is its
+doc here; docs/configuration.md's reference and ``--help-all`` are generated from these classes
+(:mod:`drlmpi.run.reference`)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,16 @@ class AlgoSettings(Settings):
 
     _target_: str = target("")
     name: str = label("", "algorithm")
+
+
+@dataclass(frozen=True)
+class TopologySettings(Settings):
+    """A topology's settings: the class Hydra builds and its name, then its own options (a
+    topology's subclass declares them with the field makers; mixins of several topologies'
+    shared options live beside the code that reads them, in :mod:`drlmpi.topologies.core`)."""
+
+    _target_: str = target("")
+    name: str = label("", "topology")
 
 
 _CAPTURE_DOC = "device learner: auto (CUDA graphs on CUDA, eager on cpu) | graph | compile | off"

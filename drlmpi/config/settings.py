@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
+import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -84,6 +85,48 @@ def mapping(default: Mapping[str, Any] | None, doc: str, nullable: bool = False)
 def options_of(cls: type[Settings]) -> dict[str, Option]:
     """The scope's options by name, in declaration order (what the schema holds)."""
     return {f.name: f.metadata[OPTION] for f in dataclasses.fields(cls) if OPTION in f.metadata}
+
+
+#: the Python type a field of each option kind is annotated with (``X | None`` when nullable)
+KIND_TYPES: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str, "ints": tuple,
+                               "map": Mapping}
+
+
+def declaration_problem(cls: type) -> str | None:
+    """What is wrong with the declaration of settings class ``cls``, in one line (``None``:
+    nothing): a subclass left without ``@dataclass(frozen=True)`` (its fields would be none of the
+    scope's), a field made without a field maker, or an annotation that disagrees with its
+    maker (an ``int`` field made with :func:`text`, a nullable option not annotated ``| None``) -
+    checked as one type, it would be read as another."""
+    for klass in cls.__mro__:
+        if any(isinstance(value, dataclasses.Field) for value in vars(klass).values()):
+            return f"{klass.__qualname__} is not a dataclass: declare it with @dataclass(frozen=True)"
+    if not (dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen):
+        return f"{cls.__qualname__} is not a frozen dataclass: declare it with @dataclass(frozen=True)"
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception as exc:  # noqa: BLE001 (an annotation that names nothing: NameError, TypeError)
+        return f"{cls.__qualname__}'s annotations cannot be read: {exc}"
+    for f in dataclasses.fields(cls):
+        option = f.metadata.get(OPTION)
+        if option is None:
+            return (f"{cls.__qualname__}.{f.name} has no option: make it with a field maker (integer, "
+                    f"text, ...)")
+        hint = hints[f.name]
+        shown = hint.__name__ if isinstance(hint, type) else str(hint)
+        args = typing.get_args(hint)
+        optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+        inner = next(a for a in args if a is not type(None)) if optional else hint
+        declared = typing.get_origin(inner) or inner
+        kind = KIND_TYPES[option.kind] if option.kind in KIND_TYPES else object
+        if not (isinstance(declared, type) and issubclass(declared, kind)):
+            return (f"{cls.__qualname__}.{f.name} is annotated {shown} but made as a {option.kind} option: "
+                    f"annotate it {kind.__name__} or use the maker of its type")
+        if optional != option.nullable:
+            return (f"{cls.__qualname__}.{f.name} is annotated {shown} but its option is "
+                    f"{'nullable' if option.nullable else 'not nullable'}: "
+                    f"{'add' if option.nullable else 'drop'} '| None'")
+    return None
 
 
 def typed(option: Option, value: Any) -> Any:

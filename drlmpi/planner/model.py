@@ -96,10 +96,11 @@ def predict(cls: type, ranks: int, p: Probe, cfg: Any, calibration: dict[str, An
         budget = cfg.run.get("max_env_steps")
     budget = None if budget is None else int(budget)
     load = load_at(ranks, calibration)
-    model = cls.pace(ranks, p, cfg.topology)
+    settings = cls.settings_of(cfg.topology)  # the typed settings each pace model reads
+    model = cls.pace(ranks, p, settings)
     env_rate, update_rate = rates(model, p, budget)
     spread = max(p.spread.values(), default=0.0)
-    ends = [rates(cls.pace(ranks, p.scaled(factor), cfg.topology), p, budget)[0] * load
+    ends = [rates(cls.pace(ranks, p.scaled(factor), settings), p, budget)[0] * load
             for factor in (1 + spread, max(1 - spread, CHEAPEST_END))]
     return Prediction(name, ranks, env_steps_per_s=env_rate * load, updates_per_s=update_rate * load,
                       bound=model.bound(), low=min(ends), high=max(ends), load=load)

@@ -39,6 +39,7 @@ from drlmpi.device.determinism import apply_run_settings
 from drlmpi.job_control.process import usable_cpus
 from drlmpi.planner import LAUNCH_ENV, mpi_command
 from drlmpi.run.preflight import make_plan, resolve_classes
+from drlmpi.topologies.core.base import SyncFields
 from drlmpi.topologies.core.pace import Probe
 
 #: message latency and bandwidth assumed when no MPI launcher can run the ping-pong
@@ -60,9 +61,10 @@ def _context(cfg: Any, run_dir: Path):
 
 
 def _chunk_steps(cfg: Any) -> int:
-    """Steps per environment in one chunk of the probed topology's experience."""
-    topology = cfg.topology
-    return int(topology["sync_every"]) if "sync_every" in topology else CHUNKLESS_STEPS
+    """Steps per environment in one chunk of the probed topology's experience (its typed settings'
+    ``sync_every``; :data:`CHUNKLESS_STEPS` for a topology without one)."""
+    settings = resolve_classes(cfg)[1].settings_of(cfg.topology)
+    return settings.sync_every if isinstance(settings, SyncFields) else CHUNKLESS_STEPS
 
 
 def smallest_world(cfg: Any) -> int:

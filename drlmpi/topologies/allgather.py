@@ -23,29 +23,37 @@ scale the learning rate).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from drlmpi.config.scopes import TopologySettings, label, target
+from drlmpi.config.settings import integer
 from drlmpi.mpi.wire import Control, RoundCounts
-from drlmpi.topologies.core.base import control_message, sync_amount, sync_options
+from drlmpi.topologies.core.base import SyncFields, control_message
 from drlmpi.topologies.core.context import RunContext
-from drlmpi.topologies.core.data_parallel.backend import BACKEND, check_backend
-from drlmpi.topologies.core.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
-from drlmpi.topologies.core.data_parallel.learners import CHECK_EVERY, REDUCE, DataParallelLearner
+from drlmpi.topologies.core.data_parallel.backend import check_backend
+from drlmpi.topologies.core.data_parallel.batch_rule import BatchRuleFields, DataParallelTopology
+from drlmpi.topologies.core.data_parallel.learners import AveragingFields, DataParallelLearner
 from drlmpi.topologies.core.data_parallel.rounds import data_parallel_round
 from drlmpi.topologies.core.reports import RankReport, learner_report
 
 ROOT = 0
 
 
+@dataclass(frozen=True)
+class AllgatherSettings(BatchRuleFields, AveragingFields, SyncFields, TopologySettings):
+    scope: ClassVar[str] = "topology/allgather"
+    _target_: str = target("drlmpi.topologies.allgather.Allgather")
+    name: str = label("allgather", "topology")
+    sync_every: int = integer(64, "steps (per environment) each rank collects per round")
+
+
 class Allgather(DataParallelTopology):
     """N peers averaging gradients; rank 0 also evaluates, logs and decides when to stop."""
 
     name = "allgather"
-    options = {
-        **sync_options(64, "steps (per environment) each rank collects per round"),
-        "reduce": REDUCE, "check_every": CHECK_EVERY, "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE,
-        "backend": BACKEND,
-    }
+    settings_class = AllgatherSettings
+    cfg: AllgatherSettings
     min_ranks = 1
     max_ranks = None
     report_order = 50
@@ -54,19 +62,19 @@ class Allgather(DataParallelTopology):
     @classmethod
     def check(cls, plan) -> None:
         super().check(plan)
-        check_backend(plan.cfg.topology, plan.device)
+        settings = cls.settings_of(plan.cfg.topology)
+        check_backend(settings.backend, settings.reduce, plan.device)
 
     def run(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm
-        every, unit = sync_amount(self.cfg)
         is_root = comm.rank == ROOT
-        peer = DataParallelLearner(ctx, comm, self.cfg, self.batch_rule(ctx.cfg, comm.size), log=is_root,
-                                   reduce=str(self.cfg.reduce))
+        peer = DataParallelLearner(ctx, comm, self.cfg, self.batch_rule(self.cfg, ctx.cfg.algo, comm.size),
+                                   log=is_root)
         learner = peer.learner
         actor = ctx.make_local_actor(learner)
         while True:
             actor.set_global_steps(learner.env_steps, comm.size)
-            table = data_parallel_round(comm, learner, actor, every, unit, ROOT)
+            table = data_parallel_round(comm, learner, actor, self.cfg.sync_every, self.cfg.sync_unit, ROOT)
             peer.train(int(table[:, RoundCounts.UPDATES_DUE].min()))
             learner.lead(actor)
             stop = False

@@ -5,7 +5,8 @@ The world of W ranks is split (``Comm.Split``) into ``topology.learners`` = L gr
 G = W / L consecutive ranks; the first rank of each group is its learner, the others its
 simulators. Inside a group the wiring is ``topology.group_wiring``, one of :data:`WIRINGS`, each
 a :class:`~drlmpi.topologies.core.wiring.GroupWiring` that another topology provides and groups
-drives through that interface alone (its simulator side, its learner side, its options):
+drives through that interface alone (its simulator side, its learner side, the fields it reads,
+which :class:`GroupsSettings` inherits):
 
 * ``star`` (:class:`~drlmpi.topologies.star.StarWiring`) - the simulators run star's simulator
   loop over the group's communicator, and the learner its side of the same messages (``Gather``
@@ -27,41 +28,65 @@ at the end. How the job's batch is shared among the L learners is ``topology.bat
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.options import choice, integer
+from drlmpi.config.scopes import TopologySettings, label, target
+from drlmpi.config.settings import choice, integer
 from drlmpi.job_control.launchers import size_refusal
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.roles.actor import episode_stats
 from drlmpi.topologies.asynchronous.group import AsyncWiring
-from drlmpi.topologies.core.base import control_message, sync_options
+from drlmpi.topologies.asynchronous.settings import AsyncChunkFields
+from drlmpi.topologies.core.base import SyncFields, control_message
 from drlmpi.topologies.core.context import RunContext
-from drlmpi.topologies.core.data_parallel.backend import (
-    BACKEND,
-    check_backend,
-)
+from drlmpi.topologies.core.data_parallel.backend import check_backend
 from drlmpi.topologies.core.data_parallel.batch_rule import (
-    BATCH_RULE,
     DEFAULT_RULE,
-    LR_SCALE,
+    BatchRuleFields,
     DataParallelTopology,
     per_rank_algo_config,
 )
-from drlmpi.topologies.core.data_parallel.learners import CHECK_EVERY, REDUCE, DataParallelLearner
+from drlmpi.topologies.core.data_parallel.learners import AveragingFields, DataParallelLearner
 from drlmpi.topologies.core.data_parallel.rounds import exchange_round_counts, gather_episodes
 from drlmpi.topologies.core.pace import Pace, Probe, batch_share, device_turns, first_round, log2, sync_rows
 from drlmpi.topologies.core.reports import RankReport, learner_report
 from drlmpi.topologies.core.rounds import LEARNER_RANK
-from drlmpi.topologies.core.wiring import GroupWiring, wiring_options, wiring_table
+from drlmpi.topologies.core.wiring import GroupWiring, wiring_table
 from drlmpi.topologies.star import StarWiring
 
 #: ``topology.group_wiring`` -> the wiring (the first is the default)
 WIRINGS = wiring_table(StarWiring, AsyncWiring)
+
+
+@dataclass(frozen=True)
+class GroupSplit(SyncFields, TopologySettings):
+    """groups' own options: how the world splits into groups and how each group is wired."""
+
+    learners: int = integer(2, "L: the world splits into L groups of one learner and its simulators; the L "
+                               "learners average gradients every update")
+    group_wiring: str = choice(next(iter(WIRINGS)), "how each group's simulators feed its learner: star "
+                               "(collective rounds) or async (nonblocking chunks)", *WIRINGS)
+
+
+@dataclass(frozen=True)
+class GroupsSettings(AsyncChunkFields, BatchRuleFields, AveragingFields, GroupSplit):
+    """groups' settings, composed: its own (:class:`GroupSplit`), its learners' (they average
+    gradients: :class:`AveragingFields`, and share the job's batch: :class:`BatchRuleFields`) and
+    the fields each wiring of :data:`WIRINGS` reads inside a group (``GroupWiring.fields``: star's
+    are ``sync_every`` and ``sync_unit``, async's :class:`AsyncChunkFields`); each applies to the
+    wiring that reads it."""
+
+    scope: ClassVar[str] = "topology/groups"
+    _target_: str = target("drlmpi.topologies.groups.Groups")
+    name: str = label("groups", "topology")
+    sync_every: int = integer(64, "steps (per environment) each simulator sends per round (star) or chunk "
+                                  "(async)")
 
 
 def group_sizes_hint(world_size: int) -> str:
@@ -73,58 +98,45 @@ class Groups(DataParallelTopology):
     """L groups of one learner and its simulators; the learners average gradients."""
 
     name = "groups"
-    options = {
-        **sync_options(64, "steps (per environment) each simulator sends per round (star) or chunk (async)"),
-        "learners": integer(2, "L: the world splits into L groups of one learner and its simulators; the L "
-                               "learners average gradients every update"),
-        "group_wiring": choice(next(iter(WIRINGS)), "how each group's simulators feed its learner: star "
-                               "(collective rounds) or async (nonblocking chunks)", *WIRINGS),
-        "backend": BACKEND, "reduce": REDUCE, "check_every": CHECK_EVERY, "batch_rule": BATCH_RULE,
-        "lr_scale": LR_SCALE,
-        **wiring_options(WIRINGS),  # each applies to the wiring that declares it
-    }
+    settings_class = GroupsSettings
+    cfg: GroupsSettings
     min_ranks = 2
     max_ranks = None
     report_order = 60
 
     @classmethod
-    def smallest_world(cls, cfg_topology: Any) -> int:
-        return 2 * max(1, cls.learners(cfg_topology))
+    def smallest_world(cls, cfg_topology: TopologySettings | Mapping[str, Any]) -> int:
+        return 2 * max(1, cls.settings_of(cfg_topology).learners)
 
     @classmethod
-    def learners(cls, cfg_topology: Any) -> int:
-        return int(cfg_topology["learners"])
-
-    @classmethod
-    def env_ranks(cls, world_size: int, topo_cfg: Any) -> int:
+    def env_ranks(cls, world_size: int, topo_cfg: TopologySettings | Mapping[str, Any]) -> int:
         """Every rank but the groups' learners."""
-        return max(1, world_size - cls.learners(topo_cfg))
+        return max(1, world_size - cls.settings_of(topo_cfg).learners)
 
     @classmethod
-    def report_label(cls, topo_cfg: Any) -> str:
-        """``groups[Lxstar]``, with the backend and batch rule where not the defaults."""
-        topo_cfg = topo_cfg or {}
-        wiring = topo_cfg.get("group_wiring") or cls.options["group_wiring"].default  # (older runs: none)
-        parts = [f"{cls.learners(topo_cfg)}x{wiring}"]
-        if str(topo_cfg["backend"]) not in ("mpi", "auto"):
-            parts.append(str(topo_cfg.get("backend")))
-        if str(topo_cfg["batch_rule"]) != DEFAULT_RULE:
-            parts.append(str(topo_cfg.get("batch_rule")))
+    def report_label(cls, topo_cfg: TopologySettings | Mapping[str, Any] | None) -> str:
+        """``groups[Lxstar]``, with the backend and batch rule where not the defaults (an older
+        run's config without ``group_wiring``: the default wiring, star, which it ran)."""
+        settings = cls.settings_of(topo_cfg or {})
+        parts = [f"{settings.learners}x{settings.group_wiring}"]
+        if settings.backend not in ("mpi", "auto"):
+            parts.append(settings.backend)
+        if settings.batch_rule != DEFAULT_RULE:
+            parts.append(settings.batch_rule)
         return f"{cls.name}[{','.join(parts)}]"
 
     @classmethod
-    def batch_rule(cls, cfg: Any, world_size: int):
-        topo = cfg.topology
-        return per_rank_algo_config(cfg.algo, cls.learners(topo), str(topo["batch_rule"]),
-                                    str(topo["lr_scale"]))
+    def batch_rule(cls, settings: GroupsSettings, algo_cfg: Mapping[str, Any], world_size: int):
+        """The batch rule among the L learners (the ranks that sample)."""
+        return per_rank_algo_config(algo_cfg, settings.learners, settings.batch_rule, settings.lr_scale)
 
     @classmethod
-    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+    def pace(cls, ranks: int, p: Probe, settings: GroupsSettings) -> Pace:
         """L learners, each fed by its group's simulators, averaging gradients every update:
         max(s/(N-L), c/L + rho (u(batch/L) + all-reduce(L) + straggler(L))) + round messages."""
-        learners, f = max(1, cls.learners(topo_cfg)), p.slowdown_at(ranks)
-        sims, group, rows = max(1, ranks - learners), ranks // learners, sync_rows(p, topo_cfg)
-        rule = str(topo_cfg["batch_rule"])
+        learners, f = max(1, settings.learners), p.slowdown_at(ranks)
+        sims, group, rows = max(1, ranks - learners), ranks // learners, sync_rows(p, settings.sync_every)
+        rule = settings.batch_rule
         per_update = (p.learner_update_at(batch_share(p.batch_size, learners, rule)) * f
                       * device_turns(p, learners)
                       + p.allreduce_at(learners) + p.straggler_s(learners, f))
@@ -133,12 +145,12 @@ class Groups(DataParallelTopology):
                 + max(1, log2(group)) * p.message_s(p.weight_bytes))
         c = p.ingest_row_s * f / learners
         return Pace(sim=p.sim_step_s * f / sims, learn=c + rho * per_update, comm=comm / (sims * rows),
-                    learn_warm=c, start=first_round(p, topo_cfg, f))
+                    learn_warm=c, start=first_round(p, settings.sync_every, f))
 
     @classmethod
     def check(cls, plan) -> None:
-        world_size, topo = plan.world_size, plan.cfg.topology
-        learners = cls.learners(topo)
+        world_size, topo = plan.world_size, cls.settings_of(plan.cfg.topology)
+        learners = topo.learners
         if learners < 1 or world_size % learners or world_size // learners < 2:
             fits = group_sizes_hint(world_size)
             ranks = max(1, learners) * max(2, -(-world_size // max(1, learners)))
@@ -148,18 +160,13 @@ class Groups(DataParallelTopology):
                 world_size, ranks, "topology=groups")
                 + (f", or use topology.learners={fits}" if fits else ""))
         super().check(plan)
-        cls.wiring(topo).check(plan.with_world(world_size // learners))
-        check_backend(topo, plan.device)
-
-    @classmethod
-    def wiring(cls, topo_cfg: Any) -> type[GroupWiring]:
-        """The wiring ``topology.group_wiring`` names (one of the schema's choices)."""
-        return WIRINGS[str(topo_cfg["group_wiring"])]
+        WIRINGS[topo.group_wiring].check(plan.with_world(world_size // learners), topo)
+        check_backend(topo.backend, topo.reduce, plan.device)
 
     def run(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm
-        group, size, group_comm, learners_comm = split_groups(comm, self.learners(self.cfg))
-        wiring = self.wiring(self.cfg)
+        group, size, group_comm, learners_comm = split_groups(comm, self.cfg.learners)
+        wiring = WIRINGS[self.cfg.group_wiring]
         if learners_comm is None:
             report = wiring.simulate(ctx.subcontext(group_comm), self.cfg)
         else:
@@ -199,8 +206,9 @@ class _GroupLearner:
         self.ctx, self.sub, self.lcomm = ctx, sub, lcomm
         self.group, self.group_size = group, group_size
         self.is_root = lcomm.rank == 0  # the group-0 learner, rank 0 of the job
-        self.peer = DataParallelLearner(sub, lcomm, self.cfg, topology.batch_rule(ctx.cfg, ctx.comm.size),
-                                        log=self.is_root, reduce=str(self.cfg.reduce))
+        self.peer = DataParallelLearner(sub, lcomm, self.cfg,
+                                        topology.batch_rule(self.cfg, ctx.cfg.algo, ctx.comm.size),
+                                        log=self.is_root)
         self.algo, self.learner = self.peer.algo, self.peer.learner
         # the job rank of every learner (for checkpoints and episode logging)
         self.learner_ranks = [g * group_size for g in range(lcomm.size)]

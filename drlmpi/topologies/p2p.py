@@ -11,21 +11,33 @@ from.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
-from drlmpi.topologies.core.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
+from drlmpi.config.scopes import TopologySettings, label, target
+from drlmpi.config.settings import integer
+from drlmpi.topologies.core.base import SyncFields, Topology, check_ramp, ramp_from
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Pace, Probe, star_pace
 from drlmpi.topologies.core.reports import RankReport
 from drlmpi.topologies.core.rounds import LEARNER_RANK, PointToPointLink, learner_rounds, simulator_rounds
 
 
+@dataclass(frozen=True)
+class PointToPointSettings(SyncFields, TopologySettings):
+    scope: ClassVar[str] = "topology/p2p"
+    _target_: str = target("drlmpi.topologies.p2p.PointToPoint")
+    name: str = label("p2p", "topology")
+    sync_every: int = integer(256, "experience the simulator collects between exchanges")
+    ramp_from: int | None = ramp_from()
+
+
 class PointToPoint(Topology):
     """One learner rank (0) and one simulator rank (1) exchanging Send/Recv messages."""
 
     name = "p2p"
-    options = {**sync_options(256, "experience the simulator collects between exchanges"),
-               "ramp_from": RAMP_FROM}
+    settings_class = PointToPointSettings
+    cfg: PointToPointSettings
     min_ranks = 2
     max_ranks = 2
     report_order = 10
@@ -34,20 +46,21 @@ class PointToPoint(Topology):
     @classmethod
     def check(cls, plan) -> None:
         super().check(plan)
-        check_ramp(cls.name, plan.cfg.topology)
+        settings = cls.settings_of(plan.cfg.topology)
+        check_ramp(cls.name, settings.ramp_from, settings.sync_unit)
 
     @classmethod
     def paper_label(cls, world_size: int) -> str | None:
         return "2 Processes"
 
     @classmethod
-    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+    def pace(cls, ranks: int, p: Probe, settings: PointToPointSettings) -> Pace:
         """Star's model with one simulator: max(s, c + rho u) + a round's messages per row."""
-        return star_pace(1, p, topo_cfg, p.slowdown_at(ranks))
+        return star_pace(1, p, settings.sync_every, p.slowdown_at(ranks))
 
     def run(self, ctx: RunContext) -> RankReport:
         link = PointToPointLink(ctx.comm)
         if ctx.comm.rank == LEARNER_RANK:
             return learner_rounds(ctx, link, simulators=1)
-        every, unit = sync_amount(self.cfg)
-        return simulator_rounds(ctx, link, every, unit, simulators=1, ramp_from=self.cfg.get("ramp_from"))
+        return simulator_rounds(ctx, link, self.cfg.sync_every, self.cfg.sync_unit, simulators=1,
+                                ramp_from=self.cfg.ramp_from)

@@ -25,10 +25,15 @@ updates every worker can run (the minimum); finished episodes' returns go to the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
+from drlmpi.config.scopes import TopologySettings, label, target
+from drlmpi.config.settings import integer
 from drlmpi.mpi.wire import Control, RoundCounts
-from drlmpi.topologies.core.base import control_message, empty_control, sync_amount, sync_options
+from drlmpi.topologies.core.base import control_message, empty_control
 from drlmpi.topologies.core.context import RunContext
-from drlmpi.topologies.core.data_parallel.batch_rule import BATCH_RULE, LR_SCALE, DataParallelTopology
+from drlmpi.topologies.core.data_parallel.batch_rule import BatchRuleFields, DataParallelTopology
 from drlmpi.topologies.core.data_parallel.exchanges import (
     ServerExchange,
     WorkerExchange,
@@ -41,12 +46,20 @@ from drlmpi.topologies.core.reports import RankReport, learner_report
 SERVER = 0
 
 
+@dataclass(frozen=True)
+class ParameterServerSettings(BatchRuleFields, TopologySettings):
+    scope: ClassVar[str] = "topology/parameter_server"
+    _target_: str = target("drlmpi.topologies.param_server.ParameterServer")
+    name: str = label("parameter_server", "topology")
+    sync_every: int = integer(64, "experience each worker collects per round")
+
+
 class ParameterServer(DataParallelTopology):
     """Rank 0 averages gradients and steps; ranks 1..N simulate and compute gradients."""
 
     name = "parameter_server"
-    options = {**sync_options(64, "experience each worker collects per round"),
-               "batch_rule": BATCH_RULE, "lr_scale": LR_SCALE}
+    settings_class = ParameterServerSettings
+    cfg: ParameterServerSettings
     min_ranks = 2
     max_ranks = None
     report_order = 30
@@ -66,14 +79,13 @@ class ParameterServer(DataParallelTopology):
     def _serve(self, ctx: RunContext) -> RankReport:
         """Rank 0: average gradients, step, broadcast parameters; evaluate; decide when to stop."""
         comm = ctx.comm
-        every, unit = sync_amount(self.cfg)
-        rule = self.batch_rule(ctx.cfg, comm.size)
+        rule = self.batch_rule(self.cfg, ctx.cfg.algo, comm.size)
         algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg)
         learner = ctx.make_learner(algo, exchange=ServerExchange(comm, workers=comm.size - 1))
         broadcast_all_params(comm, algo, root=SERVER)
         rounds = 0
         while True:
-            table = data_parallel_round(comm, learner, None, every, unit, SERVER)
+            table = data_parallel_round(comm, learner, None, self.cfg.sync_every, self.cfg.sync_unit, SERVER)
             rounds += 1
             learner.maybe_evaluate()
             reason = learner.stop_reason()
@@ -96,17 +108,16 @@ class ParameterServer(DataParallelTopology):
     def _work(self, ctx: RunContext) -> RankReport:
         """Ranks 1..N: simulate, store, compute gradients, receive the server's parameters."""
         comm = ctx.comm
-        every, unit = sync_amount(self.cfg)
         workers = comm.size - 1
         algo = ctx.make_algo(learner=True, shared_init=True,
-                             algo_cfg=self.batch_rule(ctx.cfg, comm.size).algo_cfg)
+                             algo_cfg=self.batch_rule(self.cfg, ctx.cfg.algo, comm.size).algo_cfg)
         learner = ctx.make_learner(algo, log=False, exchange=WorkerExchange(comm, SERVER))
         broadcast_all_params(comm, algo, root=SERVER)
         actor = ctx.make_local_actor(learner)
         control = empty_control()
         while True:
             actor.set_global_steps(int(control[Control.ENV_STEPS]), workers)
-            data_parallel_round(comm, learner, actor, every, unit, SERVER)
+            data_parallel_round(comm, learner, actor, self.cfg.sync_every, self.cfg.sync_unit, SERVER)
             comm.Bcast(control, root=SERVER, kind="control")
             learner.train(max_updates=int(control[Control.N_UPDATES]))
             if control[Control.STOP]:

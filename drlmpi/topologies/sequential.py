@@ -8,19 +8,31 @@ number of updates).
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import ClassVar
 
-from drlmpi.topologies.core.base import Topology, sync_amount, sync_options
+from drlmpi.config.scopes import TopologySettings, label, target
+from drlmpi.config.settings import integer
+from drlmpi.topologies.core.base import SyncFields, Topology
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Pace, Probe
 from drlmpi.topologies.core.reports import RankReport, learner_report
+
+
+@dataclass(frozen=True)
+class SequentialSettings(SyncFields, TopologySettings):
+    scope: ClassVar[str] = "topology/sequential"
+    _target_: str = target("drlmpi.topologies.sequential.Sequential")
+    name: str = label("sequential", "topology")
+    sync_every: int = integer(256, "experience collected between training phases")
 
 
 class Sequential(Topology):
     """Simulate ``sync_every`` steps/episodes, train on what they entitle, repeat."""
 
     name = "sequential"
-    options = sync_options(256, "experience collected between training phases")
+    settings_class = SequentialSettings
+    cfg: SequentialSettings
     min_ranks = 1
     max_ranks = 1
     report_order = 0
@@ -30,19 +42,18 @@ class Sequential(Topology):
         return "Standard"
 
     @classmethod
-    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+    def pace(cls, ranks: int, p: Probe, settings: SequentialSettings) -> Pace:
         """Step (and store the row), then train what the step entitles: s + c + rho u."""
         return Pace(sim=p.sim_step_s + p.ingest_row_s,
                     learn=p.updates_per_step * p.learner_update_at(p.batch_size),
                     serial=True)
 
     def run(self, ctx: RunContext) -> RankReport:
-        every, unit = sync_amount(self.cfg)
         learner = ctx.make_learner()
         actor = ctx.make_local_actor(learner)
         while learner.stop_reason() is None:
             actor.set_global_steps(learner.env_steps)
-            learner.ingest(actor.collect(every, unit), source_rank=ctx.comm.rank)
+            learner.ingest(actor.collect(self.cfg.sync_every, self.cfg.sync_unit), source_rank=ctx.comm.rank)
             if learner.train():
                 learner.lead(actor)
             learner.maybe_evaluate()

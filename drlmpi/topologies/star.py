@@ -19,13 +19,15 @@ learners between gathering a round and training on it.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from drlmpi.algos.off_policy import OffPolicyAlgorithm
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.options import integer
+from drlmpi.config.scopes import TopologySettings, label, target
+from drlmpi.config.settings import integer, options_of
 from drlmpi.mpi.wire import Control
-from drlmpi.topologies.core.base import RAMP_FROM, Topology, check_ramp, sync_amount, sync_options
+from drlmpi.topologies.core.base import SyncFields, Topology, check_ramp, ramp_from
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Pace, Probe, star_pace
 from drlmpi.topologies.core.reports import RankReport
@@ -39,16 +41,25 @@ from drlmpi.topologies.core.wiring import GroupLearner, GroupWiring
 LARGE_ROUND_ROWS = 1024
 
 
+@dataclass(frozen=True)
+class StarSettings(SyncFields, TopologySettings):
+    scope: ClassVar[str] = "topology/star"
+    _target_: str = target("drlmpi.topologies.star.Star")
+    name: str = label("star", "topology")
+    sync_every: int = integer(256, "experience each simulator collects per round")
+    round_rows: int | None = integer(
+        None, "job-wide rows per round: each simulator collects round_rows / (simulators x env.num_envs) "
+              "steps (rounded, at least 1) instead of sync_every, the same round at every world size (null: "
+              "sync_every)", nullable=True)
+    ramp_from: int | None = ramp_from()
+
+
 class Star(Topology):
     """Rank 0 learns; ranks 1..N simulate; Gatherv experience, Bcast weights."""
 
     name = "star"
-    options = {**sync_options(256, "experience each simulator collects per round"),
-               "round_rows": integer(None, "job-wide rows per round: each simulator collects round_rows / "
-                                           "(simulators x env.num_envs) steps (rounded, at least 1) instead "
-                                           "of sync_every, the same round at every world size (null: "
-                                           "sync_every)", nullable=True),
-               "ramp_from": RAMP_FROM}
+    settings_class = StarSettings
+    cfg: StarSettings
     min_ranks = 2
     max_ranks = None
     report_order = 20
@@ -59,25 +70,24 @@ class Star(Topology):
     report_variants = {"sync_every": None, "sync_unit": None, "round_rows": None, "ramp_from": None}
 
     @classmethod
-    def round_steps(cls, topo_cfg: Any, simulators: int, num_envs: int) -> int:
+    def round_steps(cls, settings: StarSettings, simulators: int, num_envs: int) -> int:
         """Steps each simulator collects per round: ``round_rows`` shared among the simulators'
         environments, else ``sync_every``."""
-        rows = topo_cfg.get("round_rows")
-        if rows is None:
-            return int(topo_cfg["sync_every"])
-        return max(1, round(int(rows) / (max(1, simulators) * max(1, num_envs))))
+        if settings.round_rows is None:
+            return settings.sync_every
+        return max(1, round(settings.round_rows / (max(1, simulators) * max(1, num_envs))))
 
     @classmethod
     def check(cls, plan) -> None:
         super().check(plan)
-        topo = plan.cfg.topology
-        check_ramp(cls.name, topo)
-        if topo.get("round_rows") is None:
+        topo = cls.settings_of(plan.cfg.topology)
+        check_ramp(cls.name, topo.ramp_from, topo.sync_unit)
+        if topo.round_rows is None:
             return
-        if str(topo["sync_unit"]) != "steps":
+        if topo.sync_unit != "steps":
             raise ConfigError("topology.round_rows counts rows (environment steps): use "
                               "topology.sync_unit=steps with it")
-        if int(topo["sync_every"]) != cls.options["sync_every"].default:
+        if topo.sync_every != options_of(cls.settings_class)["sync_every"].default:
             raise ConfigError(f"topology.round_rows={topo.round_rows} and topology.sync_every="
                               f"{topo.sync_every} both size star's round: set one of them")
 
@@ -89,8 +99,8 @@ class Star(Topology):
     def hints(cls, plan) -> tuple[str, ...]:
         """An off-policy learner fed rounds of more than :data:`LARGE_ROUND_ROWS` rows job-wide:
         the size of round that keeps its data fresh."""
-        topo = plan.cfg.topology
-        if not issubclass(plan.algo_cls, OffPolicyAlgorithm) or str(topo["sync_unit"]) != "steps":
+        topo = cls.settings_of(plan.cfg.topology)
+        if not issubclass(plan.algo_cls, OffPolicyAlgorithm) or topo.sync_unit != "steps":
             return ()
         simulators, envs = plan.world_size - 1, int(plan.cfg.env.num_envs)
         steps = cls.round_steps(topo, simulators, envs)
@@ -105,11 +115,11 @@ class Star(Topology):
                 f"topology.sync_every=64, or topology.round_rows=960 for one size at every world size",)
 
     @classmethod
-    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+    def pace(cls, ranks: int, p: Probe, settings: StarSettings) -> Pace:
         """N-1 simulators step while the learner trains: max(s/(N-1), c + rho u) + a round's
         messages per row."""
-        steps = cls.round_steps(topo_cfg, ranks - 1, p.num_envs)
-        return star_pace(ranks - 1, p, {**topo_cfg, "sync_every": steps}, p.slowdown_at(ranks))
+        steps = cls.round_steps(settings, ranks - 1, p.num_envs)
+        return star_pace(ranks - 1, p, steps, p.slowdown_at(ranks))
 
     def run(self, ctx: RunContext) -> RankReport:
         link = CollectiveLink(ctx.comm)
@@ -118,12 +128,12 @@ class Star(Topology):
         return self.simulate(ctx)
 
     def simulate(self, ctx: RunContext) -> RankReport:
-        """A simulator rank of ``ctx.comm`` (also a simulator of a group of topology=groups,
-        which evaluates on its learners)."""
+        """A simulator rank of ``ctx.comm``: rounds of :meth:`round_steps`, ramped up from
+        ``ramp_from``."""
         simulators = ctx.comm.size - 1
         every = self.round_steps(self.cfg, simulators, int(ctx.cfg.env.num_envs))
-        return simulator_rounds(ctx, CollectiveLink(ctx.comm), every, sync_amount(self.cfg)[1], simulators,
-                                self.cfg.get("ramp_from"))
+        return simulator_rounds(ctx, CollectiveLink(ctx.comm), every, self.cfg.sync_unit, simulators,
+                                self.cfg.ramp_from)
 
 
 class StarWiring(GroupWiring):
@@ -134,10 +144,13 @@ class StarWiring(GroupWiring):
 
     name = "star"
     topology = Star
+    fields = SyncFields
 
     @classmethod
-    def simulate(cls, ctx: RunContext, cfg: Any) -> RankReport:
-        return Star(cfg).simulate(ctx)
+    def simulate(cls, ctx: RunContext, settings: SyncFields) -> RankReport:
+        """Star's simulator rounds over the group's communicator (the group's learners evaluate)."""
+        return simulator_rounds(ctx, CollectiveLink(ctx.comm), settings.sync_every, settings.sync_unit,
+                                ctx.comm.size - 1)
 
     @classmethod
     def learn(cls, group: GroupLearner) -> dict[str, Any]:

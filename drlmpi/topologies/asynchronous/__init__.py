@@ -44,13 +44,11 @@ simulator whose previous weights send has completed (the others get the next pub
 
 from __future__ import annotations
 
-from typing import Any
-
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.options import choice, integer
 from drlmpi.topologies.asynchronous.learner import AsyncLearner
+from drlmpi.topologies.asynchronous.settings import AsyncSettings
 from drlmpi.topologies.asynchronous.simulator import LEARNER_RANK, AsyncSimulator
-from drlmpi.topologies.core.base import Topology, sync_options
+from drlmpi.topologies.core.base import SyncFields, Topology
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Pace, Probe, first_round, learner_side, sync_rows
 from drlmpi.topologies.core.reports import RankReport
@@ -60,19 +58,8 @@ class Asynchronous(Topology):
     """Learner and simulators never wait for each other (within bounded lag and buffering)."""
 
     name = "async"
-    options = {
-        **sync_options(64, "steps (per environment) per experience chunk"),
-        "publish_every": integer(32, "the learner publishes weights every this many updates"),
-        "max_policy_lag": integer(None, "discard chunks acted with weights older than this many updates "
-                                        "(null: on-policy algorithms one rollout's updates + publish_every, "
-                                        "others keep all)", low=0, nullable=True),
-        "utd_mode": choice("ratio", "ratio: algo.updates_per_step per received step; free: train flat out",
-                           "ratio", "free"),
-        "max_pending_updates": integer(None, "ratio mode: owed updates above which credits are withheld "
-                                             "(null: the most one chunk entitled, twice that for "
-                                             "replay-based algorithms)", nullable=True),
-        "slots": integer(2, "experience buffers in flight per simulator"),
-    }
+    settings_class = AsyncSettings
+    cfg: AsyncSettings
     min_ranks = 2
     max_ranks = None
     report_order = 40
@@ -81,26 +68,32 @@ class Asynchronous(Topology):
     @classmethod
     def check(cls, plan) -> None:
         super().check(plan)
-        cfg, algo_cls = plan.cfg, plan.algo_cls
-        topo = cfg.topology
-        if topo["sync_unit"] != "steps":
-            raise ConfigError("topology=async sends fixed-size chunks: use topology.sync_unit=steps")
-        if algo_cls.kind == "on_policy" and topo.get("utd_mode") == "free":  # (groups has none)
-            raise ConfigError(f"topology.utd_mode=free is for off-policy algorithms, not {cfg.algo.name}")
+        settings = cls.settings_of(plan.cfg.topology)
+        check_chunks(settings)
+        if plan.algo_cls.kind == "on_policy" and settings.utd_mode == "free":
+            raise ConfigError(f"topology.utd_mode=free is for off-policy algorithms, not "
+                              f"{plan.cfg.algo.name}")
 
     @classmethod
-    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+    def pace(cls, ranks: int, p: Probe, settings: AsyncSettings) -> Pace:
         """No rounds: max(s/(N-1), c + rho u + a chunk's receive per row + rho (N-1) weight
         sends per publish_every updates)."""
-        sims, rows, f = ranks - 1, sync_rows(p, topo_cfg), p.slowdown_at(ranks)
-        publish = max(1, int(topo_cfg["publish_every"]))
+        sims, rows, f = ranks - 1, sync_rows(p, settings.sync_every), p.slowdown_at(ranks)
+        publish = max(1, settings.publish_every)
         per_step = (p.message_s(rows * p.row_bytes) / rows
                     + p.updates_per_step * sims * p.message_s(p.weight_bytes) / publish)
         learn, warm = learner_side(p, f, per_step)
         return Pace(sim=p.sim_step_s * f / sims, learn=learn, learn_warm=warm,
-                    start=first_round(p, topo_cfg, f))
+                    start=first_round(p, settings.sync_every, f))
 
     def run(self, ctx: RunContext) -> RankReport:
         if ctx.comm.rank == LEARNER_RANK:
-            return AsyncLearner(ctx, self.cfg).run()
+            return AsyncLearner(ctx, self.cfg, free=self.cfg.utd_mode == "free").run()
         return AsyncSimulator(ctx, self.cfg).run()
+
+
+def check_chunks(settings: SyncFields) -> None:
+    """Refuse rounds counted in episodes: async's chunks (a group's of topology=groups too) are
+    fixed-size buffers of ``sync_every`` steps."""
+    if settings.sync_unit != "steps":
+        raise ConfigError("topology=async sends fixed-size chunks: use topology.sync_unit=steps")

@@ -13,8 +13,9 @@ import numpy as np
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.mpi.wire import Control
-from drlmpi.topologies.asynchronous import Asynchronous
+from drlmpi.topologies.asynchronous import Asynchronous, check_chunks
 from drlmpi.topologies.asynchronous.learner import AsyncLearner
+from drlmpi.topologies.asynchronous.settings import AsyncChunkFields
 from drlmpi.topologies.asynchronous.simulator import AsyncSimulator
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.reports import RankReport
@@ -27,21 +28,22 @@ class AsyncWiring(GroupWiring):
 
     name = "async"
     topology = Asynchronous
-    options = {key: option for key, option in Asynchronous.options.items()
-               if key not in ("sync_every", "sync_unit", "utd_mode")}
+    fields = AsyncChunkFields
     #: what every group's learner received and did not store, summed: the job's
     summed_stats = ("discarded_chunks", "discarded_rows", "steps_after_stop")
 
     @classmethod
-    def check(cls, plan) -> None:
-        if plan.cfg.topology.get("utd_mode") not in (None, "ratio"):  # set with +topology.
+    def check(cls, plan, settings: AsyncChunkFields) -> None:
+        # async's own utd_mode, added to groups' config with ++topology. (groups has none)
+        if Asynchronous.settings_of(plan.cfg.topology).utd_mode != "ratio":
             raise ConfigError("topology=groups trains what the learners agree on each meeting: "
                               "topology.utd_mode=free is not available there")
-        super().check(plan)
+        super().check(plan, settings)
+        check_chunks(settings)
 
     @classmethod
-    def simulate(cls, ctx: RunContext, cfg: Any) -> RankReport:
-        return AsyncSimulator(ctx, cfg).run()
+    def simulate(cls, ctx: RunContext, settings: AsyncChunkFields) -> RankReport:
+        return AsyncSimulator(ctx, settings).run()
 
     @classmethod
     def learn(cls, group: GroupLearner) -> dict[str, Any]:
@@ -51,13 +53,8 @@ class AsyncWiring(GroupWiring):
 class GroupAsyncLearner(AsyncLearner):
     """The async learner of one group: it receives, orders, lag-checks and credits chunks as
     :class:`~drlmpi.topologies.asynchronous.Asynchronous` does, but stores them for the
-    learners' meeting instead of counting them, and trains what the meeting agreed."""
-
-    @staticmethod
-    def free_running(cfg) -> bool:
-        """Never: the learners train what they agree on at each meeting (``topology=groups``
-        has no ``utd_mode``)."""
-        return False
+    learners' meeting instead of counting them, and trains what the meeting agreed (never free
+    running: ``topology=groups`` has no ``utd_mode``)."""
 
     def __init__(self, owner: GroupLearner) -> None:
         super().__init__(owner.sub, owner.cfg, learner=owner.learner)

@@ -23,6 +23,7 @@ from drlmpi.mpi.wire import (
     int64_message,
 )
 from drlmpi.roles.learner import Learner
+from drlmpi.topologies.asynchronous.settings import AsyncChunkFields
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.reports import RankReport, learner_report
 
@@ -32,35 +33,38 @@ class AsyncLearner:
     chunks learned from in each simulator's sending order (or discarded beyond the lag bound),
     credits granted while the learner keeps up, weights published every ``publish_every``
     updates. ``learn_from`` and ``discard`` are what a chunk becomes; a subclass changes them
-    (topology=groups stores chunks for the learners' meeting instead)."""
+    (topology=groups stores chunks for the learners' meeting instead).
 
-    @staticmethod
-    def free_running(cfg) -> bool:
-        """Whether credits come back at once (``topology.utd_mode=free``)."""
-        return cfg.utd_mode == "free"
+    Args:
+        ctx: the rank's context (a group's, in topology=groups).
+        settings: the topology's settings (async's, or groups' holding async's chunk fields).
+        free: whether credits come back at once (``topology.utd_mode=free``).
+        learner: the learner to feed (default: a new one of ``ctx``).
+    """
 
-    def __init__(self, ctx: RunContext, cfg, learner: Learner | None = None) -> None:
+    def __init__(self, ctx: RunContext, settings: AsyncChunkFields, free: bool = False,
+                 learner: Learner | None = None) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
         self.learner = learner or ctx.make_learner()
         self.sims = list(range(1, self.comm.size))
-        self.slots = int(cfg.slots)
-        self.chunk_rows = int(cfg.sync_every) * int(ctx.cfg.env.num_envs)
-        self.publish_every = int(cfg.publish_every)
+        self.slots = settings.slots
+        self.chunk_rows = settings.sync_every * int(ctx.cfg.env.num_envs)
+        self.publish_every = settings.publish_every
         # The lag bound: configured, or for an on-policy algorithm one rollout's worth of
         # updates beyond the publication interval; replay-based algorithms keep every chunk.
         rollout_updates = self.learner.rollout_updates()
-        self.lag_auto = cfg.get("max_policy_lag") is None and rollout_updates is not None
-        if cfg.get("max_policy_lag") is not None:
-            self.max_lag: int | None = int(cfg.max_policy_lag)
+        self.lag_auto = settings.max_policy_lag is None and rollout_updates is not None
+        if settings.max_policy_lag is not None:
+            self.max_lag: int | None = settings.max_policy_lag
         else:
             self.max_lag = rollout_updates + self.publish_every if self.lag_auto else None
-        self.free = self.free_running(cfg)
+        self.free = free
         # Owed updates above which credits are withheld: configured, or the most updates one
         # chunk has entitled so far - twice that for a replay, once for an on-policy algorithm
         # (whose chunk that completes a rollout owes all its minibatches: one rollout waits
         # while another trains, so rows are at most about one rollout old when learned from).
-        self.max_pending_setting = int(cfg.get("max_pending_updates") or 0)
+        self.max_pending_setting = settings.max_pending_updates
         self.pending_factor = 1 if rollout_updates is not None else 2
         self.most_owed_by_a_chunk = 1
         width = self.learner.layout.width
@@ -156,7 +160,9 @@ class AsyncLearner:
 
     @property
     def max_pending(self) -> int:
-        return self.max_pending_setting or self.pending_factor * self.most_owed_by_a_chunk
+        if self.max_pending_setting is not None:
+            return self.max_pending_setting
+        return self.pending_factor * self.most_owed_by_a_chunk
 
     def _grant_credits(self) -> None:
         if not self.free and self.learner.pending_updates > self.max_pending:

@@ -18,19 +18,22 @@ from drlmpi.mpi.wire import (
     WeightsHeader,
     int64_message,
 )
+from drlmpi.topologies.asynchronous.settings import AsyncChunkFields
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.reports import RankReport, simulator_report
 
 LEARNER_RANK = 0
 
 
-
 class AsyncSimulator:
-    def __init__(self, ctx: RunContext, cfg) -> None:
+    """A simulator of ``topology=async`` (or of an async group): chunks of ``settings.sync_every``
+    steps, at most ``settings.slots`` in flight."""
+
+    def __init__(self, ctx: RunContext, settings: AsyncChunkFields) -> None:
         self.ctx = ctx
         self.comm = ctx.comm
-        self.every = int(cfg.sync_every)
-        self.slots = int(cfg.slots)
+        self.every = settings.sync_every
+        self.slots = settings.slots
         self.actor = ctx.make_actor()
         rows = self.every * int(ctx.cfg.env.num_envs)
         self.pool = [PackedMessage(ChunkHeader, (rows, self.actor.layout.width)) for _ in range(self.slots)]

@@ -35,11 +35,13 @@ topologies' simulators do, so its busy share includes it.
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
-from drlmpi.config.options import choice, integer
+from drlmpi.config import scopes
+from drlmpi.config.settings import choice, integer
 from drlmpi.device.acting import Acting
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
@@ -56,26 +58,32 @@ from drlmpi.topologies.core.reports import RankReport, learner_report
 QUEUED_BATCHES = 2
 
 
+@dataclass(frozen=True)
+class CentralSettings(scopes.TopologySettings):
+    scope: ClassVar[str] = "topology/central"
+    _target_: str = scopes.target("drlmpi.topologies.central.Central")
+    name: str = scopes.label("central", "topology")
+    env_groups: int = integer(
+        2, "groups each simulator's environments step in, taking turns (2: one group steps while the "
+           "learner acts for the other; at most env.num_envs, and 8)", high=8)
+    updates_per_serve: int = integer(
+        8, "updates the learner runs between two serves of the simulators while updates are owed")
+    max_pending_updates: int | None = integer(
+        None, "owed updates above which the learner trains them all before serving again (null: twice one "
+              "PPO rollout's updates, else twice updates_per_serve)", nullable=True)
+    overlap: str = choice(
+        "auto", "act while updates run: serve from a copy of the policy on a CUDA stream of its own while "
+                "the updates queued since run on the default one, the copy refreshed after each batch of "
+                "them (auto: on a CUDA learner unless run.deterministic; on: also on the CPU, where nothing "
+                "overlaps; off: wait for each batch of updates)", "auto", "on", "off")
+
+
 class Central(Topology):
     """Rank 0 acts for every simulator and learns; ranks 1..N only step environments."""
 
     name = "central"
-    options = {
-        "env_groups": integer(2, "groups each simulator's environments step in, taking turns (2: one group "
-                                 "steps while the learner acts for the other; at most env.num_envs, and 8)",
-                              high=8),
-        "updates_per_serve": integer(8, "updates the learner runs between two serves of the simulators "
-                                        "while updates are owed"),
-        "max_pending_updates": integer(None, "owed updates above which the learner trains them all before "
-                                             "serving again (null: twice one PPO rollout's updates, else "
-                                             "twice updates_per_serve)", nullable=True),
-        "overlap": choice("auto",
-                          "act while updates run: serve from a copy of the policy on a CUDA stream of its "
-                          "own while the updates queued since run on the default one, the copy refreshed "
-                          "after each batch of them (auto: on a CUDA learner unless run.deterministic; on: "
-                          "also on the CPU, where nothing overlaps; off: wait for each batch of updates)",
-                          "auto", "on", "off"),
-    }
+    settings_class = CentralSettings
+    cfg: CentralSettings
     min_ranks = 2
     max_ranks = None
     report_order = 45
@@ -105,11 +113,11 @@ class Central(Topology):
                         "updates", "round trip ms"], rows), ""]
 
     @classmethod
-    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+    def pace(cls, ranks: int, p: Probe, settings: CentralSettings) -> Pace:
         """Simulators only step; the learner serves each group's actions in one forward pass and
         trains: max(s_env/(N-1), c + rho u + a serve's pass per row + two messages per group step)."""
         sims, e, f = ranks - 1, p.num_envs, p.slowdown_at(ranks)
-        groups = max(1, min(int(topo_cfg["env_groups"]), e))
+        groups = max(1, min(settings.env_groups, e))
         serve_rows, per_message = max(1, sims * e // groups), max(1, e // groups)
         per_row = (p.act_at(serve_rows) * f / serve_rows
                    + 2 * p.message_s(per_message * p.row_bytes) / per_message)
@@ -132,11 +140,12 @@ class Central(Topology):
         n_envs = int(ctx.cfg.env.num_envs)
         groups = [Group(source, g, count, source * n_envs + first, wire)
                   for source in range(1, comm.size)
-                  for g, (first, count) in enumerate(env_groups(n_envs, int(self.cfg.env_groups)))]
+                  for g, (first, count) in enumerate(env_groups(n_envs, self.cfg.env_groups))]
         requests = [group.post(comm) for group in groups]
-        per_serve = int(self.cfg.updates_per_serve)
-        limit = self.cfg.get("max_pending_updates")
-        limit = int(limit) if limit is not None else 2 * (learner.rollout_updates() or per_serve)
+        per_serve = self.cfg.updates_per_serve
+        limit = self.cfg.max_pending_updates
+        if limit is None:  # null: twice a PPO rollout's updates, else twice a serve's
+            limit = 2 * (learner.rollout_updates() or per_serve)
         acting = learner.acting_for_simulators(len(groups) * max(g.n for g in groups),
                                                self._overlaps(ctx, learner))
         queue = {"settle": not acting.beside_updates, "ahead": QUEUED_BATCHES}
@@ -176,7 +185,7 @@ class Central(Topology):
 
     def _overlaps(self, ctx: RunContext, learner: Learner) -> bool:
         """Whether the learner acts beside its queued updates (``topology.overlap``)."""
-        mode = str(self.cfg.overlap)
+        mode = self.cfg.overlap
         if mode == "auto":
             return learner.device.type == "cuda" and not bool(ctx.cfg.run.deterministic)
         return mode == "on"
@@ -274,7 +283,7 @@ class Central(Topology):
     def _simulate(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm
         algo = ctx.make_algo(learner=False)  # the layout and action conversion; never acts
-        parts = env_groups(int(ctx.cfg.env.num_envs), int(self.cfg.env_groups))
+        parts = env_groups(int(ctx.cfg.env.num_envs), self.cfg.env_groups)
         actors = [ctx.make_actor(algo=algo, envs=part) for part in parts]
         wire = StepWire(algo.layout)
         dim = algo.layout.action_dim

@@ -1,6 +1,7 @@
-"""What every topology must provide (:class:`Topology`): its options (its schema scope), its rank
-rules, its pace model for the planner, how reports show it, and its run on every rank - plus the
-round-control messages the collective topologies share.
+"""What every topology must provide (:class:`Topology`): its settings class (its schema scope), its
+rank rules, its pace model for the planner, how reports show it, and its run on every rank - plus
+the options that topologies syncing in amounts of experience share (:class:`SyncFields`,
+:func:`ramp_from`) and the round-control messages the collective topologies share.
 
 A topology decides who simulates, who learns and what moves when. It builds its roles through
 the context (:mod:`drlmpi.topologies.core.context`) and returns a :class:`RankReport` from every rank;
@@ -10,13 +11,15 @@ the context (:mod:`drlmpi.topologies.core.context`) and returns a :class:`RankRe
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.options import Option, choice, integer
+from drlmpi.config.scopes import TopologySettings
+from drlmpi.config.settings import Settings, choice, integer, options_of
 from drlmpi.job_control.launchers import size_refusal
 from drlmpi.mpi.wire import Control, int64_message
 from drlmpi.roles.learner import Learner
@@ -25,43 +28,50 @@ from drlmpi.topologies.core.reports import RankReport
 if TYPE_CHECKING:
     from drlmpi.topologies.core.context import RunContext, RunPlan
 
-#: what ``sync_every`` counts (every topology that syncs in amounts of experience has both)
-SYNC_UNIT = choice("steps", "what sync_every counts: environment steps or episodes", "steps", "episodes")
-#: p2p's and star's ``ramp_from``: a run's first rounds short, so the learner starts training
-#: after a few steps instead of idling through a whole first round (:func:`round_sizes`)
-RAMP_FROM = integer(None, "steps each simulator collects in the first round, doubled every round up to "
-                          "the round's size (null: every round full size; sync_unit=steps only)",
-                    nullable=True)
+
+@dataclass(frozen=True)
+class SyncFields(Settings):
+    """``sync_every`` and ``sync_unit``: the experience a simulator collects per round or chunk
+    (the settings of every topology that syncs in amounts of experience derive from it, and each
+    redeclares ``sync_every`` with its own default and what it means there)."""
+
+    sync_every: int = integer(256, "experience collected per round (sync_unit: steps or episodes)")
+    sync_unit: str = choice("steps", "what sync_every counts: environment steps or episodes",
+                            "steps", "episodes")
+
+
+def ramp_from() -> Any:
+    """p2p's and star's ``ramp_from``: a run's first rounds short, so the learner starts training
+    after a few steps instead of idling through a whole first round (:func:`round_sizes`)."""
+    return integer(None, "steps each simulator collects in the first round, doubled every round up to the "
+                         "round's size (null: every round full size; sync_unit=steps only)", nullable=True)
 
 
 def round_sizes(every: int, ramp_from: int | None) -> Iterator[int]:
     """The steps (or episodes) of each round, in order: ``every`` each, or with ``ramp_from``
     ``ramp_from``, twice that, ... up to ``every`` and ``every`` from then on."""
-    size = every if ramp_from is None else min(every, max(1, int(ramp_from)))
+    size = every if ramp_from is None else min(every, max(1, ramp_from))
     while True:
         yield size
         size = min(every, 2 * size)
 
 
-def check_ramp(name: str, topo: Any) -> None:
+def check_ramp(name: str, ramp_from: int | None, sync_unit: str) -> None:
     """Refuse ``ramp_from`` where rounds count episodes (a ramp counts steps)."""
-    if topo.get("ramp_from") is not None and str(topo["sync_unit"]) != "steps":
+    if ramp_from is not None and sync_unit != "steps":
         raise ConfigError(f"topology.ramp_from counts steps: use topology.sync_unit=steps with it "
-                          f"(topology={name}, sync_unit={topo.sync_unit})")
-
-
-def sync_options(sync_every: int, doc: str) -> dict[str, Option]:
-    """``sync_every`` (its default and what it means for this topology) and ``sync_unit``."""
-    return {"sync_every": integer(sync_every, doc), "sync_unit": SYNC_UNIT}
+                          f"(topology={name}, sync_unit={sync_unit})")
 
 
 class Topology(ABC):
     """A way of wiring simulator ranks to learner ranks.
 
-    Subclasses set :attr:`name`, :attr:`options` (the ``topology.*`` options with their types,
-    defaults and docs: the schema's ``topology/<name>`` scope, added by
-    :mod:`drlmpi.topologies.core.registry`), the accepted world sizes and, if needed, override
-    :meth:`check` to refuse algorithms they cannot drive. The planner reads their pace model
+    Subclasses set :attr:`name`, :attr:`settings_class` (the ``topology.*`` options with their
+    types, defaults and docs, a frozen dataclass of :class:`~drlmpi.config.scopes.TopologySettings`:
+    the schema's ``topology/<name>`` scope, added by :mod:`drlmpi.topologies.core.registry`), the
+    accepted world sizes and, if needed, override :meth:`check` to refuse algorithms they cannot
+    drive. An instance reads its settings typed (``self.cfg.sync_every``), every class method
+    through :meth:`settings_of`. The planner reads their pace model
     (``pace``, :mod:`drlmpi.topologies.core.pace`). They also declare how reports show them:
     :attr:`report_order` (row order), :attr:`report_variants` (config keys whose non-default
     value is part of the label, ``allgather[allgather]``) and :meth:`paper_label` (the row name in
@@ -72,23 +82,32 @@ class Topology(ABC):
     """
 
     name: ClassVar[str]
-    #: option -> what it may be (``_target_`` and ``name`` are added by the registry)
-    options: ClassVar[dict[str, Option]] = {}
+    #: its settings: ``_target_``, ``name`` and its options, each a field with its type, default
+    #: and doc (``_target_`` and ``name`` default to its YAML file's: the registry sees to it)
+    settings_class: ClassVar[type[TopologySettings]] = TopologySettings
     min_ranks: ClassVar[int] = 1
     max_ranks: ClassVar[int | None] = None
     report_order: ClassVar[int] = 100
     #: config key -> default value; a run with another value is labelled ``name[value]``
     #: (``name[key=value]`` for a number: ``star[sync_every=64]``). ``None``: the default of the
-    #: class's own option of that name, so a subclass with another default (a plugin's) is
-    #: labelled against its own; a value names the default to compare with (allgather's backend
-    #: is labelled against ``mpi``, what ``auto`` resolves to without NCCL).
+    #: option of that name in its own :attr:`settings_class`, so a subclass with another default
+    #: (a plugin's) is labelled against its own; a value names the default to compare with
+    #: (allgather's backend is labelled against ``mpi``, what ``auto`` resolves to without NCCL).
     report_variants: ClassVar[dict[str, Any]] = {}
     #: whether it can play evaluations on its simulators (``run.eval_on=simulators``): the
     #: synchronous rounds of p2p and star, where simulators wait for the learner each round
     evaluates_on_simulators: ClassVar[bool] = False
 
-    def __init__(self, cfg: Any) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: TopologySettings | Mapping[str, Any]) -> None:
+        #: this topology's settings, typed: ``self.cfg.sync_every`` is an int
+        self.cfg = self.settings_of(cfg)
+
+    @classmethod
+    def settings_of(cls, cfg: TopologySettings | Mapping[str, Any]) -> Any:
+        """``cfg`` as this topology's settings: the settings themselves, or built from a checked
+        config node, a saved run's config or a plain mapping (an option it lacks - a run written
+        before the option existed - takes its default)."""
+        return cls.settings_class.coerce(cfg)
 
     @classmethod
     def hints(cls, plan: RunPlan) -> tuple[str, ...]:
@@ -97,15 +116,18 @@ class Topology(ABC):
         return ()
 
     @classmethod
-    def report_label(cls, topo_cfg: Any) -> str:
-        """The label of a run with this topology config in reports (``async[free]``)."""
-        topo_cfg = topo_cfg or {}
+    def report_label(cls, topo_cfg: TopologySettings | Mapping[str, Any] | None) -> str:
+        """The label of a run with this topology config in reports (``async[free]``): its settings,
+        or a saved run's config (an option it lacks was not there to set: the run is labelled as
+        the variant's default, ``mpi`` for a run before ``backend``)."""
+        settings, options = cls.settings_of(topo_cfg or {}), options_of(cls.settings_class)
+        given = options.keys() if isinstance(topo_cfg, TopologySettings) else (topo_cfg or {}).keys()
         parts = []
         for key, default in cls.report_variants.items():
-            if default is None and key not in cls.options:
-                continue  # a subclass without the option (a plugin's): not its variant
-            default = cls.options[key].default if default is None else default
-            value = topo_cfg.get(key, default)
+            if key not in options or key not in given:
+                continue  # a subclass without the option (a plugin's), or a run before it: not its variant
+            default = options[key].default if default is None else default
+            value = getattr(settings, key)
             if value != default:
                 parts.append(str(value) if isinstance(value, str) else f"{key}={value}")
         return f"{cls.name}[{','.join(parts)}]" if parts else cls.name
@@ -121,7 +143,7 @@ class Topology(ABC):
         return cls.min_ranks if cls.max_ranks == cls.min_ranks else None
 
     @classmethod
-    def smallest_world(cls, cfg_topology: Any) -> int:
+    def smallest_world(cls, cfg_topology: TopologySettings | Mapping[str, Any]) -> int:
         """The fewest ranks this topology runs with under ``cfg_topology``."""
         return cls.min_ranks
 
@@ -135,7 +157,7 @@ class Topology(ABC):
         return f"{cls.min_ranks} to {cls.max_ranks} ranks"
 
     @classmethod
-    def env_ranks(cls, world_size: int, topo_cfg: Any) -> int:
+    def env_ranks(cls, world_size: int, topo_cfg: TopologySettings | Mapping[str, Any]) -> int:
         """The ranks of a ``world_size``-rank job that step environments (each steps
         ``env.num_envs``): by default every rank but one learner (sequential: its one rank).
         PPO's ``algo.rollout_steps_per_env`` counts the job's environments with it."""
@@ -144,7 +166,15 @@ class Topology(ABC):
     @classmethod
     def check(cls, plan: RunPlan) -> None:
         """Raise :class:`ConfigError` if this topology cannot run ``plan`` (called once, by
-        :func:`~drlmpi.run.preflight.make_plan`, before any rank talks)."""
+        :func:`~drlmpi.run.preflight.make_plan`, before any rank talks): :meth:`check_world`,
+        then what a subclass refuses of its settings (``cls.settings_of(plan.cfg.topology)``)."""
+        cls.check_world(plan)
+
+    @classmethod
+    def check_world(cls, plan: RunPlan) -> None:
+        """Refuse a world size this topology does not accept, or ``run.eval_on=simulators`` where
+        its simulators cannot evaluate (what a group of ``topology=groups`` wired by this
+        topology passes too)."""
         world_size = plan.world_size
         if world_size < cls.min_ranks or (cls.max_ranks is not None and world_size > cls.max_ranks):
             raise ConfigError(size_refusal(f"topology={cls.name} needs {cls.sizes_text()}", world_size,
@@ -157,12 +187,6 @@ class Topology(ABC):
     @abstractmethod
     def run(self, ctx: RunContext) -> RankReport:
         """Run the experiment on this rank and report what it did."""
-
-
-def sync_amount(cfg: Any) -> tuple[int, str]:
-    """``(sync_every, sync_unit)`` from a topology config (the schema checked both and gave
-    them their defaults: no fallback here)."""
-    return int(cfg["sync_every"]), str(cfg["sync_unit"])
 
 
 def control_message(stop: bool, learner: Learner, n_updates: int = 0,

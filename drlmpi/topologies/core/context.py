@@ -106,7 +106,8 @@ class RunContext:
         cfg = plan.cfg
         self.checkpointer = Checkpointer(
             self.run_dir, comm.rank, comm.size, cfg.run,
-            {"topology": str(cfg.topology.name), "algo": str(cfg.algo.name), "env": str(cfg.env.id)},
+            {"topology": plan.topology_cls.settings_of(cfg.topology).name, "algo": str(cfg.algo.name),
+             "env": str(cfg.env.id)},
             generation=int(self.resume_meta["generation"]) if self.resume_meta else 0)
 
     @property

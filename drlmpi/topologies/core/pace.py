@@ -4,9 +4,10 @@ measured on this machine (:class:`Probe`) and what a topology answers with (:cla
 A topology models itself with a class method next to its ``run``::
 
     @classmethod
-    def pace(cls, ranks: int, p: Probe, topo_cfg) -> Pace: ...
+    def pace(cls, ranks: int, p: Probe, settings: StarSettings) -> Pace: ...
 
-the seconds its job spends per job-wide environment step on ``ranks`` ranks, once updates run
+(``settings``: its typed settings, :meth:`~drlmpi.topologies.core.base.Topology.settings_of`) the
+seconds its job spends per job-wide environment step on ``ranks`` ranks, once updates run
 and before ``learning_starts``. Where simulation and learning overlap the slower side sets the
 pace; where one rank does both in turn (``serial``) the parts add up. Messages cost ``latency +
 bytes / bandwidth`` (the probe's ping-pong). A topology without ``pace`` is listed by the planner
@@ -161,9 +162,9 @@ def batch_share(batch: int | None, ranks: int, rule: str) -> int | None:
     return max(1, round(batch / ranks))
 
 
-def sync_rows(p: Probe, topo_cfg: Any) -> int:
+def sync_rows(p: Probe, sync_every: int) -> int:
     """Rows a simulator sends per round or chunk: ``sync_every`` steps of its environments."""
-    return max(1, int(topo_cfg["sync_every"])) * p.num_envs
+    return max(1, sync_every) * p.num_envs
 
 
 def learner_side(p: Probe, f: float, extra: float = 0.0) -> tuple[float, float]:
@@ -174,17 +175,18 @@ def learner_side(p: Probe, f: float, extra: float = 0.0) -> tuple[float, float]:
     return c + p.updates_per_step * p.learner_update_at(p.batch_size) * f + extra, c + extra
 
 
-def star_pace(sims: int, p: Probe, topo_cfg: Any, f: float) -> Pace:
-    """One learner fed by ``sims`` simulators in rounds (p2p, star): the learner stores and
-    trains while the simulators step; a round moves each simulator's rows and the weights."""
-    rows = sync_rows(p, topo_cfg)
+def star_pace(sims: int, p: Probe, sync_every: int, f: float) -> Pace:
+    """One learner fed by ``sims`` simulators in rounds of ``sync_every`` steps (p2p, star): the
+    learner stores and trains while the simulators step; a round moves each simulator's rows and
+    the weights."""
+    rows = sync_rows(p, sync_every)
     comm = sims * p.message_s(rows * p.row_bytes) + max(1, log2(sims + 1)) * p.message_s(p.weight_bytes)
     learn, warm = learner_side(p, f)
     return Pace(sim=p.sim_step_s * f / sims, learn=learn, comm=comm / (sims * rows), learn_warm=warm,
-                start=first_round(p, topo_cfg, f))
+                start=first_round(p, sync_every, f))
 
 
-def first_round(p: Probe, topo_cfg: Any, f: float = 1.0) -> float:
+def first_round(p: Probe, sync_every: int, f: float = 1.0) -> float:
     """The learner's wait for the first round or chunk: a simulator stepping ``sync_every``
     steps of its environments (it overlaps nothing; a short run pays it noticeably)."""
-    return sync_rows(p, topo_cfg) * p.sim_step_s * f
+    return sync_rows(p, sync_every) * p.sim_step_s * f

@@ -4,8 +4,9 @@
 A :class:`GroupWiring` is a topology's own code, run over a group's communicator: its simulator
 side (:meth:`~GroupWiring.simulate`, the topology's simulator loop unchanged), its learner side
 (:meth:`~GroupWiring.learn`, which receives the group's experience and hands it to the learners'
-meeting through a :class:`GroupLearner`), the options it takes inside a group and the rank rules
-and refusals a group's plan must pass (its topology's). Star's is
+meeting through a :class:`GroupLearner`), the fields it reads inside a group (:attr:`GroupWiring.fields`,
+a mixin of groups' settings class) and the rank rules and refusals a group's plan must pass (its
+topology's). Star's is
 :class:`~drlmpi.topologies.star.StarWiring`, async's
 :class:`~drlmpi.topologies.asynchronous.group.AsyncWiring`; groups composes them through this
 interface alone (:mod:`drlmpi.topologies.groups`).
@@ -18,9 +19,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from drlmpi.config.options import Option
+from drlmpi.config.scopes import TopologySettings
+from drlmpi.config.settings import Settings
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.core.base import Topology
+from drlmpi.topologies.core.base import SyncFields, Topology
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.reports import RankReport
 
@@ -30,12 +32,12 @@ if TYPE_CHECKING:
 
 class GroupLearner(Protocol):
     """What a group's learner offers its wiring's learner side: the group's context and the
-    topology config, the learner, and the steps of a meeting of the learners."""
+    topology's settings, the learner, and the steps of a meeting of the learners."""
 
     #: the group's context: its communicator (the learner is rank 0 of it), the job rank kept
     sub: RunContext
-    #: the topology config (``topology.*``)
-    cfg: Any
+    #: groups' settings, typed: an instance of every wiring's :attr:`GroupWiring.fields`
+    cfg: TopologySettings
     learner: Learner
 
     def store(self, source: int, rows: np.ndarray) -> int:
@@ -61,20 +63,22 @@ class GroupWiring(ABC):
     name: ClassVar[str]
     #: the topology whose rank rules and refusals a group's plan (its world: one group) passes
     topology: ClassVar[type[Topology]]
-    #: the options it reads inside a group, beside groups' own (``sync_every``, ``sync_unit``)
-    options: ClassVar[dict[str, Option]] = {}
+    #: the fields it reads inside a group (``sync_every`` and ``sync_unit``, and any of its own):
+    #: a mixin of groups' settings class, so groups' settings are an instance of it
+    fields: ClassVar[type[Settings]] = SyncFields
     #: per-learner stats the job's report sums over the learners
     summed_stats: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
-    def check(cls, plan: RunPlan) -> None:
-        """Refuse what a group of this wiring cannot run (``plan``: one group's world)."""
-        cls.topology.check(plan)
+    def check(cls, plan: RunPlan, settings: Settings) -> None:
+        """Refuse what a group of this wiring cannot run (``plan``: one group's world;
+        ``settings``: groups' settings): by default its topology's rank rules."""
+        cls.topology.check_world(plan)
 
     @classmethod
     @abstractmethod
-    def simulate(cls, ctx: RunContext, cfg: Any) -> RankReport:
-        """A simulator of a group (``ctx``: the group's context); its report."""
+    def simulate(cls, ctx: RunContext, settings: Settings) -> RankReport:
+        """A simulator of a group (``ctx``: the group's context, ``settings``: groups'); its report."""
 
     @classmethod
     @abstractmethod
@@ -88,13 +92,3 @@ def wiring_table(*wirings: type[GroupWiring]) -> dict[str, type[GroupWiring]]:
     if len(table) != len(wirings):
         raise ValueError(f"two group wirings share a name: {[w.name for w in wirings]}")
     return table
-
-
-def wiring_options(table: dict[str, type[GroupWiring]]) -> dict[str, Option]:
-    """Every wiring's options inside a group, in the table's order (a key two wirings share is
-    one option: the first's)."""
-    options: dict[str, Option] = {}
-    for wiring in table.values():
-        for key, option in wiring.options.items():
-            options.setdefault(key, option)
-    return options

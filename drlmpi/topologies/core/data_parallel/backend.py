@@ -33,7 +33,6 @@ from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.params import ParamGroup
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.options import choice
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.topologies.core.data_parallel.exchanges import (
     check_identical_params,
@@ -41,12 +40,10 @@ from drlmpi.topologies.core.data_parallel.exchanges import (
     verify_identical,
 )
 
-#: ``topology.backend`` of the topologies whose learners average gradients (allgather, groups)
-BACKEND = choice("auto", "what averages the learners' gradients: mpi (host buffers), nccl (GPUs, one "
-                         "learner rank per GPU), gloo (torch.distributed on CPUs), auto (nccl when the "
-                         "learners are on CUDA and every node has a GPU per learner rank, else mpi)",
-                 "auto", "mpi", "nccl", "gloo")
-BACKENDS = BACKEND.choices
+#: ``topology.backend``'s choices, of the topologies whose learners average gradients (allgather,
+#: groups: :class:`~drlmpi.topologies.core.data_parallel.learners.AveragingFields`); the first is
+#: the default
+BACKENDS = ("auto", "mpi", "nccl", "gloo")
 #: NVLink multicast stays off unless the user turned it on (it can take a shared host's GPUs
 #: out of service); set before NCCL initialises.
 NCCL_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
@@ -55,9 +52,9 @@ GPU_HINT = ("use topology=groups with topology.learners equal to the GPUs (the o
             "simulate), or topology.backend=mpi")
 
 
-def check_backend(topo_cfg: Any, device: str) -> None:
-    """The static part of the backend's checks (every rank, before any message)."""
-    backend = str(topo_cfg["backend"])  # one of BACKENDS (the schema's choices)
+def check_backend(backend: str, reduce: str, device: str) -> None:
+    """The static part of the checks of ``topology.backend`` (one of :data:`BACKENDS`) and
+    ``topology.reduce`` on ``device`` (every rank, before any message)."""
     on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if backend == "nccl" and not on_cuda:
         raise ConfigError(f"topology.backend=nccl averages gradients on GPUs: it needs device=cuda, "
@@ -68,7 +65,6 @@ def check_backend(topo_cfg: Any, device: str) -> None:
     if backend in ("nccl", "gloo") and not torch.distributed.is_available():
         raise ConfigError(f"topology.backend={backend} needs torch.distributed, which this torch build "
                           f"lacks: use topology.backend=mpi")
-    reduce = str(topo_cfg["reduce"])
     if backend in ("nccl", "gloo") and reduce != "allreduce":
         raise ConfigError(f"topology.reduce={reduce} is an MPI reduction; "
                           f"topology.backend={backend} all-reduces: use topology.reduce=allreduce")

@@ -48,23 +48,32 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig, OmegaConf
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.options import choice
-from drlmpi.topologies.core.base import Topology
+from drlmpi.config.scopes import TopologySettings
+from drlmpi.config.settings import choice
+from drlmpi.topologies.core.base import SyncFields, Topology
 from drlmpi.topologies.core.context import RunPlan
 from drlmpi.topologies.core.pace import Pace, Probe, batch_share, device_turns, sync_rows
 
-#: ``topology.batch_rule`` and ``topology.lr_scale`` of every data-parallel topology
-BATCH_RULE = choice("global", "global: algo options describe the job (batch_size/N per rank, "
-                              "updates_per_step per job-wide step); per_rank: each rank's",
-                    "global", "per_rank")
-LR_SCALE = choice("none", "batch_rule=per_rank: learning rates x N (linear), x sqrt(N) (sqrt) or as set "
-                          "(none)", "none", "linear", "sqrt")
-BATCH_RULES, DEFAULT_RULE = BATCH_RULE.choices, BATCH_RULE.default
-LR_SCALES, DEFAULT_LR_SCALE = LR_SCALE.choices, LR_SCALE.default
+#: ``topology.batch_rule``'s and ``topology.lr_scale``'s choices (the first of each: the default)
+BATCH_RULES, LR_SCALES = ("global", "per_rank"), ("none", "linear", "sqrt")
+DEFAULT_RULE, DEFAULT_LR_SCALE = BATCH_RULES[0], LR_SCALES[0]
 #: largest relative change of the job's minibatch ``global`` accepts when ``B / N`` is rounded.
 BATCH_TOLERANCE = 0.1
 
 _SPLIT_UP = ("rollout_steps", "buffer_size", "learning_starts")  # ceil(value / N) per rank
+
+
+@dataclass(frozen=True)
+class BatchRuleFields(SyncFields):
+    """``topology.batch_rule`` and ``topology.lr_scale``: how every data-parallel topology shares
+    the job's batch among the ranks that sample (:func:`per_rank_algo_config`), beside the
+    experience each rank collects per round (:class:`~drlmpi.topologies.core.base.SyncFields`)."""
+
+    batch_rule: str = choice(DEFAULT_RULE, "global: algo options describe the job (batch_size/N per rank, "
+                                           "updates_per_step per job-wide step); per_rank: each rank's",
+                             *BATCH_RULES)
+    lr_scale: str = choice(DEFAULT_LR_SCALE, "batch_rule=per_rank: learning rates x N (linear), x sqrt(N) "
+                                             "(sqrt) or as set (none)", *LR_SCALES)
 
 
 @dataclass(frozen=True)
@@ -168,7 +177,8 @@ def per_rank_algo_config(algo_cfg: Mapping[str, Any], ranks: int, rule: str = DE
 class DataParallelTopology(Topology):
     """A topology whose ranks each sample minibatches and average their gradients: it builds
     its learners from :meth:`batch_rule`'s ``algo_cfg`` (``topology.batch_rule``) and refuses,
-    in :meth:`check`, a rule it cannot apply before any rank starts."""
+    in :meth:`check`, a rule it cannot apply before any rank starts. Its settings derive from
+    :class:`BatchRuleFields`."""
 
     #: ranks that hold no data and sample nothing (a parameter server: 1).
     server_ranks: ClassVar[int] = 0
@@ -179,36 +189,35 @@ class DataParallelTopology(Topology):
         return world_size - cls.server_ranks
 
     @classmethod
-    def env_ranks(cls, world_size: int, topo_cfg: Any) -> int:
+    def env_ranks(cls, world_size: int, topo_cfg: TopologySettings | Mapping[str, Any]) -> int:
         """Every data rank simulates (a server rank does not)."""
         return max(1, cls.data_ranks(world_size))
 
     @classmethod
-    def batch_rule(cls, cfg: Any, world_size: int) -> BatchRule:
-        """``topology.batch_rule`` (default ``global``) applied to ``cfg.algo`` for this job."""
-        topo = cfg.topology
-        return per_rank_algo_config(cfg.algo, cls.data_ranks(world_size),
-                                    str(topo["batch_rule"]),
-                                    str(topo["lr_scale"]))
+    def batch_rule(cls, settings: BatchRuleFields, algo_cfg: Mapping[str, Any], world_size: int) -> BatchRule:
+        """``settings.batch_rule`` and ``lr_scale`` applied to ``algo_cfg`` (``algo.*``) for a job
+        of ``world_size`` ranks."""
+        return per_rank_algo_config(algo_cfg, cls.data_ranks(world_size), settings.batch_rule,
+                                    settings.lr_scale)
 
     @classmethod
     def check(cls, plan: RunPlan) -> None:
         super().check(plan)
-        cls.batch_rule(plan.cfg, plan.world_size)
+        cls.batch_rule(cls.settings_of(plan.cfg.topology), plan.cfg.algo, plan.world_size)
 
     @classmethod
-    def pace(cls, ranks: int, p: Probe, topo_cfg: Any) -> Pace:
+    def pace(cls, ranks: int, p: Probe, settings: BatchRuleFields) -> Pace:
         """The N data ranks step their share in turn with every update of the job, each on its
         share of the batch, paying the exchange and the slowest rank's update:
         (s + c)/N + rho (u(batch/N) T + exchange(N) + straggler(N)) + the round's step counts,
         T the device learners that take turns on one GPU (:func:`device_turns`)."""
         workers, f = cls.data_ranks(ranks), p.slowdown_at(ranks)
-        rule = str(topo_cfg["batch_rule"])
+        rule = settings.batch_rule
         per_update = (p.learner_update_at(batch_share(p.batch_size, workers, rule)) * f
                       * device_turns(p, workers)
                       + p.straggler_s(workers, f) + cls.exchange_s(ranks, p))
         rho = p.updates_per_step if rule == "global" else p.updates_per_step / workers
-        round_comm = p.allreduce_at(ranks) / (workers * sync_rows(p, topo_cfg))
+        round_comm = p.allreduce_at(ranks) / (workers * sync_rows(p, settings.sync_every))
         return Pace(sim=(p.sim_step_s + p.ingest_row_s) * f / workers, learn=rho * per_update,
                     comm=round_comm, serial=True)
 

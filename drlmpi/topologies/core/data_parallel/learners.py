@@ -7,16 +7,17 @@ prove the parameters stayed identical."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from drlmpi.config.options import choice, integer
+from drlmpi.config.settings import Settings, choice, integer
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.data_parallel.backend import (
+    BACKENDS,
     DistExchange,
     DistGroup,
     check_params,
@@ -33,12 +34,22 @@ from drlmpi.topologies.core.data_parallel.exchanges import (
 
 #: ``topology.reduce``: how MPI averages the gradients (the other backends all-reduce)
 REDUCTIONS = {"allreduce": AllreduceExchange, "allgather": AllgatherExchange}
-#: the options of a data-parallel learner (allgather's and groups'): its MPI reduction and how
-#: often the learners compare parameter checksums (beside :data:`BACKEND`, :data:`BATCH_RULE`,
-#: :data:`LR_SCALE`)
-REDUCE = choice("allreduce", "allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
-                *REDUCTIONS)
-CHECK_EVERY = integer(1000, "verify identical parameters every N updates (0: only at the end)", low=0)
+
+
+@dataclass(frozen=True)
+class AveragingFields(Settings):
+    """The options of learners that average their gradients every update (every rank of
+    ``allgather``, each group's learner of ``groups``: :class:`DataParallelLearner`): what averages
+    them, how MPI does, and how often the learners compare parameter checksums."""
+
+    backend: str = choice(
+        BACKENDS[0], "what averages the learners' gradients: mpi (host buffers), nccl (GPUs, one learner "
+                     "rank per GPU), gloo (torch.distributed on CPUs), auto (nccl when the learners are on "
+                     "CUDA and every node has a GPU per learner rank, else mpi)", *BACKENDS)
+    reduce: str = choice("allreduce", "allreduce: Allreduce(SUM)/N; allgather: Allgather + sum in rank order",
+                         *REDUCTIONS)
+    check_every: int = integer(1000, "verify identical parameters every N updates (0: only at the end)",
+                               low=0)
 
 
 class DataParallelLearner:
@@ -47,32 +58,31 @@ class DataParallelLearner:
     Args:
         ctx: this rank's run context (its learner is built from it).
         comm: the learners' communicator (every rank of it is a learner).
-        topo_cfg: ``topology.*`` (``backend``, ``check_every``).
+        settings: the topology's settings (``backend``, ``reduce``, ``check_every``).
         rule: the batch rule's share of the job's batch for this learner.
         log: whether this learner writes the run's log (one of them does).
-        reduce: how MPI averages the gradients (``topology.reduce``, :data:`REDUCE`).
     """
 
-    def __init__(self, ctx: RunContext, comm: TimedComm, topo_cfg: Any, rule: BatchRule, log: bool,
-                 reduce: str) -> None:
+    def __init__(self, ctx: RunContext, comm: TimedComm, settings: AveragingFields, rule: BatchRule,
+                 log: bool) -> None:
         self.comm = comm
         self.rule = rule
         #: where the learners sit: this rank's index on its node, how many share it, one node or not
         self.placement = placement = place(comm)
         device = ctx.device
         #: the backend that averages the gradients (``auto`` resolved)
-        self.backend = resolve_backend(str(topo_cfg["backend"]), device, comm, placement)
+        self.backend = resolve_backend(settings.backend, device, comm, placement)
         self.algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
                                   device=learner_device(device, placement))
         self.dist = (DistGroup(comm, self.backend, self.algo.device, placement)
                      if self.backend != "mpi" else None)
         #: ``topology.reduce`` as it applies (the other backends all-reduce)
-        self.reduce = str(reduce) if self.dist is None else "allreduce"
+        self.reduce = settings.reduce if self.dist is None else "allreduce"
         exchange = DistExchange(self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm)
         self.learner: Learner = ctx.make_learner(self.algo, log=log, exchange=exchange)
         self.learner.follow_steps_only()  # every learner must step with the same learning rate
         broadcast_all_params(comm, self.algo, root=0)
-        self.check_every = int(topo_cfg["check_every"])
+        self.check_every = settings.check_every
         self.next_check = self.check_every
 
     def train(self, updates: int) -> int:
