@@ -17,7 +17,7 @@ import numpy as np
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from drlmpi.envs.families import family_of
+from drlmpi.envs.families import env_settings, family_of
 from drlmpi.envs.make import env_make_kwargs, make_env
 from drlmpi.envs.spec import env_spec
 from drlmpi.outputs.checkpoint import DamagedFileError, load_tensors
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         ret = float(evaluate(algo, envs, 1, seed=args.seed + episode)[0])
         returns.append(ret)
         print(f"episode {episode + 1:3d}: return {ret:9.2f}")
-    threshold = cfg.env.get("reward_threshold")
+    threshold = env_settings(cfg.env).reward_threshold
     mean = float(np.mean(returns))
     verdict = "" if threshold is None else (" (solved)" if mean >= threshold else f" (threshold {threshold})")
     print(f"mean return over {args.episodes} episodes: {mean:.2f}{verdict}")

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.ppo import PPO
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.schema import group_config
+from drlmpi.config.schema import SETTINGS, group_config
 from drlmpi.run.command_line import _launch_time_resolver
 from drlmpi.run.preflight import make_plan
 from drlmpi.topologies.allgather import Allgather
@@ -35,7 +35,8 @@ WORLD_SIZES = (1, 2, 3, 4, 8)
 
 
 def _algo(name: str):
-    return group_config("algo", name)
+    """The algorithm's typed settings, as the run plan hands them to a topology."""
+    return SETTINGS[f"algo/{name}"].build(group_config("algo", name))
 
 
 # (algo, N) -> per-rank batch_size, buffer_size / rollout_steps, learning_starts, updates_per_step
@@ -60,13 +61,13 @@ def test_global_rule_arithmetic(name, ranks):
     cfg = rule.algo_cfg
     batch, storage, starts, ups = GLOBAL_TABLE[(name, ranks)]
     storage_key = "rollout_steps" if name == "ppo" else "buffer_size"
-    assert (cfg.batch_size, cfg[storage_key]) == (batch, storage)
+    assert (cfg.batch_size, getattr(cfg, storage_key)) == (batch, storage)
     # The job's minibatch is the configured one (exactly when N divides it, else within 10%).
     assert abs(ranks * cfg.batch_size - job.batch_size) <= 0.1 * job.batch_size
     if job.batch_size % ranks == 0:
         assert ranks * cfg.batch_size == job.batch_size
     # Job-wide storage is the configured one, rounded up by less than one row per rank.
-    assert 0 <= ranks * cfg[storage_key] - job[storage_key] < ranks
+    assert 0 <= ranks * getattr(cfg, storage_key) - getattr(job, storage_key) < ranks
     if name == "ppo":
         # Minibatch updates per job-wide rollout: sequential's.
         assert cfg.rollout_steps // cfg.batch_size == job.rollout_steps // job.batch_size
@@ -76,8 +77,8 @@ def test_global_rule_arithmetic(name, ranks):
         assert math.isclose(cfg.updates_per_step / ranks, job.updates_per_step)
         assert 0 <= ranks * cfg.learning_starts - job.learning_starts < ranks
     # Learning rates and everything else are untouched; the job's config is not modified.
-    untouched = set(job) - {"batch_size", storage_key, "learning_starts", "updates_per_step"}
-    assert all(cfg[k] == job[k] for k in untouched)
+    untouched = set(job.options()) - {"batch_size", storage_key, "learning_starts", "updates_per_step"}
+    assert all(getattr(cfg, k) == getattr(job, k) for k in untouched)
     assert job == _algo(name)
     assert rule.stats()["global_batch_size"] == ranks * batch
     assert set(rule.stats()["per_rank_algo"]) == (set() if ranks == 1 else
@@ -90,12 +91,12 @@ def test_global_rule_arithmetic(name, ranks):
 def test_per_rank_rule_keeps_the_config_and_scales_learning_rates_on_request(name, ranks):
     job = _algo(name)
     assert per_rank_algo_config(job, ranks, "per_rank").algo_cfg == job
-    lr_keys = [k for k in job if k == "lr" or k.endswith("_lr")]
+    lr_keys = [k for k in job.options() if k == "lr" or k.endswith("_lr")]
     assert lr_keys
     for scale, factor in (("linear", ranks), ("sqrt", math.sqrt(ranks)), ("none", 1)):
         cfg = per_rank_algo_config(job, ranks, "per_rank", scale).algo_cfg
-        assert all(math.isclose(cfg[k], job[k] * factor) for k in lr_keys)
-        assert all(cfg[k] == job[k] for k in job if k not in lr_keys)
+        assert all(math.isclose(getattr(cfg, k), getattr(job, k) * factor) for k in lr_keys)
+        assert all(getattr(cfg, k) == getattr(job, k) for k in job.options() if k not in lr_keys)
 
 
 def test_an_algorithm_without_these_options_passes_through():
@@ -112,8 +113,7 @@ def test_an_algorithm_without_these_options_passes_through():
     (12, 8, "use algo.batch_size=8 or 16, or"),
 ])
 def test_a_batch_the_rule_cannot_split_is_refused_in_one_line(batch, ranks, message):
-    cfg = _algo("dqn")
-    cfg.batch_size = batch
+    cfg = _algo("dqn").replace(batch_size=batch)
     with pytest.raises(ConfigError) as info:
         per_rank_algo_config(cfg, ranks, "global")
     assert message in str(info.value) and "\n" not in str(info.value)
@@ -177,14 +177,14 @@ def test_global_rule_gives_sequential_updates_per_job_wide_step(cartpole, ranks)
     ``240 / N`` steps each has run the updates one process collecting 240 has - DQN with
     ``learning_starts`` job-wide, PPO its minibatch updates per job-wide rollout."""
     dqn = _algo("dqn")
-    dqn.update({"hidden": [8], "learning_starts": 1024, "buffer_size": 4096})
+    dqn = dqn.replace(hidden=[8], learning_starts=1024, buffer_size=4096)
     sequential = _job_updates(DQN, cartpole, dqn, 1, 16, 240)
     rule = per_rank_algo_config(dqn, ranks, "global")
     assert _job_updates(DQN, cartpole, rule.algo_cfg, ranks, 16, 240 // ranks) == sequential
     assert sequential[-1] == (16 - 4) * 240 // 2  # 0.5 per step from the 5th round (1200 >= 1024)
     assert sequential[-1] == 1440
     ppo = _algo("ppo")
-    ppo.update({"hidden": [8], "rollout_steps": 960, "batch_size": 48, "epochs": 2})
+    ppo = ppo.replace(hidden=[8], rollout_steps=960, batch_size=48, epochs=2)
     sequential = _job_updates(PPO, cartpole, ppo, 1, 8, 240)
     rule = per_rank_algo_config(ppo, ranks, "global")
     assert _job_updates(PPO, cartpole, rule.algo_cfg, ranks, 8, 240 // ranks) == sequential

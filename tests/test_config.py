@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from omegaconf.errors import ReadonlyConfigError
 
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.job import JobSettings
 from drlmpi.config.schema import defaults, group_config
 from drlmpi.run.command_line import _launch_time_resolver
 from drlmpi.run.preflight import make_plan
@@ -160,8 +161,8 @@ def test_a_key_no_option_of_its_group_knows_is_refused_in_one_line():
 
 
 def test_the_plan_resolves_once_and_freezes_a_copy_of_the_config():
-    """``device=auto`` is resolved in the plan, never written back; what flows down is a
-    read-only copy, so nothing below the plan can change what was checked."""
+    """``device=auto`` is resolved in the plan, never written back; what flows down is the job's
+    typed settings, frozen, so nothing below the plan can change what was checked."""
     import torch
 
     cfg = _compose("device=auto", "topology=groups", "topology.learners=2")
@@ -169,7 +170,8 @@ def test_the_plan_resolves_once_and_freezes_a_copy_of_the_config():
     assert plan.device == ("cuda" if torch.cuda.is_available() else "cpu")
     assert cfg.device == "auto" and plan.cfg.device == "auto"
     assert plan.with_world(2).world_size == 2 and plan.world_size == 4
-    with pytest.raises(ReadonlyConfigError):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         plan.cfg.algo.lr = 1.0
+    assert isinstance(plan.cfg, JobSettings) and isinstance(plan.cfg.algo.lr, float)
     cfg.algo.lr = 1.0  # the caller's own config stays its own
     assert plan.cfg.algo.lr != 1.0

@@ -98,7 +98,7 @@ class PPO(RolloutTargets, Algorithm):
         (V-trace adds the weight column)."""
         cfg = cls.settings_of(cfg)
         layout = cls.experience_layout(spec)
-        table = layout.obs_slots + spec.action_dim + 4 + int(cfg.vtrace)
+        table = layout.obs_slots + spec.action_dim + 4 + (1 if cfg.vtrace else 0)
         return cfg.rollout_steps * (2 * layout.width + table) * 4
 
     @classmethod

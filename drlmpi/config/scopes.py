@@ -165,6 +165,15 @@ class EnvSettings(Settings):
         None, "override the registered time limit (null keeps it)", nullable=True)
     kwargs: Mapping[str, Any] = mapping({}, "extra keyword arguments for gymnasium.make")
 
+    def sim_cost_of(self, rank: int) -> float:
+        """The CPU milliseconds of busy work a step costs on ``rank``: its entry in
+        ``sim_cost_ms_by_rank`` (keyed by the rank as an int or a string), else ``sim_cost_ms``."""
+        by_rank = self.sim_cost_ms_by_rank or {}
+        for key in (rank, str(rank)):
+            if key in by_rank:
+                return float(by_rank[key])
+        return self.sim_cost_ms
+
 
 @dataclass(frozen=True)
 class DQNSettings(AlgoSettings):

@@ -210,13 +210,15 @@ class Settings:
         out = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            out[f.name] = _thawed(value.as_dict() if isinstance(value, Settings) else value)
+            out[f.name] = thawed(value.as_dict() if isinstance(value, Settings) else value)
         return out
 
 
-def _thawed(value: Any) -> Any:
+def thawed(value: Any) -> Any:
+    """Typed values as plain ones: tuples as lists, read-only mappings as dicts (to pickle or
+    to write)."""
     if isinstance(value, Mapping):
-        return {k: _thawed(v) for k, v in value.items()}
+        return {k: thawed(v) for k, v in value.items()}
     if isinstance(value, tuple):
-        return [_thawed(v) for v in value]
+        return [thawed(v) for v in value]
     return value

@@ -11,9 +11,12 @@ three off; what it costs, and the command that measures it: docs/results/h200hos
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import torch
+
+from drlmpi.config.scopes import RunSettings
 
 #: cuBLAS's documented setting for reproducible results (must be set before its first use)
 CUBLAS_WORKSPACE = ":4096:8"
@@ -41,9 +44,10 @@ def set_deterministic(on: bool) -> None:
         torch.backends.cudnn.benchmark = False
 
 
-def apply_run_settings(run: Any) -> None:
-    """The process-wide numerics of a run's ``run`` config: :func:`set_deterministic` and
+def apply_run_settings(run: RunSettings | Mapping[str, Any]) -> None:
+    """The process-wide numerics of a run's ``run`` settings: :func:`set_deterministic` and
     ``run.matmul_precision`` (``torch.set_float32_matmul_precision``: ``high`` lets float32 matrix
     products use TF32 tensor cores)."""
-    set_deterministic(bool(run["deterministic"]))
-    torch.set_float32_matmul_precision(str(run["matmul_precision"]))
+    run = RunSettings.coerce(run)
+    set_deterministic(run.deterministic)
+    torch.set_float32_matmul_precision(run.matmul_precision)

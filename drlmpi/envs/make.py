@@ -7,12 +7,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
 
-from drlmpi.config.options import plain
-from drlmpi.envs.families import family_of, make_options
+from drlmpi.config.scopes import EnvSettings
+from drlmpi.config.settings import thawed
+from drlmpi.envs.families import env_settings, family_of, make_options
 from drlmpi.envs.spec import EnvSpec, env_spec
 
 
@@ -34,14 +36,12 @@ def make_env(env_id: str, sim_cost_ms: float = 0.0, max_episode_steps: int | Non
                                   train=train, **kwargs)
 
 
-def env_make_kwargs(env_cfg: Any) -> dict[str, Any]:
-    """:func:`make_env`'s keyword arguments from an ``env`` config section (plain values, so
-    they pickle into worker processes): the time limit, the options of the id's family and
-    ``env.kwargs``."""
-    out: dict[str, Any] = {"max_episode_steps": env_cfg.get("max_episode_steps")}
-    out.update(make_options(env_cfg))
-    out.update(plain(env_cfg.get("kwargs")) or {})
-    return out
+def env_make_kwargs(env: EnvSettings | Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`make_env`'s keyword arguments from an ``env`` section (typed settings, or a checked
+    config section; plain values, so they pickle into worker processes): the time limit, the
+    options of the id's family and ``env.kwargs``."""
+    env = env_settings(env)
+    return {"max_episode_steps": env.max_episode_steps, **thawed(make_options(env)), **thawed(env.kwargs)}
 
 
 def probe_spec(env_id: str, **kwargs: Any) -> EnvSpec:

@@ -28,12 +28,14 @@ import json
 import re
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from drlmpi.config.scopes import RunSettings
 from drlmpi.outputs.files import FileWriteError, atomic_save, atomic_write_json
 
 CHECKPOINT_DIR = "checkpoint"
@@ -130,14 +132,14 @@ class Checkpointer:
         generation: the generation the run resumed from (0: a fresh run).
     """
 
-    def __init__(self, run_dir: Path, rank: int, world_size: int, run: Any,
+    def __init__(self, run_dir: Path, rank: int, world_size: int, run: RunSettings | Mapping[str, Any],
                  description: dict[str, Any], generation: int = 0) -> None:
         self.run_dir = Path(run_dir)
         self.rank = rank
         self.world_size = world_size
-        every = run.get("checkpoint_every_s")
-        self.every_s = float(every) if every else 0.0
-        self.with_storage = bool(run["checkpoint_replay"])
+        run = RunSettings.coerce(run)
+        self.every_s = run.checkpoint_every_s or 0.0  # (0 or null: none)
+        self.with_storage = run.checkpoint_replay
         self._with_storage = self.with_storage  # what the last written state held
         self.description = description
         self.generation = generation

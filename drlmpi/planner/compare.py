@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from drlmpi.config.scopes import EnvSettings, RootSettings
 from drlmpi.planner.model import TOLERANCE, Prediction, recommended
 
 #: the fields of a run's summary that must match the plan's config for --compare
@@ -24,8 +25,9 @@ def fmt_rate(rate: float | None) -> str:
 
 def config_of(cfg: Any) -> dict[str, Any]:
     """What a measured run must share with the plan to be compared with it."""
-    return {"algo": str(cfg.algo.name), "env_id": str(cfg.env.id), "device": str(cfg.device),
-            "sim_cost_ms": float(cfg.env.get("sim_cost_ms") or 0.0), "num_envs": int(cfg.env.num_envs)}
+    env = EnvSettings.coerce(cfg.env)
+    return {"algo": cfg.algo.name, "env_id": env.id, "device": RootSettings.coerce(cfg).device,
+            "sim_cost_ms": env.sim_cost_ms, "num_envs": env.num_envs}
 
 
 def _same_config(summary: dict[str, Any], config: dict[str, Any]) -> bool:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from drlmpi.config.scopes import RunSettings
 from drlmpi.topologies.core.pace import Pace, Probe
 
 #: a prediction within this share of the measured throughput counts as right
@@ -93,8 +94,7 @@ def predict(cls: type, ranks: int, p: Probe, cfg: Any, calibration: dict[str, An
     if not modelled(cls):
         return Prediction(name, ranks, refused="not modelled (the topology has no pace model)")
     if budget == -1:
-        budget = cfg.run.get("max_env_steps")
-    budget = None if budget is None else int(budget)
+        budget = RunSettings.coerce(cfg.run).max_env_steps
     load = load_at(ranks, calibration)
     settings = cls.settings_of(cfg.topology)  # the typed settings each pace model reads
     model = cls.pace(ranks, p, settings)

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
@@ -105,8 +104,8 @@ def _random_acting(ctx: Any, actor: Any) -> None:
     actor.algo.act = RandomPolicy(ctx.spec, {}, seed=ctx.seed, learner=False).act
 
 
-def _learner_algo(ctx: Any, algo_cfg: Any) -> Any:
-    return ctx.make_algo(learner=True, algo_cfg=OmegaConf.create(algo_cfg))
+def _learner_algo(ctx: Any, algo: Any) -> Any:
+    return ctx.make_algo(learner=True, algo_cfg=algo)
 
 
 def _fill(algo: Any, spec: Any) -> tuple[np.ndarray, float]:
@@ -251,10 +250,10 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
             env_step = _time_collect(actor, seconds / 2)
         finally:
             actor.close()
-        algo_cfg = OmegaConf.to_container(cfg.algo, resolve=True)
-        learner = _learner_algo(ctx, algo_cfg)
+        job = ctx.cfg  # the job's typed settings
+        learner = _learner_algo(ctx, job.algo)
         rows, ingest = _fill(learner, ctx.spec)
-        batch = algo_cfg.get("batch_size")
+        batch = learner.minibatch_rows() or None
         update_s: dict[int, float] = {}
         jitter, learner_update, rho = 0.0, 0.0, 0.0
         slowdown = dict(slow_sim)
@@ -262,26 +261,25 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
         if learns:
             from drlmpi.topologies.core.data_parallel.batch_rule import per_rank_algo_config
 
-            for size in per_rank_batches(int(batch), cores):
-                if size == int(batch):  # the job's own batch: three repeats, their spread kept
+            for size in per_rank_batches(batch, cores):
+                if size == batch:  # the job's own batch: three repeats, their spread kept
                     update_s[size], spread["update_s"] = _repeated(
                         lambda: _update_rate(learner, rows, seconds / 6))
                     continue
                 try:
-                    ranks = max(1, round(int(batch) / size))
-                    share = per_rank_algo_config(algo_cfg, ranks, "global").algo_cfg
+                    ranks = max(1, round(batch / size))
+                    share = per_rank_algo_config(job.algo, ranks, "global").algo_cfg
                 except Exception:  # noqa: BLE001 (a share the batch rule refuses: not measured)
                     continue
                 algo = _learner_algo(ctx, share)
-                update_s[int(share.get("batch_size", size))] = _update_rate(algo, _fill(algo, ctx.spec)[0],
-                                                                            seconds / 2)
+                update_s[algo.minibatch_rows()] = _update_rate(algo, _fill(algo, ctx.spec)[0], seconds / 2)
             jitter = _jitter(learner, rows, seconds / 2)
-            bare = update_s[int(batch)]
+            bare = update_s[batch]
             slowdown = {n: max(slow_sim[n], 1.0 / _under_load(
                 n - 1, lambda: timed(_update_step(learner, rows), seconds / 3,
                                      torch.device(learner.device), min_updates=10)) / bare)
                         for n in loads}
-            chunk = _chunk_steps(cfg) * int(cfg.env.num_envs)
+            chunk = _chunk_steps(cfg) * job.env.num_envs
             ingest, learner_update, rho = _learner_costs(ctx, chunk, seconds)
         act_s = {}
         obs = np.resize(seen, (256, *seen.shape[1:]))  # observations the actor saw, repeated
@@ -295,18 +293,18 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
             act_s[n] = (time.perf_counter() - t0) / k
         row_bytes = int(learner.layout.width * 4)
         weight_bytes = int(learner.policy.flat.numel * 4)
-    chunk_bytes = row_bytes * _chunk_steps(cfg) * int(cfg.env.num_envs)
+    chunk_bytes = row_bytes * _chunk_steps(cfg) * ctx.cfg.env.num_envs
     latency, bandwidth, reduce, source = measure_messages(
         sorted({8, row_bytes, weight_bytes, chunk_bytes}), weight_bytes, min(cores, 64))
     if source.startswith("assumed"):
         notes.append(f"message costs {source}")
     gpus = torch.cuda.device_count() if str(ctx.device).startswith("cuda") else 0
-    return Probe(cores=cores, device=str(ctx.device), gpus=max(1, gpus), num_envs=int(cfg.env.num_envs),
+    return Probe(cores=cores, device=str(ctx.device), gpus=max(1, gpus), num_envs=ctx.cfg.env.num_envs,
                  sim_step_s=sim_step, env_step_s=env_step, act_s=act_s, update_s=update_s,
                  update_jitter_s=jitter,
-                 learner_update_s=learner_update or update_s.get(int(batch or 0), 0.0),
-                 batch_size=None if batch is None else int(batch), updates_per_step=rho,
-                 learning_starts=int(algo_cfg.get("learning_starts") or 0), ingest_row_s=ingest,
+                 learner_update_s=learner_update or update_s.get(batch or 0, 0.0),
+                 batch_size=batch, updates_per_step=rho,
+                 learning_starts=learner.warm_up_rows(), ingest_row_s=ingest,
                  slowdown=slowdown, allreduce_s=reduce,
                  row_bytes=row_bytes, weight_bytes=weight_bytes, latency_s=latency,
                  bandwidth_bytes_per_s=bandwidth, comm_source=source,

@@ -22,6 +22,7 @@ class RunChecks(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         from drlmpi.config.errors import ConfigError
+        from drlmpi.config.scopes import RootSettings, RunSettings
         from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, end_job
         from drlmpi.job_control.process import first_process, under_mpi_launcher
         from drlmpi.run.ownership import claim, say
@@ -29,8 +30,9 @@ class RunChecks(Callback):
         if not first_process():
             return
         try:
-            say(claim(str(config.hydra.run.dir), overwrite=bool(config.run["overwrite"]),
-                      resuming=config.get("resume") is not None))
+            settings = RootSettings.build(config)
+            say(claim(str(config.hydra.run.dir), overwrite=RunSettings.build(config.run).overwrite,
+                      resuming=settings.resume is not None))
         except ConfigError as exc:
             several = False
             if under_mpi_launcher():

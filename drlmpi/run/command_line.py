@@ -172,11 +172,13 @@ def _task(cfg) -> float | int:
     from hydra.core.hydra_config import HydraConfig
     from mpi4py import MPI
 
-    set_thread_counts(cfg.get("threads_per_rank"))
+    from drlmpi.config.scopes import RootSettings, RunSettings
     from drlmpi.envs.families import env_threads
 
-    threads = max(int(cfg.threads_per_rank), env_threads(cfg.env))
-    bind_rank(str(cfg.bind_ranks), MPI.COMM_WORLD, threads)  # before torch starts threads
+    root = RootSettings.build(cfg)  # (its values checked on the command line; all of them by the plan)
+    set_thread_counts(root.threads_per_rank)
+    threads = max(root.threads_per_rank, env_threads(cfg.env))
+    bind_rank(root.bind_ranks, MPI.COMM_WORLD, threads)  # before torch starts threads
     from drlmpi.config.errors import ConfigError, NonFiniteError
     from drlmpi.outputs.files import FileWriteError
     from drlmpi.run.experiment import run_experiment
@@ -233,11 +235,11 @@ def _task(cfg) -> float | int:
 
     if STOP.stopped_run:  # stopped by a signal, checkpoint written: a documented exit status
         _exit_after_signal_stop()
-    objective = cfg.run.get("objective")
-    if objective and summary is not None:
+    run = RunSettings.build(cfg.run)
+    if run.objective and summary is not None:
         from drlmpi.run.objective import objective_value
 
-        return objective_value(summary, objective, cfg.run.get("objective_unsolved"))
+        return objective_value(summary, run.objective, run.objective_unsolved)
     return 0
 
 

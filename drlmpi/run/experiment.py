@@ -38,17 +38,17 @@ def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> di
     ``run.rank_timeout_s``).
     """
     plan = make_plan(cfg, world.Get_size())
-    torch.set_num_threads(int(plan.cfg.threads_per_rank))
+    torch.set_num_threads(plan.cfg.threads_per_rank)
     apply_run_settings(plan.cfg.run)
-    on_signal = bool(plan.cfg.run["checkpoint_on_signal"])
+    on_signal = plan.cfg.run.checkpoint_on_signal
     if on_signal:  # before the first collective: a stale request of an earlier part is gone
         STOP.install(run_dir, world.Get_rank())
     # The first collective waits for every rank to finish validating (start-up skew); the
     # watchdog counts from when all are connected.
     comm = TimedComm(world.Dup())
-    watchdog = start_watchdog(plan.cfg.run.get("rank_timeout_s"), comm.rank, comm.size, Path(run_dir),
+    watchdog = start_watchdog(plan.cfg.run.rank_timeout_s, comm.rank, comm.size, Path(run_dir),
                               exit_code=hang_exit)
-    memory = MemorySampler.start_if(plan.cfg.run.get("memory_sample_s"))
+    memory = MemorySampler.start_if(plan.cfg.run.memory_sample_s)
     try:
         return _run(plan, run_dir, comm, memory)
     finally:
@@ -62,10 +62,10 @@ def start_lines(plan: RunPlan, run_dir: Path) -> list[str]:
     """What rank 0 says before training: the banner, the checkpoint a resumed run continues, and
     what the budget cannot reach."""
     cfg = plan.cfg
-    budgets = [f"{int(cfg.run[key]):,} {what}" for key, what in (
-        ("max_env_steps", "env steps"), ("max_train_seconds", "s of training"),
-        ("max_episodes", "episodes"))
-        if cfg.run.get(key) is not None]
+    run = cfg.run
+    budgets = [f"{value:,.0f} {what}" for value, what in (
+        (run.max_env_steps, "env steps"), (run.max_train_seconds, "s of training"),
+        (run.max_episodes, "episodes")) if value is not None]
     label = plan.topology_cls.report_label(cfg.topology)
     lines = [f"drlmpi: {cfg.algo.name} on {cfg.env.id} | topology {label}, {plan.world_size} rank(s) | "
              f"device {plan.device} | budget {' or '.join(budgets) or 'none'} | "
@@ -99,7 +99,7 @@ def _run(plan: RunPlan, run_dir: Path, comm: TimedComm,
     wait_in_run = comm.wait_s  # the waits of the span wall_s measures: their share lies in [0, 1]
     learner = report.learner
     by_signal = False
-    if plan.cfg.run["checkpoint_on_signal"]:
+    if plan.cfg.run.checkpoint_on_signal:
         decided = learner.stop_reason() if comm.rank == 0 and learner is not None else None
         by_signal = comm.bcast_object(decided == "signal", root=0, kind="stop")
         if by_signal:

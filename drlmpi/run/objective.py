@@ -16,6 +16,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from drlmpi.config.scopes import RunSettings
+
 #: the summary fields a run may be judged by, and for the ``*_to_threshold`` ones, the run's own
 #: total of the same quantity (a run that did not solve took at least that much)
 OBJECTIVES: dict[str, str | None] = {
@@ -74,7 +76,7 @@ def check_tuning(config: Any) -> str | None:
     sweeper = config.hydra.get("sweeper") or {}
     if "optuna" not in str(sweeper.get("_target_", "")).lower():
         return None
-    name = config.run.get("objective")
+    name = RunSettings.build(config.run).objective
     if not name:
         by_direction = {d: [n for n in OBJECTIVES if direction_of(n) == d] for d in ("minimize", "maximize")}
         raise ValueError("hydra/sweeper=optuna tunes by one number from each run: set run.objective to a "

@@ -11,16 +11,17 @@ the world size, the checkpoint to resume and a read-only copy of the config.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from typing import Any
 
 import torch
 from hydra.utils import get_class
-from omegaconf import DictConfig, OmegaConf, open_dict
 
 from drlmpi.algos.base import Algorithm
 from drlmpi.config.checks import check_config, ignored_options
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.job import JobSettings
+from drlmpi.config.scopes import RunSettings
 from drlmpi.envs import families
 from drlmpi.envs.make import env_make_kwargs, probe_spec
 from drlmpi.outputs.checkpoint import check_rank_files, read_meta
@@ -35,41 +36,39 @@ def make_plan(cfg: Any, world_size: int) -> RunPlan:
     register()  # every topology's options in the schema (idempotent)
     families.register()  # and every environment family's
     check_config(cfg)  # types and ranges of every option (drlmpi.config.schema)
-    resume_meta = check_resume(cfg, world_size) if cfg.get("resume") else None
     algo_cls, topology_cls = resolve_classes(cfg)
-    if cfg.get("world_size") is not None and int(cfg.world_size) != world_size:
-        raise ConfigError(
-            f"world_size={cfg.world_size} was asked for but this job has {world_size} rank(s)"
-        )
     check_env_options(cfg.env)
     check_sim_costs(cfg.env, world_size)
+    # Checked: from here on the job is its typed settings (every value of its declared type).
+    settings = JobSettings.build(cfg, env=families.family_of(cfg.env.id).section())
+    resume_meta = check_resume(settings, world_size) if settings.resume is not None else None
+    if settings.world_size is not None and settings.world_size != world_size:
+        raise ConfigError(
+            f"world_size={settings.world_size} was asked for but this job has {world_size} rank(s)"
+        )
     job_options = algo_cls.job_options(
-        cfg.algo, topology_cls.env_ranks(world_size, cfg.topology) * int(cfg.env.num_envs))
-    if job_options:  # written before any check reads the algorithm's options
-        cfg = copy.deepcopy(cfg) if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
-        with open_dict(cfg):
-            cfg.algo.update(job_options)
+        settings.algo, topology_cls.env_ranks(world_size, settings.topology) * settings.env.num_envs)
+    if job_options:  # resolved before any check reads the algorithm's options
+        settings = dataclasses.replace(settings, algo=settings.algo.replace(**job_options))
     try:
-        spec = probe_spec(cfg.env.id, **env_make_kwargs(cfg.env))
+        spec = probe_spec(settings.env.id, **env_make_kwargs(settings.env))
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 (gymnasium raises many kinds for a bad id)
-        raise ConfigError(f"env.id={cfg.env.id!r} cannot be made: {exc}") from exc
+        raise ConfigError(f"env.id={settings.env.id!r} cannot be made: {exc}") from exc
     algo_cls.check_spec(spec)
     try:  # an acting-only instance is cheap and runs the algorithm's own checks of its config
-        algo_cls(spec, cfg.algo, device="cpu", seed=0, learner=False)
+        acting = algo_cls(spec, settings.algo, device="cpu", seed=0, learner=False)
     except ConfigError:
         raise
     except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"algo={cfg.algo.name}: invalid configuration: {exc}") from exc
-    device = resolve_device(str(cfg.device))
+        raise ConfigError(f"algo={settings.algo.name}: invalid configuration: {exc}") from exc
+    device = resolve_device(settings.device)
     # Storage that cannot fit on the learner's device is refused now, with its size.
-    algo_cls.check_storage(spec, cfg.algo, device)
-    frozen = copy.deepcopy(cfg) if isinstance(cfg, DictConfig) else OmegaConf.create(cfg)
-    OmegaConf.set_readonly(frozen, True)  # nothing below the plan can change what was checked
-    plan = RunPlan(cfg=frozen, world_size=world_size, algo_cls=algo_cls, topology_cls=topology_cls,
+    algo_cls.check_storage(spec, settings.algo, device)
+    plan = RunPlan(cfg=settings, world_size=world_size, algo_cls=algo_cls, topology_cls=topology_cls,
                    spec=spec, device=device, resume_meta=resume_meta,
-                   warnings=budget_warnings(cfg) + ignored_options(cfg),
+                   warnings=budget_warnings(settings.run, acting) + ignored_options(cfg),
                    job_options=job_options)
     topology_cls.check(plan)
     return plan
@@ -79,22 +78,21 @@ def make_plan(cfg: Any, world_size: int) -> RunPlan:
 NO_EVALUATION = 100_000_000
 
 
-def budget_warnings(cfg: Any) -> tuple[str, ...]:
+def budget_warnings(run: RunSettings, algo: Algorithm) -> tuple[str, ...]:
     """What a step budget cannot reach: the first update (``algo.learning_starts`` of an
     off-policy algorithm, one rollout of an on-policy one) or the first evaluation."""
-    budget = cfg.run.get("max_env_steps")
+    budget = run.max_env_steps
     if budget is None:
         return ()
-    budget, out = int(budget), []
-    for key, what in (("learning_starts", "steps before the first update"),
-                      ("rollout_steps", "rows of the first rollout")):
-        need = cfg.algo.get(key)
-        if need is not None and int(need) >= budget:
-            out.append(f"run.max_env_steps={budget:,} ends before algo.{key}={int(need):,} ({what}): "
+    out = []
+    for key, need, what in (("learning_starts", algo.warm_up_rows(), "steps before the first update"),
+                            ("rollout_steps", algo.rollout_rows(), "rows of the first rollout")):
+        if need and need >= budget:
+            out.append(f"run.max_env_steps={budget:,} ends before algo.{key}={need:,} ({what}): "
                        f"no update will run; raise the budget or lower algo.{key}")
-    if budget < int(cfg.run.eval_every) < NO_EVALUATION:
+    if budget < run.eval_every < NO_EVALUATION:
         out.append(f"run.max_env_steps={budget:,} ends before the first evaluation "
-                   f"(run.eval_every={int(cfg.run.eval_every):,}): the run will not be evaluated")
+                   f"(run.eval_every={run.eval_every:,}): the run will not be evaluated")
     return tuple(out)
 
 
@@ -105,7 +103,7 @@ def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
         algo_cls = get_class(cfg.algo._target_)
     except Exception as exc:  # noqa: BLE001 (Hydra raises several kinds)
         raise ConfigError(f"algo._target_={cfg.algo._target_!r} cannot be imported: {exc}") from exc
-    return algo_cls, load_class(str(cfg.topology._target_))  # from a plugin directory too
+    return algo_cls, load_class(cfg.topology._target_)  # from a plugin directory too
 
 
 def check_env_options(env: Any) -> None:
@@ -129,7 +127,7 @@ def check_sim_costs(env: Any, world_size: int) -> None:
                               f"milliseconds >= 0, got {shown}")
 
 
-def check_resume(cfg: Any, world_size: int) -> dict[str, Any]:
+def check_resume(cfg: JobSettings, world_size: int) -> dict[str, Any]:
     """The checkpoint ``cfg.resume`` names (its ``meta.json``); refuse, in one line, one this job
     cannot continue (another world size, topology, algorithm or environment)."""
     meta = read_meta(cfg.resume)

@@ -40,7 +40,7 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
         raise RuntimeError("rank 0 must hold the learner to write the summary")
     stop_reason = learner.stop_reason()
     topology_stats = reports[0].get("topology_stats") or {}
-    idle_share = float(cfg.run["idle_busy_share"])
+    idle_share = cfg.run.idle_busy_share
     train_s = learner.clock.elapsed()
     wall_s = max(max(r["wall_s"] for r in reports), learner.clock.wall())  # a resumed run: both parts
     solved_at = learner.solved_at or {}
@@ -84,19 +84,19 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
         "env": cfg.env.name,
         "topology": cfg.topology.name,
         # the label of what ran: options a topology resolved at run time (backend=auto) as resolved
-        "topology_label": topology_cls.report_label({**cfg.topology,
+        "topology_label": topology_cls.report_label({**cfg.topology.as_dict(),
                                                      **topology_stats.get("resolved_options", {})}),
         "topology_order": topology_cls.report_order,
         "paper_label": topology_cls.paper_label(world_size),
         "world_size": world_size,
-        "seed": int(cfg.seed),
-        "sim_cost_ms": float(cfg.env.sim_cost_ms),
-        "num_envs": int(cfg.env.num_envs),
+        "seed": cfg.seed,
+        "sim_cost_ms": cfg.env.sim_cost_ms,
+        "num_envs": cfg.env.num_envs,
         # algorithm options resolved for the job's size (PPO's rollout_steps_per_env, num_minibatches)
         "algo_job_options": dict(plan.job_options),
         "device": plan.device,
-        "threads_per_rank": int(cfg.threads_per_rank),
-        "bind_ranks": str(cfg.bind_ranks),
+        "threads_per_rank": cfg.threads_per_rank,
+        "bind_ranks": cfg.bind_ranks,
         "run_dir": str(run_dir),
         "per_rank": per_rank,
         "idle_busy_share": idle_share,

@@ -102,7 +102,7 @@ class Star(Topology):
         topo = cls.settings_of(plan.cfg.topology)
         if not issubclass(plan.algo_cls, OffPolicyAlgorithm) or topo.sync_unit != "steps":
             return ()
-        simulators, envs = plan.world_size - 1, int(plan.cfg.env.num_envs)
+        simulators, envs = plan.world_size - 1, plan.cfg.env.num_envs
         steps = cls.round_steps(topo, simulators, envs)
         rows = steps * simulators * envs
         if rows <= LARGE_ROUND_ROWS:
@@ -131,7 +131,7 @@ class Star(Topology):
         """A simulator rank of ``ctx.comm``: rounds of :meth:`round_steps`, ramped up from
         ``ramp_from``."""
         simulators = ctx.comm.size - 1
-        every = self.round_steps(self.cfg, simulators, int(ctx.cfg.env.num_envs))
+        every = self.round_steps(self.cfg, simulators, ctx.cfg.env.num_envs)
         return simulator_rounds(ctx, CollectiveLink(ctx.comm), every, self.cfg.sync_unit, simulators,
                                 self.cfg.ramp_from)
 

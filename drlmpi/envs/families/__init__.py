@@ -15,6 +15,7 @@ import gymnasium
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import plain
 from drlmpi.config.schema import add_scope
+from drlmpi.config.scopes import EnvSettings
 from drlmpi.envs.families import atari, gym, mujoco
 from drlmpi.envs.families.base import Family
 
@@ -39,10 +40,18 @@ def register() -> None:
         add_scope(f"env/{family.name}", family.settings)
 
 
-def make_options(env: Mapping[str, Any]) -> dict[str, Any]:
+def env_settings(env: EnvSettings | Mapping[str, Any]) -> EnvSettings:
+    """An ``env`` section (a checked config section, or typed settings) as the settings of its id's
+    family: every env option and the family's own (``Family.section``)."""
+    env_id = env.id if isinstance(env, EnvSettings) else env["id"]
+    return family_of(env_id).section().coerce(env)
+
+
+def make_options(env: EnvSettings | Mapping[str, Any]) -> dict[str, Any]:
     """The ``make`` keyword arguments the family of ``env.id`` takes from an ``env`` section: its
-    own options' values."""
-    return family_of(env["id"]).option_values(env)
+    own options' values (typed)."""
+    env = env_settings(env)
+    return family_of(env.id).option_values(env)
 
 
 def check_env(env: Any) -> None:
@@ -68,10 +77,11 @@ def joined_bank(envs: list[gymnasium.Env], dtype: Any) -> Any:
     return join(envs, dtype) if join is not None else None
 
 
-def env_threads(env: Mapping[str, Any]) -> int:
+def env_threads(env: EnvSettings | Mapping[str, Any]) -> int:
     """The busy threads a simulator of the ``env`` section runs for its environments (1 unless
     its id's family steps them in threads of its own: ``Family.threads``)."""
-    family = family_of(env["id"])
+    env = env_settings(env)
+    family = family_of(env.id)
     return family.threads(family.option_values(env))
 
 
@@ -81,5 +91,5 @@ def _unset(value: Any, default: Any) -> bool:
     return value is None or plain(value) == default
 
 
-__all__ = ["FAMILIES", "Family", "check_env", "env_threads", "family_of", "joined_bank", "make_options",
-           "register"]
+__all__ = ["FAMILIES", "Family", "check_env", "env_settings", "env_threads", "family_of", "joined_bank",
+           "make_options", "register"]

@@ -49,7 +49,7 @@ class AsyncLearner:
         self.learner = learner or ctx.make_learner()
         self.sims = list(range(1, self.comm.size))
         self.slots = settings.slots
-        self.chunk_rows = settings.sync_every * int(ctx.cfg.env.num_envs)
+        self.chunk_rows = settings.sync_every * ctx.cfg.env.num_envs
         self.publish_every = settings.publish_every
         # The lag bound: configured, or for an on-policy algorithm one rollout's worth of
         # updates beyond the publication interval; replay-based algorithms keep every chunk.

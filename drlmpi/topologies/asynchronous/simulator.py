@@ -35,7 +35,7 @@ class AsyncSimulator:
         self.every = settings.sync_every
         self.slots = settings.slots
         self.actor = ctx.make_actor()
-        rows = self.every * int(ctx.cfg.env.num_envs)
+        rows = self.every * ctx.cfg.env.num_envs
         self.pool = [PackedMessage(ChunkHeader, (rows, self.actor.layout.width)) for _ in range(self.slots)]
         self.pool_req: list[Request | None] = [None] * self.slots
         self.weights = PackedMessage(WeightsHeader, (self.actor.weights.size,))

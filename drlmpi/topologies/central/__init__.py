@@ -137,7 +137,7 @@ class Central(Topology):
         learner = ctx.make_learner()
         comm, layout = ctx.comm, learner.layout
         wire = StepWire(layout)
-        n_envs = int(ctx.cfg.env.num_envs)
+        n_envs = ctx.cfg.env.num_envs
         groups = [Group(source, g, count, source * n_envs + first, wire)
                   for source in range(1, comm.size)
                   for g, (first, count) in enumerate(env_groups(n_envs, self.cfg.env_groups))]
@@ -187,7 +187,7 @@ class Central(Topology):
         """Whether the learner acts beside its queued updates (``topology.overlap``)."""
         mode = self.cfg.overlap
         if mode == "auto":
-            return learner.device.type == "cuda" and not bool(ctx.cfg.run.deterministic)
+            return learner.device.type == "cuda" and not ctx.cfg.run.deterministic
         return mode == "on"
 
     @staticmethod
@@ -283,7 +283,7 @@ class Central(Topology):
     def _simulate(self, ctx: RunContext) -> RankReport:
         comm = ctx.comm
         algo = ctx.make_algo(learner=False)  # the layout and action conversion; never acts
-        parts = env_groups(int(ctx.cfg.env.num_envs), self.cfg.env_groups)
+        parts = env_groups(ctx.cfg.env.num_envs, self.cfg.env_groups)
         actors = [ctx.make_actor(algo=algo, envs=part) for part in parts]
         wire = StepWire(algo.layout)
         dim = algo.layout.action_dim

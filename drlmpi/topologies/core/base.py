@@ -180,7 +180,7 @@ class Topology(ABC):
             raise ConfigError(size_refusal(f"topology={cls.name} needs {cls.sizes_text()}", world_size,
                                            max(cls.min_ranks, 1), f"topology={cls.name}",
                                            more=cls.max_ranks != cls.min_ranks))
-        if str(plan.cfg.run["eval_on"]) == "simulators" and not cls.evaluates_on_simulators:
+        if plan.cfg.run.eval_on == "simulators" and not cls.evaluates_on_simulators:
             raise ConfigError(f"run.eval_on=simulators needs the rounds of topology=p2p or topology=star; "
                               f"topology={cls.name} evaluates on its learner: use run.eval_on=learner")
 

@@ -18,6 +18,7 @@ import torch
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.job import JobSettings
 from drlmpi.envs.make import env_make_kwargs, make_env
 from drlmpi.envs.spec import EnvSpec
 from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
@@ -43,8 +44,9 @@ class RunPlan:
     what flows down to the topology and its roles, which read nothing of the config but this.
 
     Attributes:
-        cfg: a read-only copy of the composed config (its sections: ``algo``, ``env``,
-            ``topology``, ``run``...), checked by the schema and by every check of the plan.
+        cfg: the job's typed settings (:class:`~drlmpi.config.job.JobSettings`: the top level's
+            options, ``run``, ``env``, ``algo``, ``topology``), built once from the composed config
+            after every check of the plan; frozen.
         world_size: the ranks of the job.
         algo_cls: the algorithm class (``algo._target_``).
         topology_cls: the topology class (``topology._target_``).
@@ -54,7 +56,7 @@ class RunPlan:
         warnings: one line each for what the budget cannot reach.
     """
 
-    cfg: Any
+    cfg: JobSettings
     world_size: int
     algo_cls: type[Algorithm]
     topology_cls: type[Topology]
@@ -64,7 +66,7 @@ class RunPlan:
     #: what the budget cannot reach (the first update, the first evaluation): said at the start
     warnings: tuple[str, ...] = ()
     #: algorithm options resolved for this job's size (``Algorithm.job_options``: PPO's rollout
-    #: per environment), already written into ``cfg.algo``
+    #: per environment), already in ``cfg.algo``
     job_options: dict[str, Any] = field(default_factory=dict)
 
     def with_world(self, world_size: int) -> RunPlan:
@@ -77,7 +79,7 @@ class RunContext:
 
     Attributes:
         plan: the job's :class:`RunPlan` (config, classes, spaces, device, resume).
-        cfg: ``plan.cfg``, the read-only composed config.
+        cfg: ``plan.cfg``, the job's typed settings.
         comm: this run's communicator (a timed ``Dup`` of COMM_WORLD).
         run_dir: the run directory shared by all ranks.
         spec: the environment's spaces.
@@ -106,8 +108,7 @@ class RunContext:
         cfg = plan.cfg
         self.checkpointer = Checkpointer(
             self.run_dir, comm.rank, comm.size, cfg.run,
-            {"topology": plan.topology_cls.settings_of(cfg.topology).name, "algo": str(cfg.algo.name),
-             "env": str(cfg.env.id)},
+            {"topology": cfg.topology.name, "algo": cfg.algo.name, "env": cfg.env.id},
             generation=int(self.resume_meta["generation"]) if self.resume_meta else 0)
 
     @property
@@ -134,7 +135,7 @@ class RunContext:
     def seed_of(self, rank: int) -> int:
         """The base seed of ``rank`` (see :attr:`seed`)."""
         generation = int(self.resume_meta["generation"]) if self.resume_meta else 0
-        return int(self.cfg.seed) + SEED_STRIDE * rank + RESUME_STRIDE * generation
+        return self.cfg.seed + SEED_STRIDE * rank + RESUME_STRIDE * generation
 
     def make_eval_envs(self, count: int) -> list:
         """``count`` evaluation environments (``train=False``: no training-only wrappers)."""
@@ -150,8 +151,8 @@ class RunContext:
         as that learner seeds its own."""
         run = self.cfg.run
         return EvaluationShare(actor.algo, self.make_eval_envs,
-                               self.seed_of(learner_rank) + int(run.eval_seed_offset),
-                               int(run.eval_episodes), int(run.eval_envs), index, shares)
+                               self.seed_of(learner_rank) + run.eval_seed_offset,
+                               run.eval_episodes, run.eval_envs, index, shares)
 
     def make_algo(self, learner: bool, device: str | None = None,
                   shared_init: bool = False, algo_cfg: Any = None) -> Algorithm:
@@ -163,7 +164,7 @@ class RunContext:
         :mod:`drlmpi.topologies.core.data_parallel.batch_rule`).
         """
         device = device or (self.device if learner else "cpu")
-        init_seed = int(self.cfg.seed) if shared_init else self.seed
+        init_seed = self.cfg.seed if shared_init else self.seed
         with PROGRESS.paused("start-up: building the %s", "learner" if learner else "acting policy"):
             algo = self.algo_cls(self.spec, self.cfg.algo if algo_cfg is None else algo_cfg,
                                  device=device, seed=init_seed, learner=learner)
@@ -173,19 +174,16 @@ class RunContext:
 
     def _env_kwargs(self) -> dict[str, Any]:
         env = self.cfg.env
-        cost = float(env.sim_cost_ms)
-        per_rank = env.get("sim_cost_ms_by_rank") or {}
-        cost = float(per_rank.get(self.rank, per_rank.get(str(self.rank), cost)))
-        return {"sim_cost_ms": cost, **env_make_kwargs(env)}
+        return {"sim_cost_ms": env.sim_cost_of(self.rank), **env_make_kwargs(env)}
 
     def make_actor(self, algo: Algorithm | None = None, envs: tuple[int, int] | None = None) -> Actor:
         """A simulator with ``env.num_envs`` environments (stepped as ``env.vector`` says) and
         its own acting algorithm; ``envs=(first, count)``: only that part of them (a simulator
         that steps its environments in groups). Stream ids ``job rank * num_envs + index`` are
         unique in the whole job, groups of ``topology=groups`` included."""
-        total = int(self.cfg.env.num_envs)
+        total = self.cfg.env.num_envs
         first, n_envs = envs or (0, total)
-        vector = str(self.cfg.env["vector"])
+        vector = self.cfg.env.vector
         kwargs = self._env_kwargs()
         with PROGRESS.paused("start-up: creating %d %s environment(s)", n_envs, self.cfg.env.id):
             algo = algo or self.make_algo(learner=False)
@@ -205,7 +203,7 @@ class RunContext:
         """``(position of this rank's environment first, count, the job's environments)``: the
         ranks that step environments are the last ``env_ranks`` of the job (a learner rank
         first), numbered from 0, each with ``env.num_envs``."""
-        world, total = self.plan.world_size, int(self.cfg.env.num_envs)
+        world, total = self.plan.world_size, self.cfg.env.num_envs
         env_ranks = self.plan.topology_cls.env_ranks(world, self.cfg.topology)
         index = min(max(0, self.rank - (world - env_ranks)), env_ranks - 1)
         return index * total + first, count, env_ranks * total
@@ -213,7 +211,7 @@ class RunContext:
     def make_local_actor(self, learner: Learner) -> Actor:
         """An actor on a rank that also holds ``learner``: it acts with the learner's own network
         where ``act_device`` says so, else with a CPU copy (:meth:`Actor.follow` updates it)."""
-        mode = str(self.cfg["act_device"])
+        mode = self.cfg.act_device
         if mode == "auto":
             mode = "learner" if self.spec.image and str(self.device).startswith("cuda") else "cpu"
         # Building an acting copy seeds torch's generators (Algorithm.__init__): a resumed
@@ -237,17 +235,17 @@ class RunContext:
         algo = algo or self.make_algo(learner=True)
         env = self.cfg.env
         run = self.cfg.run
-        make_eval_envs = partial(self.make_eval_envs, min(int(run.eval_episodes), int(run["eval_envs"])))
+        make_eval_envs = partial(self.make_eval_envs, min(run.eval_episodes, run.eval_envs))
 
         meta = self.resume_meta
         keep = None if meta is None else int(meta.get("metrics_rows") or 0)
-        tb_every = float(run["tensorboard_every_s"]) if run["tensorboard"] else None
-        run_log = (RunLog(self.run_dir, float(run.progress_every_s), tb_every, keep_rows=keep)
+        tb_every = run.tensorboard_every_s if run.tensorboard else None
+        run_log = (RunLog(self.run_dir, run.progress_every_s, tb_every, keep_rows=keep)
                    if log else None)
         # A signal's stop is decided by the job's rank 0 alone and reaches the others in the
         # topology's control messages (drlmpi.job_control.stop).
-        stop = STOP.requested if self.rank == 0 and run["checkpoint_on_signal"] else None
-        learner = Learner(algo, make_eval_envs, run, env.get("reward_threshold"), log=run_log, seed=self.seed,
+        stop = STOP.requested if self.rank == 0 and run.checkpoint_on_signal else None
+        learner = Learner(algo, make_eval_envs, run, env.reward_threshold, log=run_log, seed=self.seed,
                           mpi_clock=self.mpi_clock, exchange=exchange, stop_request=stop, rank=self.rank)
         if meta is not None:
             try:

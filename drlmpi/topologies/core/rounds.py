@@ -175,7 +175,7 @@ def simulator_rounds(ctx: RunContext, link: Link, every: int, unit: str, simulat
 def evaluation_shares(ctx: RunContext, simulators: int) -> int:
     """How many simulators share the evaluations: ``simulators`` with
     ``run.eval_on=simulators``, else 0 (the learner evaluates)."""
-    return simulators if str(ctx.cfg.run["eval_on"]) == "simulators" else 0
+    return simulators if ctx.cfg.run.eval_on == "simulators" else 0
 
 
 def simulator_share(ctx: RunContext, actor: Actor, simulators: int) -> EvaluationShare | None:

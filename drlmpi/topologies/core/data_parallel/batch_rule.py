@@ -43,13 +43,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
 
-from omegaconf import DictConfig, OmegaConf
-
 from drlmpi.config.errors import ConfigError
-from drlmpi.config.scopes import TopologySettings
-from drlmpi.config.settings import choice
+from drlmpi.config.options import plain
+from drlmpi.config.scopes import AlgoSettings, TopologySettings
+from drlmpi.config.settings import Settings, choice, read_only
 from drlmpi.topologies.core.base import SyncFields, Topology
 from drlmpi.topologies.core.context import RunPlan
 from drlmpi.topologies.core.pace import Pace, Probe, batch_share, device_turns, sync_rows
@@ -84,8 +84,10 @@ class BatchRule:
         rule: ``global`` or ``per_rank``.
         ranks: N, the ranks that sample minibatches.
         lr_scale: ``none``, ``linear`` or ``sqrt`` (``per_rank`` only).
-        algo_cfg: the config each data rank builds its learner from.
+        algo_cfg: the settings each data rank builds its learner from (the algorithm's settings
+            class; a read-only mapping for an algorithm that declares none).
         changed: option -> (job value, per-rank value) for every option the rule rewrote.
+        values: the per-rank options as plain values.
     """
 
     rule: str
@@ -93,12 +95,12 @@ class BatchRule:
     lr_scale: str
     algo_cfg: Any
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)
 
     @property
     def per_rank_batch(self) -> int | None:
         """The minibatch each rank samples (``None``: the algorithm has no ``batch_size``)."""
-        value = self.algo_cfg.get("batch_size")
-        return None if value is None else int(value)
+        return self.values.get("batch_size")
 
     def stats(self, per_rank_batch: int | None = None) -> dict[str, Any]:
         """The summary's ``topology_stats`` entries: the rule, N, the minibatch per rank (as the
@@ -133,7 +135,7 @@ def split_batch(batch_size: int, ranks: int) -> int:
     return per_rank
 
 
-def per_rank_algo_config(algo_cfg: Mapping[str, Any], ranks: int, rule: str = DEFAULT_RULE,
+def per_rank_algo_config(algo_cfg: AlgoSettings | Mapping[str, Any], ranks: int, rule: str = DEFAULT_RULE,
                          lr_scale: str = DEFAULT_LR_SCALE) -> BatchRule:
     """The algorithm config each of ``ranks`` data-parallel ranks learns with under ``rule``
     (see the module docstring); options an algorithm does not have are left alone, so
@@ -150,8 +152,8 @@ def per_rank_algo_config(algo_cfg: Mapping[str, Any], ranks: int, rule: str = DE
             f"rate: use topology.lr_scale=none, got topology.batch_rule=global")
     if ranks < 1:
         raise ConfigError(f"a data-parallel job needs at least one rank that samples, got {ranks}")
-    cfg = (OmegaConf.to_container(algo_cfg, resolve=True) if isinstance(algo_cfg, DictConfig)
-           else dict(algo_cfg))
+    typed = isinstance(algo_cfg, Settings)
+    cfg = algo_cfg.as_dict() if typed else dict(plain(algo_cfg))  # rewritten by option name
     changed: dict[str, tuple[Any, Any]] = {}
 
     def rewrite(key: str, value: Any) -> None:
@@ -161,17 +163,18 @@ def per_rank_algo_config(algo_cfg: Mapping[str, Any], ranks: int, rule: str = DE
 
     if rule == "global" and ranks > 1:
         if cfg.get("batch_size") is not None:
-            rewrite("batch_size", split_batch(int(cfg["batch_size"]), ranks))
+            rewrite("batch_size", split_batch(cfg["batch_size"], ranks))
         for key in _SPLIT_UP:
             if cfg.get(key) is not None:
-                rewrite(key, -(-int(cfg[key]) // ranks))
+                rewrite(key, -(-cfg[key] // ranks))
         if cfg.get("updates_per_step") is not None:
-            rewrite("updates_per_step", float(cfg["updates_per_step"]) * ranks)
+            rewrite("updates_per_step", cfg["updates_per_step"] * ranks)
     elif lr_scale != "none" and ranks > 1:
         factor = ranks if lr_scale == "linear" else math.sqrt(ranks)
         for key in [k for k in cfg if k == "lr" or k.endswith("_lr")]:
-            rewrite(key, float(cfg[key]) * factor)
-    return BatchRule(rule, ranks, lr_scale, OmegaConf.create(cfg), changed)
+            rewrite(key, cfg[key] * factor)
+    per_rank = type(algo_cfg).build(cfg) if typed else MappingProxyType(read_only(cfg))
+    return BatchRule(rule, ranks, lr_scale, per_rank, changed, cfg)
 
 
 class DataParallelTopology(Topology):
