@@ -94,13 +94,18 @@ def test_a_family_added_to_the_registry_is_found_checked_and_made(monkeypatch):
                                           r"not of env.id=CartPole-v1 \(gym family\)"):
         check_env_options(OmegaConf.create({"id": "CartPole-v1", "speed": 3}))
 
-    kwargs = env_make_kwargs(OmegaConf.create({"id": "Fake/Thing-v0", "speed": 3, "kwargs": {"k": 1}}))
+    kwargs = env_make_kwargs(section(id="Fake/Thing-v0", speed=3, kwargs={"k": 1}))
     assert kwargs == {"max_episode_steps": None, "speed": 3, "k": 1}
     env = make_env("Fake/Thing-v0", **kwargs)
     assert isinstance(env, _Made) and env.env_id == "Fake/Thing-v0" and env.kwargs["speed"] == 3
     # a section without the option (composed from another family's env file): its default
-    assert env_make_kwargs(OmegaConf.create({"id": "Fake/Thing-v0"}))["speed"] == 1
-    assert env_threads(OmegaConf.create({"id": "Fake/Thing-v0", "speed": 4})) == 4
+    assert env_make_kwargs(section(id="Fake/Thing-v0"))["speed"] == 1
+    assert env_threads(section(id="Fake/Thing-v0", speed=4)) == 4
+
+
+def section(**values):
+    """An env section as a run's composed config holds it (a name and a threshold beside the id)."""
+    return OmegaConf.create({"name": "test", "reward_threshold": None, **values})
 
 
 def test_another_familys_option_is_refused_unless_it_holds_its_default():
@@ -118,8 +123,8 @@ def test_another_familys_option_is_refused_unless_it_holds_its_default():
 
 
 def test_the_shared_layers_ask_the_family():
-    gym_env = OmegaConf.create({"id": "CartPole-v1", "kwargs": {}})
-    ale_env = OmegaConf.create({"id": "ALE/Tetris-v5", "num_threads": 3, "atari": {"frame_stack": 2}})
+    gym_env = section(id="CartPole-v1", kwargs={})
+    ale_env = section(id="ALE/Tetris-v5", num_threads=3, atari={"frame_stack": 2})
     assert env_threads(gym_env) == 1 and env_threads(ale_env) == 3
     assert env_make_kwargs(gym_env) == {"max_episode_steps": None}  # no option of another family
     assert env_make_kwargs(ale_env) == {"max_episode_steps": None, "num_threads": 3,
