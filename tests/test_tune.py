@@ -71,7 +71,8 @@ def test_the_task_returns_the_objective_on_rank_0(monkeypatch, tmp_path):
 
     monkeypatch.setattr(experiment, "run_experiment",
                         lambda *a, **k: {"env_steps_to_threshold": None, "env_steps": 777})
-    cfg = OmegaConf.create({"threads_per_rank": 1, "bind_ranks": "none", "env": {"id": "CartPole-v1"},
+    env = {"name": "cartpole", "id": "CartPole-v1", "reward_threshold": 475}
+    cfg = OmegaConf.create({"threads_per_rank": 1, "bind_ranks": "none", "env": env,
                             "run": {"objective": "env_steps_to_threshold", "objective_unsolved": None}})
     assert command_line._task(cfg) == 777.0
     cfg.run.objective = None

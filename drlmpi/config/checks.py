@@ -18,7 +18,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from drlmpi.config.options import Option
+from drlmpi.config.options import Option, plain
 from drlmpi.config.overrides import parse, values
 from drlmpi.config.plugins import group_files
 from drlmpi.config.schema import SCHEMA, file_scope, group_scopes
@@ -104,6 +104,18 @@ def ignored_options(cfg: Mapping[str, Any]) -> tuple[str, ...]:
         out += [f"{path}.{key} is not an option of {path}={name}: ignored" for key in node.keys()
                 if key not in scope]
     return tuple(out)
+
+
+def undeclared(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """By section (``algo``, ``topology``, both always present): the options given that the
+    composed algorithm or topology does not declare (what :func:`ignored_options` reports), as
+    plain values; empty for a section without a scope (a custom algorithm keeps all its keys)."""
+    out: dict[str, dict[str, Any]] = {"algo": {}, "topology": {}}
+    for path in out:
+        scope, node = scope_of(cfg, path), cfg.get(path)
+        if scope is not None and node is not None:
+            out[path] = {key: plain(node[key]) for key in node.keys() if key not in scope}
+    return out
 
 
 def _refuse_unknown(path: str, scope: Mapping[str, Any], node: Mapping[str, Any]) -> None:

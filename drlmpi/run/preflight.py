@@ -18,7 +18,7 @@ import torch
 from hydra.utils import get_class
 
 from drlmpi.algos.base import Algorithm
-from drlmpi.config.checks import check_config, ignored_options
+from drlmpi.config.checks import check_config, ignored_options, undeclared
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.job import JobSettings
 from drlmpi.config.scopes import RunSettings
@@ -69,7 +69,7 @@ def make_plan(cfg: Any, world_size: int) -> RunPlan:
     plan = RunPlan(cfg=settings, world_size=world_size, algo_cls=algo_cls, topology_cls=topology_cls,
                    spec=spec, device=device, resume_meta=resume_meta,
                    warnings=budget_warnings(settings.run, acting) + ignored_options(cfg),
-                   job_options=job_options)
+                   job_options=job_options, ignored=undeclared(cfg))
     topology_cls.check(plan)
     return plan
 

@@ -35,7 +35,7 @@ class AsyncWiring(GroupWiring):
     @classmethod
     def check(cls, plan, settings: AsyncChunkFields) -> None:
         # async's own utd_mode, added to groups' config with ++topology. (groups has none)
-        if Asynchronous.settings_of(plan.cfg.topology).utd_mode != "ratio":
+        if plan.ignored["topology"].get("utd_mode") not in (None, "ratio"):
             raise ConfigError("topology=groups trains what the learners agree on each meeting: "
                               "topology.utd_mode=free is not available there")
         super().check(plan, settings)

@@ -68,6 +68,10 @@ class RunPlan:
     #: algorithm options resolved for this job's size (``Algorithm.job_options``: PPO's rollout
     #: per environment), already in ``cfg.algo``
     job_options: dict[str, Any] = field(default_factory=dict)
+    #: by section (``algo``, ``topology``): options given that its settings do not declare - another
+    #: algorithm's or topology's, which a sweep hands every job (``++topology.utd_mode=free``):
+    #: accepted by the checks, ignored by the run, and said at its start
+    ignored: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def with_world(self, world_size: int) -> RunPlan:
         """This plan for a part of the job (a group of ``topology=groups``) of ``world_size`` ranks."""
