@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import DictConfig
+
 from drlmpi.planner.model import Prediction
 
 
@@ -44,13 +46,13 @@ def configs(overrides: list[str], topologies: list[str]) -> tuple[dict[str, Any]
     return cfgs, refused
 
 
-def topology_class(cfg: Any) -> type:
+def topology_class(cfg: DictConfig) -> type:
     from drlmpi.run.preflight import resolve_classes
 
     return resolve_classes(cfg)[1]
 
 
-def accepted(cfg: Any, ranks: int) -> str | None:
+def accepted(cfg: DictConfig, ranks: int) -> str | None:
     """Why a job of ``cfg`` on ``ranks`` ranks would be refused (``None``: it would start)."""
     from drlmpi.config.errors import ConfigError
     from drlmpi.run.preflight import make_plan

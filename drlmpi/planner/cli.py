@@ -26,6 +26,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
+
 from drlmpi.outputs.figures import aligned
 from drlmpi.planner.cells import cell_refusals, configs, plan_cells
 from drlmpi.planner.compare import compare_saved, comparison, config_of, fmt_rate, measured
@@ -151,7 +153,7 @@ def recommend(cells: list[Prediction]) -> str:
             f"env steps/s{gain}; {bound})")
 
 
-def plan_path(out: str | None, cfg: Any, now: datetime) -> Path:
+def plan_path(out: str | None, cfg: DictConfig, now: datetime) -> Path:
     """Where plan.json goes: ``--out`` (a directory, existing or written with a trailing ``/``:
     plan.json in it), else :data:`PLAN_DIR` under the current directory - beside the runs'
     ``outputs/``, never the current directory itself."""

@@ -11,6 +11,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
+
 from drlmpi.config.scopes import EnvSettings, RootSettings
 from drlmpi.planner.model import TOLERANCE, Prediction, recommended
 
@@ -23,7 +25,7 @@ def fmt_rate(rate: float | None) -> str:
     return "-" if rate is None else f"{rate:,.0f}"
 
 
-def config_of(cfg: Any) -> dict[str, Any]:
+def config_of(cfg: DictConfig) -> dict[str, Any]:
     """What a measured run must share with the plan to be compared with it."""
     env = EnvSettings.coerce(cfg.env)
     return {"algo": cfg.algo.name, "env_id": env.id, "device": RootSettings.coerce(cfg).device,

@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from omegaconf import DictConfig
+
 from drlmpi.config.scopes import RunSettings
 from drlmpi.topologies.core.pace import Pace, Probe
 
@@ -86,7 +88,7 @@ def rates(model: Pace, p: Probe, budget: int | None) -> tuple[float, float]:
     return float(budget) / seconds, p.updates_per_step * (int(budget) - warm) / seconds
 
 
-def predict(cls: type, ranks: int, p: Probe, cfg: Any, calibration: dict[str, Any] | None = None,
+def predict(cls: type, ranks: int, p: Probe, cfg: DictConfig, calibration: dict[str, Any] | None = None,
             budget: int | None = -1) -> Prediction:
     """The cell of topology ``cls`` on ``ranks`` ranks for ``cfg`` (``run.max_env_steps`` steps
     unless ``budget`` is given), with its range from ``p.spread`` and the calibrated load."""

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from omegaconf import DictConfig
 
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
@@ -49,7 +50,7 @@ ASSUMED_BANDWIDTH_BPS = 5e9
 CHUNKLESS_STEPS = 64
 
 
-def _context(cfg: Any, run_dir: Path):
+def _context(cfg: DictConfig, run_dir: Path):
     """A one-rank run context over MPI_COMM_SELF (the probe runs in this process alone)."""
     from mpi4py import MPI
 
@@ -59,14 +60,14 @@ def _context(cfg: Any, run_dir: Path):
     return RunContext(make_plan(cfg, smallest_world(cfg)), TimedComm(MPI.COMM_SELF), run_dir)
 
 
-def _chunk_steps(cfg: Any) -> int:
+def _chunk_steps(cfg: DictConfig) -> int:
     """Steps per environment in one chunk of the probed topology's experience (its typed settings'
     ``sync_every``; :data:`CHUNKLESS_STEPS` for a topology without one)."""
     settings = resolve_classes(cfg)[1].settings_of(cfg.topology)
     return settings.sync_every if isinstance(settings, SyncFields) else CHUNKLESS_STEPS
 
 
-def smallest_world(cfg: Any) -> int:
+def smallest_world(cfg: DictConfig) -> int:
     """The fewest ranks ``cfg``'s topology runs on (the probe itself runs in one process)."""
     return int(resolve_classes(cfg)[1].smallest_world(cfg.topology))
 
@@ -88,7 +89,7 @@ def _repeated(measure: Callable[[], float], repeats: int = 3) -> tuple[float, fl
     return middle, (values[-1] - values[0]) / (2 * middle) if middle > 0 else 0.0
 
 
-def remeasure(cfg: Any, seconds: float) -> float:
+def remeasure(cfg: DictConfig, seconds: float) -> float:
     """A simulator's seconds per env step, measured again (the probe's first figure: whether
     the host drifted while the plan was made)."""
     with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from drlmpi.config.job import JobSettings
 from drlmpi.report.discovery import RunSet
 from drlmpi.report.runs import Run
 
@@ -82,7 +83,7 @@ def _async(run: Run) -> list[Check]:
     stats: dict[str, Any] = run.summary.get("topology_stats") or {}
     if "chunks_received" not in stats:
         return []
-    bound = (run.config.get("topology") or {}).get("max_policy_lag")
+    bound = run.settings.topology.max_policy_lag if isinstance(run.settings, JobSettings) else None
     lag = run.summary.get("policy_lag_max")
     out = [Check(run.path, "lag bound", lag is not None and bound is not None and lag <= bound,
                  f"largest lag used {lag} (bound {bound}), discarded chunks {stats.get('discarded_chunks')}")]

@@ -12,8 +12,10 @@ under a path is :mod:`drlmpi.report.discovery`; naming a run's env, algorithm an
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from drlmpi.config.job import JobSettings
 from drlmpi.outputs.event_file import EventFileError, read_scalars
 from drlmpi.report.jobs import JOB_LOG, job_log_command, override_value
 from drlmpi.report.labels import (
@@ -72,6 +75,11 @@ class Run:
     def get(self, name: str, default: Any = None) -> Any:
         value = self.summary.get(name, default)
         return default if value is None else value
+
+    @functools.cached_property
+    def settings(self) -> JobSettings | None:
+        """The run's saved config as the job's typed settings (:func:`saved_settings`)."""
+        return saved_settings(self.config)
 
 
 @dataclass
@@ -139,6 +147,23 @@ def read_training(run_dir: Path) -> tuple[dict[str, np.ndarray], str]:
         return {}, f"{tb}: event files unreadable, training curves left out ({exc})"
     return {tag[len(TRAIN_PREFIX):]: np.array([(step, value) for step, _, value in points], dtype=float)
             for tag, points in scalars.items() if tag.startswith(TRAIN_PREFIX)}, ""
+
+
+def saved_settings(config: Mapping[str, Any]) -> JobSettings | None:
+    """A run directory's saved config (``.hydra/config.yaml``) as the job's typed settings, the
+    same types a run reads: an option the run's version did not have takes its default, so runs
+    written before it load; ``None`` for a config these types cannot read (no ``env.id``, a value
+    of another type)."""
+    from drlmpi.envs.families import family_of
+    from drlmpi.envs.families import register as register_families
+    from drlmpi.topologies.core.registry import register
+
+    register()
+    register_families()
+    try:
+        return JobSettings.build(config, env=family_of(config["env"]["id"]).section())
+    except (KeyError, TypeError, ValueError, LookupError):
+        return None
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

@@ -51,7 +51,8 @@ RUN_TEXT = ("run_dir", "env", "algo", "topology", "seed", "solved", "stop_reason
 
 
 def _budget(run: Run) -> Any:
-    return (run.config.get("run") or {}).get("max_env_steps", "?")
+    """The run's ``run.max_env_steps`` (``?``: its config could not be read)."""
+    return "?" if run.settings is None else run.settings.run.max_env_steps
 
 
 def _budget_text(run: Run) -> str:
@@ -84,8 +85,10 @@ def _int(value: Any) -> int | None:
 def run_budget(run: Run) -> int | None:
     """The step budget a learning run is judged against: the config's ``budget_env_steps`` (a
     study's reference budget, e.g. rl-baselines3-zoo's), else its own ``run.max_env_steps``."""
-    budget = _int(run.config.get("budget_env_steps"))
-    return budget if budget is not None else _int((run.config.get("run") or {}).get("max_env_steps"))
+    settings = run.settings
+    if settings is None:
+        return None
+    return settings.budget_env_steps if settings.budget_env_steps is not None else settings.run.max_env_steps
 
 
 @dataclass
@@ -231,8 +234,8 @@ def learning_fields(g: Group, base: Group | None, baseline: str) -> dict[str, An
     secs = [float(r.get("train_seconds_to_threshold")) for r in solved
             if r.get("train_seconds_to_threshold") is not None]
     budget = next((b for b in (run_budget(r) for r in g.runs) if b is not None), None)
-    source = ("budget_env_steps" if any(r.config.get("budget_env_steps") is not None for r in g.runs)
-              else "run.max_env_steps")
+    source = ("budget_env_steps" if any(r.settings is not None and r.settings.budget_env_steps is not None
+                                        for r in g.runs) else "run.max_env_steps")
     judged = steps + [float("inf")] * (len(g.runs) - len(steps))
     median_s = _median(secs)
     if base is None:
@@ -289,12 +292,12 @@ def run_rows(runs: list[Run]) -> list[dict[str, Any]]:
 
 # Settings that make runs of one env+algo incomparable when they differ (from config / summary).
 COMPARED_SETTINGS = {
-    "run.max_env_steps": lambda r: (r.config.get("run") or {}).get("max_env_steps"),
-    "run.max_train_seconds": lambda r: (r.config.get("run") or {}).get("max_train_seconds"),
-    "run.stop_on_solve": lambda r: (r.config.get("run") or {}).get("stop_on_solve"),
-    "run.eval_every": lambda r: (r.config.get("run") or {}).get("eval_every"),
+    "run.max_env_steps": lambda r: r.settings and r.settings.run.max_env_steps,
+    "run.max_train_seconds": lambda r: r.settings and r.settings.run.max_train_seconds,
+    "run.stop_on_solve": lambda r: r.settings and r.settings.run.stop_on_solve,
+    "run.eval_every": lambda r: r.settings and r.settings.run.eval_every,
     "env.num_envs": lambda r: r.summary.get("num_envs"),
-    "budget_env_steps": lambda r: r.config.get("budget_env_steps"),
+    "budget_env_steps": lambda r: r.settings and r.settings.budget_env_steps,
     "device": lambda r: r.summary.get("device"),
     "threads_per_rank": lambda r: r.summary.get("threads_per_rank"),
     # pinned ranks ran star 16 up to 1.5x faster than unbound ones (docs/results.md, "A core per

@@ -34,8 +34,9 @@ def optimization_results(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]
 
 
 def _objective(run: Run) -> tuple[str | None, Any]:
-    settings = run.config.get("run") or {}
-    return settings.get("objective"), settings.get("objective_unsolved")
+    if run.settings is None:
+        return None, None
+    return run.settings.run.objective, run.settings.run.objective_unsolved
 
 
 def _direction(run: Run) -> str:

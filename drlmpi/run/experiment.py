@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 
 from drlmpi.config.errors import NonFiniteError
 from drlmpi.device.determinism import apply_run_settings
@@ -31,7 +32,7 @@ POLICY_FILE = "policy.pt"
 logger = logging.getLogger("drlmpi")
 
 
-def run_experiment(cfg: Any, world: Any, run_dir: Path, *, hang_exit: int) -> dict[str, Any] | None:
+def run_experiment(cfg: DictConfig, world: Any, run_dir: Path, *, hang_exit: int) -> dict[str, Any] | None:
     """Run ``cfg`` on the MPI communicator ``world``; rank 0 returns the summary.
 
     ``hang_exit``: the exit code of a job the watchdog ends (a rank made no progress for

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from hydra.utils import get_class
+from omegaconf import DictConfig
 
 from drlmpi.algos.base import Algorithm
 from drlmpi.config.checks import check_config, ignored_options, undeclared
@@ -30,7 +31,7 @@ from drlmpi.topologies.core.context import RunPlan
 from drlmpi.topologies.core.registry import load_class, register
 
 
-def make_plan(cfg: Any, world_size: int) -> RunPlan:
+def make_plan(cfg: DictConfig, world_size: int) -> RunPlan:
     """Check the whole job before it starts and resolve what it runs with; raise
     :class:`ConfigError` with one clear line. The caller's ``cfg`` is not modified."""
     register()  # every topology's options in the schema (idempotent)
@@ -96,7 +97,7 @@ def budget_warnings(run: RunSettings, algo: Algorithm) -> tuple[str, ...]:
     return tuple(out)
 
 
-def resolve_classes(cfg: Any) -> tuple[type[Algorithm], type[Topology]]:
+def resolve_classes(cfg: DictConfig) -> tuple[type[Algorithm], type[Topology]]:
     """The algorithm and topology classes named by ``cfg.algo._target_`` and
     ``cfg.topology._target_``."""
     try:

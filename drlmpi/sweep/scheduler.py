@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any  # noqa: UP035 (OmegaConf needs typing generics)
 
 from hydra.core.utils import JobStatus
+from omegaconf import DictConfig
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
 from drlmpi.job_control.process import cpu_list, usable_cpus
@@ -105,7 +106,7 @@ class SweepJob:
     label: str
     run_dir: Path
     record: dict[str, Any]
-    cfg: Any = None
+    cfg: DictConfig | None = None  # the job's composed config (checked before it is launched)
     ranks: int = 1
     cost: float = 0.0
     cmd: list[str] = field(default_factory=list)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -19,6 +19,7 @@ from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import LOCAL, GradientExchange
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.job import JobSettings
+from drlmpi.config.scopes import AlgoSettings
 from drlmpi.envs.make import env_make_kwargs, make_env
 from drlmpi.envs.spec import EnvSpec
 from drlmpi.envs.vector import SerialEnvs, WorkerEnvs
@@ -159,7 +160,8 @@ class RunContext:
                                run.eval_episodes, run.eval_envs, index, shares)
 
     def make_algo(self, learner: bool, device: str | None = None,
-                  shared_init: bool = False, algo_cfg: Any = None) -> Algorithm:
+                  shared_init: bool = False,
+                  algo_cfg: AlgoSettings | Mapping[str, Any] | None = None) -> Algorithm:
         """An algorithm instance for this rank (acting-only ones run on the CPU).
 
         ``shared_init``: build the networks from the job's base seed, identical on every rank

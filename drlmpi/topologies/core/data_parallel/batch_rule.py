@@ -93,7 +93,7 @@ class BatchRule:
     rule: str
     ranks: int
     lr_scale: str
-    algo_cfg: Any
+    algo_cfg: AlgoSettings | Mapping[str, Any]
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)
 
