@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -789,3 +790,22 @@ def test_run_directories_written_before_the_topologies_package_report_as_they_di
     committed = (study / "report" / "report.md").read_text().splitlines()
     rows = [line for line in section if line.startswith("| breakout / ppo")]
     assert len(rows) == 1 and rows[0] in committed, rows
+
+
+def test_saved_configs_of_every_study_load_through_the_typed_settings():
+    """The report reads a run's saved config through the same typed settings a run reads
+    (drlmpi.report.runs.saved_settings): one run directory of each study under docs/results/,
+    written over the project's history (options added since take their defaults, interpolations
+    resolve), builds them; every run folder would take ~5 s, one per study covers each format."""
+    from drlmpi.config.job import JobSettings
+    from drlmpi.report.runs import read_yaml, saved_settings
+
+    studies: dict[str, Path] = {}
+    for config in sorted((REPO / "docs" / "results").glob("**/.hydra/config.yaml")):
+        studies.setdefault(config.relative_to(REPO / "docs" / "results").parts[0], config)
+    assert len(studies) >= 20
+    for study, config in studies.items():
+        settings = saved_settings(read_yaml(config))
+        assert isinstance(settings, JobSettings), study
+        assert settings.env.id and settings.run.eval_every >= 1 and settings.topology.name, study
+    assert saved_settings({"env": {"id": "CartPole-v1"}, "run": {"eval_every": "often"}}) is None

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from drlmpi.config.job import JobSettings
 from drlmpi.outputs.event_file import EventFileError, read_scalars
@@ -161,8 +163,9 @@ def saved_settings(config: Mapping[str, Any]) -> JobSettings | None:
     register()
     register_families()
     try:
-        return JobSettings.build(config, env=family_of(config["env"]["id"]).section())
-    except (KeyError, TypeError, ValueError, LookupError):
+        node = OmegaConf.create(dict(config))  # its interpolations (world_size_by_topology...) resolved
+        return JobSettings.build(node, env=family_of(node.env.id).section())
+    except (KeyError, TypeError, ValueError, LookupError, OmegaConfBaseException):
         return None
 
 
