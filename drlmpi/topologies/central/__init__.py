@@ -171,7 +171,8 @@ class Central(Topology):
             for i in ready:
                 requests[i] = groups[i].post(comm)
             owed = learner.pending_updates
-            if owed > limit or self._room(learner, queue):
+            # (nothing owed: no call at all - a call for none would wait for the queued batches)
+            if owed and (owed > limit or self._room(learner, queue)):
                 self._train(learner, acting, owed if owed > limit else per_serve, queue)
             after()
         self._shut_down(comm, groups, requests, ready, learner, wire)
