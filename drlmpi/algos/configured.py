@@ -52,7 +52,7 @@ class Configured:
         """The name messages use for this algorithm (its ``name``, else the class name)."""
         settings = cls.settings_of(cfg)
         if isinstance(settings, Mapping):
-            return str(settings["name"]) if "name" in settings else cls.__name__.lower()
+            return settings["name"] if "name" in settings else cls.__name__.lower()
         return settings.name
 
     @classmethod

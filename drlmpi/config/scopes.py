@@ -63,6 +63,12 @@ def fused_capture() -> Any:
                           "compile | off", "auto", "fused", "graph", "compile", "off")
 
 
+def encoder_choice() -> Any:
+    """``encoder`` of an algorithm that takes image observations (DQN, PPO)."""
+    return choice("auto", "observation encoder: cnn for image observations (the Nature-DQN conv stack), mlp "
+                          "for flat vectors; auto picks by the observation shape", "auto", "mlp", "cnn")
+
+
 def per_graph() -> Any:
     return integer(1, "captured updates: this many updates per graph replay when that many are due")
 
@@ -182,9 +188,7 @@ class DQNSettings(AlgoSettings):
     name: str = label("dqn", "algorithm")
 
     hidden: tuple[int, ...] = int_list([256, 256], "hidden layer widths of the Q-network")
-    encoder: str = choice(
-        "auto", "observation encoder: cnn for image observations (the Nature-DQN conv stack), mlp for flat "
-                "vectors; auto picks by the observation shape", "auto", "mlp", "cnn")
+    encoder: str = encoder_choice()
     lr: float = positive(0.0023, "Adam learning rate")
     gamma: float = unit(0.99, "discount factor")
     double_q: bool = flag(True, "double-DQN target (false: the target net's own maximum)")
@@ -252,9 +256,7 @@ class PPOSettings(AlgoSettings):
     name: str = label("ppo", "algorithm")
 
     hidden: tuple[int, ...] = int_list([64, 64], "hidden widths of the policy trunk and of the value trunk")
-    encoder: str = choice(
-        "auto", "observation encoder: cnn for image observations (the Nature-DQN conv stack), mlp for flat "
-                "vectors; auto picks by the observation shape", "auto", "mlp", "cnn")
+    encoder: str = encoder_choice()
     activation: str = choice("tanh", "hidden-layer activation", "tanh", "relu")
     ortho_init: bool = flag(True, "orthogonal initialisation")
     lr: float = positive(0.0003, "Adam learning rate")

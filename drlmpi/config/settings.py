@@ -8,7 +8,7 @@ A scope is declared once, as a :class:`Settings` subclass written with the field
         max_env_steps: int | None = integer(100_000, "budget: job-wide environment steps", nullable=True)
 
 Everything else is derived from the dataclass: the schema the checks and the reference read
-(:func:`options_of`), the defaults stored in Hydra's ConfigStore (:meth:`Settings.defaults`) and,
+(:func:`options_of`), the defaults stored in Hydra's ConfigStore (:func:`drlmpi.config.schema.node`) and,
 once a composed config passed its checks, the typed object the run reads
 (:meth:`Settings.build`): ints as ints, floats as floats, lists as tuples, maps as read-only
 mappings - so no reader casts, and no reader has a default of its own.
@@ -165,16 +165,6 @@ class Settings:
     @classmethod
     def options(cls) -> dict[str, Option]:
         return options_of(cls)
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        """The defaults as plain values (``???`` where an option has none): the ConfigStore's node."""
-        out = {}
-        for key, option in options_of(cls).items():
-            default = option.default
-            out[key] = (list(default) if isinstance(default, tuple)
-                        else dict(default) if isinstance(default, Mapping) else default)
-        return out
 
     @classmethod
     def build(cls: type[S], node: Mapping[str, Any]) -> S:

@@ -14,7 +14,7 @@ import gymnasium
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.options import plain
-from drlmpi.config.schema import add_scope
+from drlmpi.config.schema import SETTINGS, add_scope
 from drlmpi.config.scopes import EnvSettings
 from drlmpi.envs.families import atari, gym, mujoco
 from drlmpi.envs.families.base import Family
@@ -35,9 +35,11 @@ def family_of(env_id: str) -> Family:
 def register() -> None:
     """Add every family's ``env/<name>`` scope (its own options) to the schema, with the node
     ``schema/env/<name>`` its env files start from. Idempotent and cheap; call it before Hydra
-    composes a config (the entry point, the run plan and the tests do)."""
+    composes a config (the entry point, the run plan and the tests do): a family whose settings
+    are registered already is skipped (the run plan calls this for every job of a sweep)."""
     for family in FAMILIES:
-        add_scope(f"env/{family.name}", family.settings)
+        if SETTINGS.get(f"env/{family.name}") is not family.settings:
+            add_scope(f"env/{family.name}", family.settings)
 
 
 def env_settings(env: EnvSettings | Mapping[str, Any]) -> EnvSettings:
