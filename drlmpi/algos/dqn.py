@@ -54,9 +54,9 @@ class DQN(OffPolicyAlgorithm):
                  device: str | torch.device = "cpu", seed: int = 0, learner: bool = True) -> None:
         super().__init__(spec, cfg, device, seed, learner)
         cfg = self.cfg
-        #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
+        #: ``mlp``, ``cnn`` or ``impala`` (``algo.encoder`` resolved for this environment's observations)
         self.encoder = resolve_encoder(spec, cfg.encoder, cfg.name)
-        if self.encoder == "cnn" and self.capture == "fused" and cfg.capture == "auto":
+        if self.encoder != "mlp" and self.capture == "fused" and cfg.capture == "auto":
             self.capture = "graph"  # auto: the CNN update has not been measured fused (ask for it)
         q_net = network(spec, self.layout, self.encoder, spec.n_actions,
                         cfg.hidden).to(self.device)

@@ -125,7 +125,7 @@ class PPO(RolloutTargets, Algorithm):
         super().__init__(spec, cfg, device, seed, learner)
         cfg = self.cfg
         activation = cfg.activation  # the schema's choices: ACTIVATIONS
-        #: ``mlp`` or ``cnn`` (``algo.encoder`` resolved for this environment's observations)
+        #: ``mlp``, ``cnn`` or ``impala`` (``algo.encoder`` resolved for this environment's observations)
         self.encoder = resolve_encoder(spec, cfg.encoder, cfg.name)
         self.lr_schedule = cfg.lr_schedule  # constant or linear
         self.net = ActorCritic(spec, cfg.hidden, ACTIVATIONS[activation],

@@ -65,8 +65,9 @@ def fused_capture() -> Any:
 
 def encoder_choice() -> Any:
     """``encoder`` of an algorithm that takes image observations (DQN, PPO)."""
-    return choice("auto", "observation encoder: cnn for image observations (the Nature-DQN conv stack), mlp "
-                          "for flat vectors; auto picks by the observation shape", "auto", "mlp", "cnn")
+    return choice("auto", "observation encoder: cnn for image observations (the Nature-DQN conv stack), "
+                          "impala (IMPALA's residual stack, about 6x cnn's compute), mlp for flat vectors; "
+                          "auto picks cnn or mlp by the observation shape", "auto", "mlp", "cnn", "impala")
 
 
 def per_graph() -> Any:
