@@ -171,3 +171,24 @@ def test_async_ppo_learns_cartpole_with_forced_lag(pool, tmp_path):
     assert summary["policy_lag_mean"] > 20  # most chunks were acted more than a rollout ago
     evals = run.returns("eval")
     assert max(evals) >= 100 and summary["stop_reason"] == "solved", evals
+
+
+def test_a_row_pi_prox_held_impossible_leaves_the_loss_finite(cartpole):
+    """A stale behaviour's action that the proximal policy held nearly impossible (log pi_prox =
+    -200, V-trace weight 0): its ratio pi_theta/pi_prox is past float32's range. The loss, the
+    metrics and the gradient stay finite (an unbounded ratio gives inf * 0 = NaN)."""
+    algo = PPO(cartpole, ppo_cfg(rollout_steps=64, batch_size=8, epochs=1))
+    rows = torch.as_tensor(collect_rows(algo, "CartPole-v1", 4))
+    obs, action = rows[:, algo.layout.slices["obs"]], rows[:, algo.layout.slices["action"]]
+    with torch.no_grad():
+        log_pi = algo.net.log_prob_entropy(algo.net.distribution(obs), action)[0]
+    batch = {"obs": obs, "action": action, "log_prob": log_pi.clone(),
+             "advantage": torch.linspace(-1.0, 1.0, len(rows)), "return": torch.zeros(len(rows)),
+             "value": torch.zeros(len(rows)), "weight": torch.ones(len(rows))}
+    batch["log_prob"][0], batch["weight"][0] = -200.0, 0.0
+    values = algo.learn(batch, lambda *a: None)
+    # policy, value, entropy, approx_kl, clip fraction, mean weight (the norms come with a step)
+    assert torch.isfinite(values[:6]).all(), values
+    assert values[4] == pytest.approx(1 / len(rows))  # that row alone is outside the clip
+    grads = torch.cat([p.grad.flatten() for p in algo.net.parameters() if p.grad is not None])
+    assert grads.numel() > 0 and torch.isfinite(grads).all()

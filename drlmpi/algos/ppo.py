@@ -67,6 +67,9 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.config.scopes import PPOSettings
 from drlmpi.envs.spec import EnvSpec
 
+#: the largest log(pi_theta / pi_prox) a row enters the loss with (exp(20) ~ 4.9e8)
+LOG_RATIO_MAX = 20.0
+
 
 class PPO(RolloutTargets, Algorithm):
     """PPO-clip with GAE for Discrete and Box action spaces (a rollout's advantages and targets:
@@ -309,7 +312,10 @@ class PPO(RolloutTargets, Algorithm):
         advantages = batch["advantage"]
         if self.normalize_advantage and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        log_ratio = log_prob - batch["log_prob"]
+        # Bounded before exp: a row whose action pi_prox held nearly impossible (a stale
+        # behaviour's, weighted ~0 by V-trace) may drift past exp's float32 range, and inf * 0
+        # is NaN; at e^20 the row is far outside the clip either way.
+        log_ratio = (log_prob - batch["log_prob"]).clamp(max=LOG_RATIO_MAX)
         ratio = log_ratio.exp()
         weight = batch.get("weight")
         policy_loss = clipped_surrogate_loss(ratio, advantages, self.clip_range, weight)
