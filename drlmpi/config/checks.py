@@ -12,7 +12,6 @@ the node its env file starts from.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -120,7 +119,7 @@ def undeclared(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _refuse_unknown(path: str, scope: Mapping[str, Any], node: Mapping[str, Any]) -> None:
     """Raise for the first key of ``node`` that no scope of ``path``'s group knows."""
-    from drlmpi.config.errors import ConfigError
+    from drlmpi.config.errors import ConfigError, did_you_mean
 
     known = set(scope)
     if path in ("algo", "topology"):
@@ -128,8 +127,8 @@ def _refuse_unknown(path: str, scope: Mapping[str, Any], node: Mapping[str, Any]
             known |= set(other)
     for key in node.keys():
         if key not in known:
-            close = difflib.get_close_matches(str(key), sorted(known), n=1)
-            hint = f" (did you mean {path}.{close[0]}?)" if close else ""
+            close = did_you_mean(str(key), known, lambda option: f"{path}.{option}")
+            hint = f" ({close})" if close else ""
             whose = f"of any {path}" if path in ("algo", "topology") else f"of {path}"
             raise ConfigError(f"{path}.{key} is not an option {whose}{hint}, got {_show(node[key])}")
 

@@ -9,7 +9,7 @@ from functools import cache
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, OverrideType
+from hydra.core.override_parser.types import Override, OverrideType, ValueType
 from hydra.errors import HydraException
 
 from drlmpi.config.errors import ConfigError
@@ -87,8 +87,8 @@ def values(override: Override) -> list[Any] | None:
     if override.type == OverrideType.DEL:
         return None
     if override.is_sweep_override():
-        if not override.is_choice_sweep():
-            return None
+        if not override.is_choice_sweep() or override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            return None  # a glob (a choice sweep to Hydra) names choices only Hydra lists
         items = list(override.value().list)
     else:
         items = [override.value()]

@@ -18,7 +18,6 @@ Options, their defaults and meaning: :data:`ATARI_DEFAULTS` and docs/environment
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -26,6 +25,8 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+
+from drlmpi.config.errors import did_you_mean
 
 #: Every ``env.atari`` option with its default (docs/environments.md explains each one). The env
 #: files leave ``env.atari`` empty; whatever a run sets is laid over these.
@@ -61,8 +62,8 @@ def check_atari_options(options: Mapping | None) -> dict[str, Any]:
     out = dict(ATARI_DEFAULTS)
     for key, value in options.items():
         if key not in ATARI_DEFAULTS:
-            close = difflib.get_close_matches(str(key), ATARI_DEFAULTS, n=1)
-            hint = f"did you mean env.atari.{close[0]}? " if close else ""
+            close = did_you_mean(str(key), ATARI_DEFAULTS, lambda option: f"env.atari.{option}")
+            hint = f"{close} " if close else ""
             raise ValueError(f"env.atari has no option {key!r} ({hint}options: {', '.join(ATARI_DEFAULTS)})")
         if key in _INT_LOW:
             low = _INT_LOW[key]

@@ -1,6 +1,7 @@
-"""The command line's checks before Hydra or MPI start: every override's value against the schema
-(every value of a sweep), output directories that can be written, the run directory claimed
-(:mod:`drlmpi.run.ownership`), and ``resume=DIR`` turned into the run's own overrides.
+"""The command line's checks before Hydra or MPI start: every group choice against the configs
+Hydra can find and every override's value against the schema (every value of a sweep), output
+directories that can be written, the run directory claimed (:mod:`drlmpi.run.ownership`), and
+``resume=DIR`` turned into the run's own overrides.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from drlmpi.config.checks import check_override
+from drlmpi.config.choices import check_group_choices
 from drlmpi.config.overrides import find, override_args, parse, value_text, values
 
 
@@ -29,7 +31,8 @@ HYDRA_MODES = (("--run", "-r"), ("--multirun", "-m"), ("--cfg", "-c"), ("--info"
 
 
 def check_command_line(argv: list[str]) -> None:
-    """Raise ConfigError, before Hydra or MPI start, for an override whose value the schema
+    """Raise ConfigError, before Hydra or MPI start, for a group choice that names no config
+    (:func:`~drlmpi.config.choices.check_group_choices`) or an override whose value the schema
     rejects (every value of a sweep). Registers every environment family's options, then every
     topology's (a plugin topology that cannot be imported is refused here): before the first
     ``topology.`` override, else once the others pass - registering imports every topology
@@ -40,6 +43,7 @@ def check_command_line(argv: list[str]) -> None:
     if len(modes) > 1:
         raise ConfigError(f"{' and '.join(modes)} cannot be given together (one of "
                           f"{', '.join(names[0] for names in HYDRA_MODES)})")
+    check_group_choices(argv)  # the groups first: they pick the scopes the options are checked in
     from drlmpi.envs.families import register as register_families  # the env files start from them
 
     register_families()

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, NoReturn
 # environment families' and the topologies' options are registered by check_command_line
 # (drlmpi.envs.families, drlmpi.topologies.core.registry).
 import drlmpi.config.schema  # noqa: F401
+from drlmpi.config.choices import check_group_choices
 from drlmpi.config.overrides import find, hydra_order, parse, value_text, values
 from drlmpi.config.plugins import CONF_DIR, group_files
 from drlmpi.job_control.abort import (
@@ -275,10 +276,15 @@ def main(argv: list[str] | None = None) -> None:
     from omegaconf import OmegaConf
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    from drlmpi.config.errors import ConfigError
+
     if any(a in ("--help", "-h", "--help-all") for a in argv):
+        try:  # `env=lunar --help`: the typo is said, as a run would say it, not left unseen
+            check_group_choices(argv)
+        except ConfigError as exc:
+            end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
         print_help(full="--help-all" in argv)
         return
-    from drlmpi.config.errors import ConfigError
 
     given = list(argv)
     resume_ranks = None
