@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from drlmpi.job_control.abort import SWEEP_FAILED_EXIT
 from drlmpi.job_control.launchers import NO_BIND_ARGS, mpi_flavour
 from drlmpi.run.command_line import DEFAULT_SWEEPER, _with_default_sweeper
 from tests import forked_sweeps
@@ -50,16 +51,27 @@ def _jobs(tmp_path) -> list[dict]:
 
 
 def test_failed_job_is_reported_and_the_sweep_goes_on_then_fails(tmp_path):
+    """The sweep ends with its summary line and one line per failed job naming its exit code and
+    log, exit code 6 (SWEEP_FAILED_EXIT); no traceback (Hydra raised the first failed job's error
+    through its run_and_report)."""
     proc = _sweep(tmp_path, "topology=p2p", "world_size=2",
                   "env.id=tests.crash_env:CrashingCartPole-v0,CartPole-v1",
                   "run.max_env_steps=800", "run.progress_every_s=0", "+env.kwargs.crash_after=100")
-    assert proc.returncode != 0
+    assert proc.returncode == SWEEP_FAILED_EXIT, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     jobs = _jobs(tmp_path)
     assert [j["status"] for j in jobs] == ["failed", "skipped"]  # CartPole-v1 has no crash_after
     assert jobs[0]["returncode"] != 0
     assert "simulated simulator crash" in jobs[0]["log_tail"]
     output = proc.stdout + proc.stderr
     assert "FAILED with exit code" in output and "simulated simulator crash" in output
+    label = "topology=p2p world_size=2 env.id=tests.crash_env\\:CrashingCartPole-v0 run.max_env_steps=800 " \
+            "run.progress_every_s=0 +env.kwargs.crash_after=100"
+    summary, failed = proc.stdout.strip().splitlines()[-2:]
+    listed = tmp_path / "sweep" / "jobs.json"
+    assert summary.endswith(f"] sweep: 0 ok, 1 failed, 1 skipped; jobs listed in {listed}")
+    assert failed.endswith(f"] sweep: failed: [1/2] {label}: exit code {jobs[0]['returncode']}; "
+                           f"log {jobs[0]['run_dir']}/job.log")
 
 
 def _kill_processes_naming(path: Path) -> list[int]:

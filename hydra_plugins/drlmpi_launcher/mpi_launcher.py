@@ -11,8 +11,10 @@ Pendulum - is skipped with a line saying why before any rank starts), then runs
 as a subprocess in its own process group, with the job's output in ``<run dir>/job.log``.
 N is the job's ``world_size`` (or, when that is null, the smallest size its topology
 accepts). A failed job is reported with its exit code and the tail of its log; the sweep goes
-on with the remaining jobs, keeps ``jobs.json`` at the sweep root up to date and then lets
-Hydra exit non-zero. The sweeping process never imports ``mpi4py.MPI`` (never initialises MPI).
+on with the remaining jobs, keeps ``jobs.json`` at the sweep root up to date, then ends with
+its summary line, one line per failed job (its exit code and log) and exit code 6
+(``SWEEP_FAILED_EXIT``), no traceback. The sweeping process never imports ``mpi4py.MPI``
+(never initialises MPI).
 
 Scheduling: by default jobs run one at a time, each with the whole machine. With ``cores=C``
 (or ``cores=auto``: every core this process may use) jobs are packed onto C cores: a job of n
@@ -56,7 +58,7 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, SIGNAL_EXIT, end_job
+from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, SIGNAL_EXIT, SWEEP_FAILED_EXIT, end_job
 from drlmpi.job_control.launchers import checking_sweep_jobs, launch_command, mpiexec_command
 from drlmpi.job_control.process import usable_cpus
 from drlmpi.sweep import provenance
@@ -235,7 +237,21 @@ class MPILauncher(Launcher):
         if stopped_by is not None:  # as a run stopped by a signal: no traceback, exit status 4
             log.info(f"sweep: stopped by {stopped_by.name}")
             raise SystemExit(SIGNAL_EXIT)
+        failed = [j for j in jobs if j.status == JobStatus.FAILED]  # a tuner's count as its worst value
+        for job in failed:  # one line each; Hydra would raise the first one's error, a traceback
+            log.error(f"sweep: failed: [{job.idx + 1}/{total}] {job.label}: {self._failure(job)}")
+        if failed:
+            raise SystemExit(SWEEP_FAILED_EXIT)
         return [self._job_return(j) for j in jobs]
+
+    @staticmethod
+    def _failure(job: SweepJob) -> str:
+        """What became of a failed job, in a few words: its exit code and log, or why it never ran."""
+        reason = job.record.get("reason")
+        if job.record.get("returncode") is None:  # refused before it started
+            return str(reason)
+        why = f" ({reason})" if reason else ""
+        return f"exit code {job.record['returncode']}{why}; log {job.run_dir / 'job.log'}"
 
     def _prepare(self, idx: int, overrides: list[str], sweep_dir: Path, total: int) -> SweepJob:
         """Compose and validate one job; decide whether it runs, is reused or is skipped."""
