@@ -19,7 +19,9 @@ linked first). A process that re-launches itself under ``mpiexec`` passes ``host
 lock to the ranks in ``DRLMPI_RUN_LOCK``; rank 0 recognises it as its own and rewrites it with
 its pid. Rank 0 removes the lock when the run ends (a clean end, a refusal, a crash it reports).
 Multirun jobs are locked by their own ranks, like any run (the sweep launcher starts each job
-with its ``hydra.run.dir``); the sweeping process locks nothing.
+with its ``hydra.run.dir``); the sweeping process locks the sweep directory with a lock of the
+same form and the same rules (``sweep.lock``, :mod:`drlmpi.sweep.lock`), through the helpers
+below that take the lock file's name.
 """
 
 from __future__ import annotations
