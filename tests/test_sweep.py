@@ -7,6 +7,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, SWEEP_FAILED_EXIT
 from drlmpi.job_control.launchers import NO_BIND_ARGS, mpi_flavour
 from drlmpi.run.command_line import DEFAULT_SWEEPER, _with_default_sweeper
 from tests import forked_sweeps
@@ -50,16 +52,201 @@ def _jobs(tmp_path) -> list[dict]:
 
 
 def test_failed_job_is_reported_and_the_sweep_goes_on_then_fails(tmp_path):
+    """The sweep ends with its summary line and one line per failed job naming its exit code and
+    log, exit code 6 (SWEEP_FAILED_EXIT); no traceback (Hydra raised the first failed job's error
+    through its run_and_report)."""
     proc = _sweep(tmp_path, "topology=p2p", "world_size=2",
                   "env.id=tests.crash_env:CrashingCartPole-v0,CartPole-v1",
                   "run.max_env_steps=800", "run.progress_every_s=0", "+env.kwargs.crash_after=100")
-    assert proc.returncode != 0
+    assert proc.returncode == SWEEP_FAILED_EXIT, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
     jobs = _jobs(tmp_path)
     assert [j["status"] for j in jobs] == ["failed", "skipped"]  # CartPole-v1 has no crash_after
     assert jobs[0]["returncode"] != 0
     assert "simulated simulator crash" in jobs[0]["log_tail"]
     output = proc.stdout + proc.stderr
     assert "FAILED with exit code" in output and "simulated simulator crash" in output
+    label = "topology=p2p world_size=2 env.id=tests.crash_env\\:CrashingCartPole-v0 run.max_env_steps=800 " \
+            "run.progress_every_s=0 +env.kwargs.crash_after=100"
+    summary, failed = proc.stdout.strip().splitlines()[-2:]
+    listed = tmp_path / "sweep" / "jobs.json"
+    assert summary.endswith(f"] sweep: 0 ok, 1 failed, 1 skipped; jobs listed in {listed}")
+    assert failed.endswith(f"] sweep: failed: [1/2] {label}: exit code {jobs[0]['returncode']}; "
+                           f"log {jobs[0]['run_dir']}/job.log")
+
+
+def test_a_sweep_into_a_live_sweeps_directory_is_refused_before_any_of_its_jobs_runs(tmp_path):
+    """A second sweep started into the directory of a sweep that runs is refused in one line naming
+    that sweep (exit code 2) before it writes there or starts a job; the first sweep's jobs end as
+    they would have alone. Catches the second sweep emptying the first's running job directory and
+    running its own job there (it did, and stayed alive). The first sweep's jobs wait
+    (tests.tiny_env:HeldCue-v0) until the second has ended. 9-23 s on 2 cores, over the usual
+    5: two sweeping processes, the second started once the first runs, and two real jobs."""
+    hold, sweep = tmp_path / "hold", tmp_path / "sweep"
+    hold.write_text("")
+    args = ["env.id=tests.tiny_env:HeldCue-v0", f"+env.kwargs.hold={hold}",
+            *(o for o in TINY_CUE if not o.startswith("env.id=")), "run.max_env_steps=600", "seed=0,1"]
+    first = _start_sweep(tmp_path, *args)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and first.poll() is None:
+            if (sweep / "jobs.json").exists() and "running" in {j["status"] for j in _jobs(tmp_path)}:
+                break
+            time.sleep(0.1)
+        assert first.poll() is None, "the first sweep ended before its first job ran"
+        before = {name: (sweep / name).read_bytes() for name in ("multirun.yaml", "provenance.json",
+                                                                  "jobs.json")}
+        try:
+            refused = _sweep(tmp_path, *args, timeout=90)
+            after = {name: (sweep / name).read_bytes() for name in before}
+        finally:
+            hold.unlink()  # the first sweep's jobs go on
+        done = _finish(first, timeout=120)
+    finally:
+        first.kill()
+    assert refused.returncode == CONFIG_ERROR_EXIT, refused.stdout[-2000:] + refused.stderr[-2000:]
+    line = refused.stderr.strip()
+    assert "\n" not in line, refused.stderr
+    assert line.startswith(f"drlmpi: error: hydra.sweep.dir holds a live sweep (pid {first.pid} on host "
+                           f"{socket.gethostname()}, started ")
+    assert line.endswith(f"): wait for it to end or choose another directory, got {sweep}")
+    assert "composing" not in refused.stdout  # no job of it was even composed
+    assert after == before  # nothing of the first sweep's rewritten (multirun.yaml included)
+    assert done.returncode == 0, done.stderr[-2000:]
+    jobs = _jobs(tmp_path)
+    assert [(j["overrides"][-1], j["status"]) for j in jobs] == [("seed=0", "ok"), ("seed=1", "ok")]
+    for job in jobs:  # each job ran once, in the first sweep, to its summary
+        summary = json.loads((Path(job["run_dir"]) / "summary.json").read_text())
+        assert summary["env_steps"] >= 600 and summary["seed"] == int(job["overrides"][-1][-1])
+        assert (Path(job["run_dir"]) / "job.log").read_text().count("$ ") == 1
+    assert not (sweep / "sweep.lock").exists()  # removed when the first sweep ended
+
+
+def _plant_lock(folder: Path, name: str, pid: int, host: str | None = None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps({"host": host or socket.gethostname(), "pid": pid,
+                                           "started": "2026-01-01 00:00:00"}))
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()  # reaped: the pid names no process
+    return child.pid
+
+
+def test_the_sweep_lock_refuses_a_live_sweep_and_counts_a_stale_one_as_finished(tmp_path):
+    """drlmpi/sweep/lock.py in-process (the sweeps themselves: the tests around this one)."""
+    from drlmpi.config.errors import ConfigError
+    from drlmpi.run.ownership import read_lock, release
+    from drlmpi.sweep.lock import SWEEP_LOCK, claim_sweep
+
+    mine = tmp_path / "mine"
+    assert claim_sweep(mine) is None and claim_sweep(mine) is None  # the sweeper, then each launch
+    assert read_lock(mine, SWEEP_LOCK)["pid"] == os.getpid()
+    release(mine, SWEEP_LOCK)
+    assert not (mine / SWEEP_LOCK).exists()
+    live = tmp_path / "live"
+    _plant_lock(live, SWEEP_LOCK, os.getppid())  # a process that runs: the one that started pytest
+    with pytest.raises(ConfigError, match=rf"^hydra.sweep.dir holds a live sweep \(pid {os.getppid()} "
+                                          rf"on host {socket.gethostname()}, started 2026-01-01 00:00:00\)"):
+        claim_sweep(live)
+    _plant_lock(live, SWEEP_LOCK, os.getppid(), host="elsewhere")
+    with pytest.raises(ConfigError, match="holds a sweep of another host .* delete .*sweep.lock"):
+        claim_sweep(live)
+    (live / SWEEP_LOCK).write_text("{")
+    with pytest.raises(ConfigError, match="unreadable sweep.lock"):
+        claim_sweep(live)
+    stale, dead = tmp_path / "stale", _dead_pid()
+    _plant_lock(stale, SWEEP_LOCK, dead)
+    assert claim_sweep(stale) == (f"drlmpi: note: {stale / SWEEP_LOCK} named pid {dead}, which is no longer "
+                                  "running (a sweep that was killed): it counts as finished, and this sweep "
+                                  "continues it")
+    assert read_lock(stale, SWEEP_LOCK)["pid"] == os.getpid()
+    release(stale, SWEEP_LOCK)
+
+
+def test_a_finished_sweep_is_continued_only_by_a_sweep_of_its_jobs(tmp_path):
+    from drlmpi.sweep.lock import other_jobs
+
+    (tmp_path / "jobs.json").write_text(json.dumps([{"job": 0, "overrides": ["seed=0"]},
+                                                    {"job": 1, "overrides": ["seed=1"]}]))
+    assert other_jobs(tmp_path / "none", [["seed=5"]]) is None  # no jobs.json: a new sweep
+    assert other_jobs(tmp_path, [["seed=0"], ["seed=1"]]) is None
+    assert other_jobs(tmp_path, [["seed=0"], ["seed=1"], ["seed=2"]]) is None  # one job more
+    assert other_jobs(tmp_path, [["seed=1"]], first=1) is None  # a tuner's later batch
+    assert other_jobs(tmp_path, [["seed=0"], ["seed=2"]]) == (
+        f"hydra.sweep.dir holds a sweep of other jobs (job 1 there: 'seed=1', here: 'seed=2'): re-run "
+        f"the command that made it to continue it, or choose another directory; got {tmp_path}")
+
+
+#: a sweep whose job directories are named by their job numbers alone (tests plant them)
+NUMBERED = ["-m", "seed=0,1", "hydra.launcher.dry_run=true", "hydra.sweep.subdir=${hydra.job.num}"]
+
+
+@pytest.fixture(scope="module")
+def planted_sweeps(tmp_path_factory):
+    """Dry runs into sweep directories an earlier sweep left: one of other jobs, one of the same
+    jobs (its job 0 finished), one whose sweep was killed (a stale sweep.lock; a job of it still
+    runs in job 1's directory). All at once, forked from one process that imported drlmpi
+    (tests/forked_sweeps.py): about 5 s on 2 cores for the three."""
+    folders = {name: tmp_path_factory.mktemp(name) for name in ("other", "same", "stale")}
+    for name, listed in (("other", ["seed=5", "seed=1"]), ("same", ["seed=0", "seed=1"]), ("stale", [])):
+        sweep = folders[name] / "sweep"
+        sweep.mkdir()
+        (sweep / "jobs.json").write_text(json.dumps(
+            [{"job": i, "overrides": [o], "run_dir": str(sweep / str(i)), "status": "ok", "returncode": 0}
+             for i, o in enumerate(listed)], indent=2) + "\n")
+        (sweep / "multirun.yaml").write_text("the earlier sweep's\n")
+        (sweep / "provenance.json").write_text("{}\n")
+    done = folders["same"] / "sweep" / "0"  # a finished job 0
+    (done / ".hydra").mkdir(parents=True)
+    (done / ".hydra" / "overrides.yaml").write_text("- seed=0\n")
+    (done / "summary.json").write_text(json.dumps({"solved": False}))
+    _plant_lock(folders["stale"] / "sweep", "sweep.lock", _dead_pid())
+    _plant_lock(folders["stale"] / "sweep" / "1", "run.lock", os.getpid())  # this test process: alive
+    before = {p.name: p.read_bytes() for p in (folders["other"] / "sweep").iterdir()}
+    runs = [(folder, [*NUMBERED, f"hydra.sweep.dir={folder / 'sweep'}"]) for folder in folders.values()]
+    return forked_sweeps.start(runs, tmp_path_factory.mktemp("forked") / "runs.json"), folders, before
+
+
+def test_a_sweep_of_other_jobs_is_refused_in_one_line_and_one_of_the_same_jobs_continues(planted_sweeps):
+    """Catches a sweep that runs into a finished sweep of other jobs (each job then failed on its
+    own, or ran where the other sweep's results were) and one refused though its jobs are the same."""
+    forked, folders, before = planted_sweeps
+    sweep = folders["other"] / "sweep"
+    proc = forked.result(folders["other"])
+    assert proc.returncode == CONFIG_ERROR_EXIT, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip() == (
+        "drlmpi: error: hydra.sweep.dir holds a sweep of other jobs (job 0 there: 'seed=5', here: "
+        "'seed=0'): re-run the command that made it to continue it, or choose another directory; "
+        f"got {sweep}")
+    assert {p.name: p.read_bytes() for p in sweep.iterdir()} == before  # nothing written, no lock left
+    same = forked.result(folders["same"])
+    assert same.returncode == 0, same.stderr[-2000:]
+    assert [j["status"] for j in _jobs(folders["same"])] == ["reused", "dry_run"]
+    assert not (folders["same"] / "sweep" / "sweep.lock").exists()
+
+
+def test_a_stale_sweep_lock_counts_as_finished_and_a_job_still_running_is_left_alone(planted_sweeps):
+    """A sweep killed with -9 leaves its lock (and maybe its jobs: they run in sessions of their
+    own): the next sweep says so in one line and continues it, except a job whose run directory a
+    live run still holds, which fails with that reason rather than being emptied."""
+    forked, folders, _ = planted_sweeps
+    sweep = folders["stale"] / "sweep"
+    proc = forked.result(folders["stale"])
+    assert proc.returncode == SWEEP_FAILED_EXIT, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().startswith(f"drlmpi: note: {sweep / 'sweep.lock'} named pid ")
+    assert proc.stderr.strip().endswith("(a sweep that was killed): it counts as finished, and this sweep "
+                                        "continues it")
+    assert "\n" not in proc.stderr.strip()
+    first, second = _jobs(folders["stale"])
+    assert first["status"] == "dry_run"
+    assert second["status"] == "failed" and second["reason"] == (
+        f"{sweep / '1'} holds a live run (pid {os.getpid()} on host {socket.gethostname()}, started "
+        "2026-01-01 00:00:00): wait for it to end, then re-run the same command")
+    assert proc.stdout.strip().splitlines()[-1].endswith(f"] sweep: failed: [2/2] seed=1: {second['reason']}")
+    assert json.loads((sweep / "1" / "run.lock").read_text())["pid"] == os.getpid()  # left as it was
+    assert not (sweep / "sweep.lock").exists()
 
 
 def _kill_processes_naming(path: Path) -> list[int]:
@@ -183,8 +370,9 @@ def test_a_sweep_runs_each_job_in_its_own_world_side_by_side_then_reuses_them(tm
     """cores=2: impossible combinations are skipped with the reason; each 2-rank job runs under
     mpiexec alone, the 1-rank jobs side by side on their own CPU; each run is its own MPI world of
     its world size. The same command again (same sweep dir) runs nothing and records the jobs as
-    reused; another sweep that would overwrite a finished run fails instead; then
-    python -m drlmpi.report on the sweep."""
+    reused; another sweep of other jobs is refused in one line, and without jobs.json a job that
+    would overwrite a finished run of other overrides fails instead; then python -m drlmpi.report
+    on the sweep."""
     args = ["hydra.launcher.cores=2", "topology=sequential,p2p", "world_size=1,2", "seed=0,1",
             "run.max_env_steps=600", *TINY_CUE]
     proc = _sweep(tmp_path, *args)
@@ -227,14 +415,25 @@ def test_a_sweep_runs_each_job_in_its_own_world_side_by_side_then_reuses_them(tm
     assert len(rerun) == 4 and {r["status"] for r in rerun} == {"reused"}
     assert stamps() == before
     assert [(r["started"], r["returncode"]) for r in rerun] == [(j["started"], 0) for j in jobs.values()]
-    # Another sweep in the same directory: a job whose run dir holds other overrides' results
-    # fails instead of reusing or overwriting them.
-    other = _sweep(tmp_path, "topology=sequential", "world_size=1", "seed=1,0", "hydra.launcher.dry_run=true")
-    assert other.returncode != 0
+    # Another sweep in the same directory: its job list is not the one jobs.json lists, so it is
+    # refused before it writes anything there.
+    other_jobs = ["topology=sequential", "world_size=1", "seed=1,0", "hydra.launcher.dry_run=true"]
+    listed = (tmp_path / "sweep" / "jobs.json").read_bytes()
+    other = _sweep(tmp_path, *other_jobs)
+    assert other.returncode == CONFIG_ERROR_EXIT and "Traceback" not in other.stderr, other.stderr[-2000:]
+    assert other.stderr.strip().startswith("drlmpi: error: hydra.sweep.dir holds a sweep of other jobs "
+                                           "(job 0 ")
+    assert (tmp_path / "sweep" / "jobs.json").read_bytes() == listed
+    _check_report(tmp_path, jobs)
+    # Without jobs.json (deleted), each job's run directory still says whose it is: a job whose run
+    # dir holds other overrides' results fails instead of reusing or overwriting them.
+    (tmp_path / "sweep" / "jobs.json").unlink()
+    other = _sweep(tmp_path, *other_jobs)
+    assert other.returncode == SWEEP_FAILED_EXIT
     clash = next(r for r in _jobs(tmp_path)
                  if r["overrides"] == ["topology=sequential", "world_size=1", "seed=1"])
     assert clash["status"] == "failed" and "holds a finished run of other overrides" in clash["reason"]
-    _check_report(tmp_path, jobs)
+    assert f"sweep: failed: [1/2] topology=sequential world_size=1 seed=1: {clash['reason']}" in other.stdout
 
 
 def _check_report(tmp_path, jobs: dict) -> None:

@@ -17,9 +17,15 @@ stamp that names the observation: the environment instance (its MPI rank and its
 process) and how many observations it has shown. Every transition it makes is recorded in
 :data:`STEPS`, so tests/row_ledger.py can check that each row a simulator made reached a learner
 exactly once, from the rank that made it, with its own next observation.
+
+``tests.tiny_env:HeldCue-v0`` is the discrete task whose steps wait while the file named by its
+``hold`` option exists (``+env.kwargs.hold=PATH``): a job that runs until its test lets it go.
 """
 
 from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -120,6 +126,20 @@ class StampedCue(Cue):
         return super().step(action)
 
 
+class HeldCue(Cue):
+    """The discrete task whose steps wait while the file ``hold`` exists (see the module docstring)."""
+
+    def __init__(self, episode_steps: int = 8, hold: str = "") -> None:
+        super().__init__(episode_steps)
+        self.hold = Path(hold) if hold else None
+
+    def step(self, action):
+        while self.hold is not None and self.hold.exists():
+            time.sleep(0.05)
+        return super().step(action)
+
+
 register(id="Cue-v0", entry_point=Cue)
+register(id="HeldCue-v0", entry_point=HeldCue)
 register(id="StampedCue-v0", entry_point=StampedCue)
 register(id="CueBox-v0", entry_point=CueBox)

@@ -15,6 +15,7 @@ CONFIG_ERROR_EXIT = 2  # the configuration was refused before any communication
 HANG_EXIT = 3  # a rank made no progress for run.rank_timeout_s (its watchdog ended the job)
 SIGNAL_EXIT = 4  # stopped by SIGTERM, SIGUSR1 or Ctrl-C with a checkpoint written (resume= continues)
 NON_FINITE_EXIT = 5  # experience, a loss or the policy weights were NaN or infinite: the run stopped
+SWEEP_FAILED_EXIT = 6  # a sweep (the sweeping process) ended with a job that failed, each named in a line
 CONFIG_ERROR_GRACE_S = 3.0
 # Before MPI_Abort kills the job, give the launcher a moment to forward the line just printed:
 # under load an immediate abort can lose a rank's last output.

@@ -19,7 +19,9 @@ linked first). A process that re-launches itself under ``mpiexec`` passes ``host
 lock to the ranks in ``DRLMPI_RUN_LOCK``; rank 0 recognises it as its own and rewrites it with
 its pid. Rank 0 removes the lock when the run ends (a clean end, a refusal, a crash it reports).
 Multirun jobs are locked by their own ranks, like any run (the sweep launcher starts each job
-with its ``hydra.run.dir``); the sweeping process locks nothing.
+with its ``hydra.run.dir``); the sweeping process locks the sweep directory with a lock of the
+same form and the same rules (``sweep.lock``, :mod:`drlmpi.sweep.lock`), through the helpers
+below that take the lock file's name.
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ def lock_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def read_lock(run_dir: Path) -> dict | None:
+def read_lock(run_dir: Path, name: str = LOCK_FILE) -> dict | None:
     """The lock's ``{"host", "pid", "started"}`` (``None``: no lock; ``{}``: unreadable)."""
     try:
-        holder = json.loads((Path(run_dir) / LOCK_FILE).read_text())
+        holder = json.loads((Path(run_dir) / name).read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError):
@@ -73,10 +75,27 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _write_lock(run_dir: Path, replace: bool) -> bool:
+def owner_of(holder: dict) -> str:
+    """``host:pid`` of a lock's holder, as :func:`lock_owner` names this process."""
+    return f"{holder.get('host')}:{holder.get('pid')}"
+
+
+def holder_text(holder: dict) -> str:
+    """``pid P on host H, started T``: a lock's holder, as a refusal names it."""
+    return f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}"
+
+
+def is_stale(holder: dict) -> bool:
+    """Whether a lock names a process of this host that no longer runs (one of another host
+    cannot be checked, an unreadable one names none: neither is stale)."""
+    return (holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int)
+            and not _alive(holder["pid"]))
+
+
+def write_lock(run_dir: Path, replace: bool, name: str = LOCK_FILE) -> bool:
     """Write this process's lock; without ``replace``, only if none exists (``False``: one did)."""
-    lock = Path(run_dir) / LOCK_FILE
-    tmp = lock.with_name(f"{LOCK_FILE}.{os.getpid()}.tmp")
+    lock = Path(run_dir) / name
+    tmp = lock.with_name(f"{name}.{os.getpid()}.tmp")
     host, pid = lock_owner().rsplit(":", 1)
     tmp.write_text(json.dumps({"host": host, "pid": int(pid),
                                "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
@@ -94,7 +113,7 @@ def _write_lock(run_dir: Path, replace: bool) -> bool:
 
 
 def _live_run(run_dir: Path, holder: dict) -> str:
-    where = f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}"
+    where = holder_text(holder)
     if holder.get("host") == socket.gethostname():
         return f"hydra.run.dir holds a live run ({where}): choose another directory, got {run_dir}"
     return (f"hydra.run.dir holds a run of another host ({where}), which this host cannot check: if it "
@@ -108,14 +127,12 @@ def claim(run_dir: Path | str, *, overwrite: bool = False, resuming: bool = Fals
     run_dir = Path(run_dir).expanduser().absolute()
     holder = read_lock(run_dir)
     if holder is not None:
-        owner = f"{holder.get('host')}:{holder.get('pid')}"
-        if owner in (lock_owner(), os.environ.get(INHERITED_LOCK)):  # taken by this process or its launcher
-            _write_lock(run_dir, replace=True)
+        if owner_of(holder) in (lock_owner(), os.environ.get(INHERITED_LOCK)):  # this process or its launcher
+            write_lock(run_dir, replace=True)
             return None
     note = None
     if holder is not None:
-        same_host = holder.get("host") == socket.gethostname()
-        if not (same_host and isinstance(holder.get("pid"), int) and not _alive(holder["pid"])):
+        if not is_stale(holder):
             raise ConfigError(_live_run(run_dir, holder) if holder else
                               f"hydra.run.dir has an unreadable {LOCK_FILE}: if no run uses the directory, "
                               f"delete it; got {run_dir}")
@@ -133,16 +150,16 @@ def claim(run_dir: Path | str, *, overwrite: bool = False, resuming: bool = Fals
     run_dir.mkdir(parents=True, exist_ok=True)
     if holder is not None:
         (run_dir / LOCK_FILE).unlink(missing_ok=True)
-    if not _write_lock(run_dir, replace=False):  # another run claimed it in between
+    if not write_lock(run_dir, replace=False):  # another run claimed it in between
         raise ConfigError(_live_run(run_dir, read_lock(run_dir) or {}))
     return note
 
 
-def release(run_dir: Path | str) -> None:
+def release(run_dir: Path | str, name: str = LOCK_FILE) -> None:
     """Remove ``run_dir``'s lock if this process holds it."""
-    holder = read_lock(Path(run_dir))
-    if holder and f"{holder.get('host')}:{holder.get('pid')}" == lock_owner():
-        (Path(run_dir) / LOCK_FILE).unlink(missing_ok=True)
+    holder = read_lock(Path(run_dir), name)
+    if holder and owner_of(holder) == lock_owner():
+        (Path(run_dir) / name).unlink(missing_ok=True)
 
 
 def say(note: str | None) -> None:

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 
 
 class JobFailedError(RuntimeError):
-    """A job of the sweep exited non-zero (its exit code and log tail are in the message)."""
+    """A failed job's result (why, in the message). The launcher ends a sweep with a failed job
+    itself - one line each, ``SWEEP_FAILED_EXIT`` - so Hydra never raises it as a traceback."""
 
 
 

@@ -11,8 +11,16 @@ Pendulum - is skipped with a line saying why before any rank starts), then runs
 as a subprocess in its own process group, with the job's output in ``<run dir>/job.log``.
 N is the job's ``world_size`` (or, when that is null, the smallest size its topology
 accepts). A failed job is reported with its exit code and the tail of its log; the sweep goes
-on with the remaining jobs, keeps ``jobs.json`` at the sweep root up to date and then lets
-Hydra exit non-zero. The sweeping process never imports ``mpi4py.MPI`` (never initialises MPI).
+on with the remaining jobs, keeps ``jobs.json`` at the sweep root up to date, then ends with
+its summary line, one line per failed job (its exit code and log) and exit code 6
+(``SWEEP_FAILED_EXIT``), no traceback. The sweeping process never imports ``mpi4py.MPI``
+(never initialises MPI).
+
+One sweep per sweep directory (:mod:`drlmpi.sweep.lock`): before anything is written into
+``hydra.sweep.dir`` or any job runs, a directory a live sweep holds (``sweep.lock``), or a
+finished sweep's whose ``jobs.json`` lists other jobs under the same job numbers, is refused in
+one line (exit code 2). With ``hydra/sweeper=drlmpi`` the whole job list is checked before the
+basic sweeper writes ``multirun.yaml``; every launch checks its own jobs again (any sweeper).
 
 Scheduling: by default jobs run one at a time, each with the whole machine. With ``cores=C``
 (or ``cores=auto``: every core this process may use) jobs are packed onto C cores: a job of n
@@ -56,11 +64,13 @@ from omegaconf import DictConfig, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, SIGNAL_EXIT, end_job
+from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, SIGNAL_EXIT, SWEEP_FAILED_EXIT, end_job
 from drlmpi.job_control.launchers import checking_sweep_jobs, launch_command, mpiexec_command
 from drlmpi.job_control.process import usable_cpus
+from drlmpi.run.ownership import holder_text, is_stale, read_lock, say
 from drlmpi.sweep import provenance
 from drlmpi.sweep.jobs import JOBS_FILE, read_records, read_summary, recorded_overrides, write_records
+from drlmpi.sweep.lock import claim_sweep, other_jobs
 from drlmpi.sweep.scheduler import (
     CorePool,
     JobFailedError,
@@ -182,11 +192,25 @@ class MPILauncher(Launcher):
         """``hydra.launcher.mpiexec`` when given, else the launch command of every drlmpi launch."""
         return self.mpiexec or mpiexec_command()
 
+    def claim(self, job_overrides, initial_job_idx: int = 0) -> None:
+        """Make this process the sweep of ``hydra.sweep.dir`` for these jobs (numbered from
+        ``initial_job_idx``): a directory a live sweep holds, or a finished sweep's that lists other
+        jobs under their numbers, ends the sweep in one line (exit code 2) before it writes there."""
+        assert self.config is not None
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        try:
+            say(claim_sweep(sweep_dir))
+            clash = other_jobs(sweep_dir, [list(o) for o in job_overrides], initial_job_idx)
+            if clash is not None:
+                raise ConfigError(clash)
+        except ConfigError as exc:
+            end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
+
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
         started = time.monotonic()  # deadline_s counts from here, composing the jobs included
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
+        self.claim(job_overrides, initial_job_idx)
         try:
             launcher = self.launcher()
         except ConfigError as exc:  # the launch command's setting: one line, before anything runs
@@ -235,7 +259,21 @@ class MPILauncher(Launcher):
         if stopped_by is not None:  # as a run stopped by a signal: no traceback, exit status 4
             log.info(f"sweep: stopped by {stopped_by.name}")
             raise SystemExit(SIGNAL_EXIT)
+        failed = [j for j in jobs if j.status == JobStatus.FAILED]  # a tuner's count as its worst value
+        for job in failed:  # one line each; Hydra would raise the first one's error, a traceback
+            log.error(f"sweep: failed: [{job.idx + 1}/{total}] {job.label}: {self._failure(job)}")
+        if failed:
+            raise SystemExit(SWEEP_FAILED_EXIT)
         return [self._job_return(j) for j in jobs]
+
+    @staticmethod
+    def _failure(job: SweepJob) -> str:
+        """What became of a failed job, in a few words: its exit code and log, or why it never ran."""
+        reason = job.record.get("reason")
+        if job.record.get("returncode") is None:  # refused before it started
+            return str(reason)
+        why = f" ({reason})" if reason else ""
+        return f"exit code {job.record['returncode']}{why}; log {job.run_dir / 'job.log'}"
 
     def _prepare(self, idx: int, overrides: list[str], sweep_dir: Path, total: int) -> SweepJob:
         """Compose and validate one job; decide whether it runs, is reused or is skipped."""
@@ -267,6 +305,14 @@ class MPILauncher(Launcher):
             return job
         job.record["ranks"] = job.ranks
         job.cost = job_cost(cfg, job.ranks)
+        holder = read_lock(run_dir)
+        if holder is not None and not is_stale(holder):  # e.g. a job a killed sweep left running
+            who = holder_text(holder) if holder else "an unreadable run.lock"
+            reason = f"{run_dir} holds a live run ({who}): wait for it to end, then re-run the same command"
+            job.record.update(status="failed", returncode=None, reason=reason)
+            job.status, job.value = JobStatus.FAILED, JobFailedError(f"job {idx} ({label}): {reason}")
+            log.error(f"{tag}: {reason}")
+            return job
         summary = read_summary(run_dir) if self.resume else None
         stopped = summary is not None and summary.get("stop_reason") == "signal"
         if stopped:  # stopped by a signal with a checkpoint: the job continues from it

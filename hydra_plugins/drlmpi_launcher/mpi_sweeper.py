@@ -9,13 +9,19 @@ check is only a second composition of every job (about 0.3 s a job on one core: 
 126-job study before its first job starts). With any other launcher the check runs as before.
 Everything else - the grid of ``hydra.sweeper.params``, ``max_batch_size`` - is the basic
 sweeper's.
+
+With :class:`MPILauncher` it also claims the sweep directory for the whole job list
+(:meth:`MPILauncher.claim`, :mod:`drlmpi.sweep.lock`) as soon as the basic sweeper has made the
+list - before it writes ``multirun.yaml`` there - so a sweep refused for a live sweep in the same
+directory, or for one of other jobs, leaves that sweep's files as they were.
 """
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence  # noqa: UP035 (OmegaConf needs typing generics)
+from typing import Dict, List, Optional, Sequence  # noqa: UP035 (OmegaConf needs typing generics)
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_store import ConfigStore
+from hydra.core.override_parser.types import Override
 
 from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher
 
@@ -32,6 +38,15 @@ class MPISweeperConf:
 
 class MPISweeper(BasicSweeper):
     """The basic sweeper; a batch for :class:`MPILauncher` is composed by the launcher alone."""
+
+    def split_arguments(self, overrides: List[Override], max_batch_size: Optional[int]  # noqa: UP006, UP045
+                        ) -> List[List[List[str]]]:  # noqa: UP006
+        """The basic sweeper's batches; with :class:`MPILauncher`, the sweep directory claimed for
+        all of them first (the basic sweeper calls this before it writes ``multirun.yaml``)."""
+        batches = BasicSweeper.split_arguments(overrides, max_batch_size)
+        if isinstance(self.launcher, MPILauncher):
+            self.launcher.claim([job for batch in batches for job in batch])
+        return batches
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         if isinstance(self.launcher, MPILauncher):
