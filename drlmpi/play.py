@@ -9,7 +9,6 @@ available (not for ALE ids).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -17,6 +16,8 @@ import numpy as np
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.inputs import ArgumentParser, read_yaml, refuse
 from drlmpi.envs.families import env_settings, family_of
 from drlmpi.envs.make import env_make_kwargs, make_env
 from drlmpi.envs.spec import env_spec
@@ -32,7 +33,10 @@ def load_policy(run_dir: Path):
     for path in (cfg_path, policy_path):
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: is {run_dir} a finished drlmpi run directory?")
-    cfg = OmegaConf.load(cfg_path)
+    cfg = read_yaml(cfg_path, f"is {run_dir} a drlmpi run directory?", kind=dict)
+    if not all(isinstance(OmegaConf.select(cfg, key), str) for key in ("env.id", "algo._target_")):
+        raise ConfigError(f"{cfg_path} names no env.id or algo._target_: is {run_dir} a drlmpi run "
+                          f"directory?")
     probe = make_env(cfg.env.id, **env_make_kwargs(cfg.env), train=False)
     spec = env_spec(probe)
     probe.close()
@@ -43,27 +47,24 @@ def load_policy(run_dir: Path):
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(prog="python -m drlmpi.play", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m drlmpi.play", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run directory written by python -m drlmpi")
     parser.add_argument("--episodes", type=int, default=10, help="greedy episodes to play (default 10)")
     parser.add_argument("--seed", type=int, default=12345, help="seed of the first episode")
     parser.add_argument("--render", action="store_true", help="render to a window (needs a display)")
     args = parser.parse_args(argv)
     if args.episodes < 1:  # a mean over no episode is nan, not a result
-        print(f"drlmpi.play: error: --episodes must be at least 1, got {args.episodes}", file=sys.stderr)
-        return 2
+        return refuse("drlmpi.play", f"--episodes must be at least 1, got {args.episodes}")
     try:
         cfg, algo = load_policy(args.run_dir)
-    except (FileNotFoundError, DamagedFileError) as exc:
-        print(f"drlmpi.play: error: {exc}", file=sys.stderr)
-        return 2
+    except (FileNotFoundError, DamagedFileError, ConfigError) as exc:
+        return refuse("drlmpi.play", exc)
     kwargs = env_make_kwargs(cfg.env)  # as the run made its evaluation environments
     if args.render:
         family = family_of(cfg.env.id)
         if not family.renders:  # ALE ids: AtariVectorEnv has no window
-            print(f"drlmpi.play: error: --render is not available for {cfg.env.id}: "
-                  f"{family.no_render_reason}", file=sys.stderr)
-            return 2
+            return refuse("drlmpi.play",
+                          f"--render is not available for {cfg.env.id}: {family.no_render_reason}")
         kwargs["render_mode"] = "human"
     envs = [make_env(cfg.env.id, **kwargs, train=False)]
     returns = []

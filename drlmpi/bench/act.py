@@ -9,7 +9,6 @@ simulator's ``env.num_envs``)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -20,6 +19,8 @@ import torch
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.td3 import TD3
 from drlmpi.bench.learner import algo_settings
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.inputs import ArgumentParser, check_output_file, positive_float, positive_int
 from drlmpi.envs.spec import EnvSpec
 
 #: the observation and action shapes of the environments the studies act in
@@ -60,15 +61,18 @@ def measure(name: str, envs: int, seconds: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m drlmpi.bench.act", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m drlmpi.bench.act", description=__doc__.split("\n\n")[0])
     parser.add_argument("--algo", nargs="+", choices=sorted(CASES), default=sorted(CASES))
-    parser.add_argument("--envs", type=int, default=1, help="observations a call (env.num_envs)")
-    parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per path")
-    parser.add_argument("--threads", type=int, default=1, help="torch's CPU threads")
+    parser.add_argument("--envs", type=positive_int, default=1, help="observations a call (env.num_envs)")
+    parser.add_argument("--seconds", type=positive_float, default=1.0, help="timed seconds per path")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch's CPU threads")
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args(argv)
-    if args.envs < 1 or args.seconds <= 0:
-        parser.error("--envs must be >= 1 and --seconds > 0")
+    if args.json is not None:  # before the measurements, not after
+        try:
+            check_output_file("--json", args.json)
+        except ConfigError as exc:
+            parser.error(str(exc))
     torch.set_num_threads(args.threads)
     rows = [measure(name, args.envs, args.seconds) for name in args.algo]
     print(f"{'algo':5} {'env':15} {'envs':>4} {'torch us':>9} {'host us':>8} {'torch/host':>10}")

@@ -18,12 +18,22 @@ and the ratio mpi / backend.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
+from drlmpi.config.inputs import ArgumentParser, positive_int
+
 
 def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(prog="python -m drlmpi.bench.allreduce", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--algo", default="dqn", choices=("dqn", "td3", "ppo"))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="cpu, or cuda (a rank's GPU: its local rank mod the node's GPUs)")
+    parser.add_argument("--iters", type=positive_int, default=500, help="exchanges per timed block")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="timed blocks (their median is shown)")
+    args = parser.parse_args(argv)  # before MPI starts: a bad argument is refused by every rank alike
+
     from hydra.utils import get_class
     from mpi4py import MPI
 
@@ -32,13 +42,6 @@ def main(argv: list[str] | None = None) -> None:
     from drlmpi.mpi.timed import TimedComm
     from drlmpi.topologies.core.data_parallel.backend import DistExchange, DistGroup, learner_device, place
     from drlmpi.topologies.core.data_parallel.exchanges import AllreduceExchange
-
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--algo", default="dqn", choices=("dqn", "td3", "ppo"))
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--iters", type=int, default=500, help="exchanges per timed block")
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
 
     comm = TimedComm(MPI.COMM_WORLD.Dup())
     placement = place(comm)

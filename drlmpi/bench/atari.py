@@ -6,13 +6,13 @@
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
 
+from drlmpi.config.inputs import ArgumentParser, positive_int
 from drlmpi.envs.atari import ale_settings, register_ale
 from drlmpi.envs.atari_bank import AleBank, make_atari
 
@@ -74,13 +74,23 @@ def benchmark(env_id: str = "ALE/Tetris-v5", envs: int = 4, threads: int = 2, st
 
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point: one line per game."""
-    parser = argparse.ArgumentParser(prog="python -m drlmpi.bench.atari", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m drlmpi.bench.atari", description=__doc__.splitlines()[0])
     parser.add_argument("env_ids", nargs="*", default=["ALE/Tetris-v5", "ALE/Breakout-v5"])
-    parser.add_argument("--envs", type=int, default=4, help="environments of the bank (default 4)")
-    parser.add_argument("--threads", type=int, default=2, help="threads of the second bank (default 2)")
-    parser.add_argument("--steps", type=int, default=1500, help="agent steps per round (default 1500)")
-    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
+    parser.add_argument("--envs", type=positive_int, default=4, help="environments of the bank (default 4)")
+    parser.add_argument("--threads", type=positive_int, default=2,
+                        help="threads of the second bank (default 2)")
+    parser.add_argument("--steps", type=positive_int, default=1500,
+                        help="agent steps per round (default 1500)")
+    parser.add_argument("--rounds", type=positive_int, default=4, help="interleaved rounds (default 4)")
     args = parser.parse_args(argv)
+    register_ale()
+    for env_id in args.env_ids:  # before the first game's measurements, not after
+        try:
+            if not env_id.startswith("ALE/"):
+                raise gym.error.Error("not an ALE id (ALE/<Game>-v5)")
+            gym.spec(env_id)
+        except gym.error.Error as exc:
+            parser.error(f"{env_id} is not a game this benchmark can step: {exc}")
     for env_id in args.env_ids:
         rates = benchmark(env_id, args.envs, args.threads, args.steps, args.rounds)
         print(env_id, "  ".join(f"{name}: {rate:.0f} steps/s (cpu/wall {cpu:.2f})"

@@ -16,12 +16,14 @@ The parts, their time on the hosts measured and what they reproduce: docs/experi
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.inputs import ArgumentParser, check_output_folder
 
 #: the placeholder for OUT in a step's arguments
 OUT = "{out}"
@@ -196,7 +198,7 @@ def keep_artifacts(out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m drlmpi.bench.headline",
         description="Run one study of docs/results/ - its presets' sweeps, benchmarks and report - into OUT "
                     "(the parts and their times: docs/experiments.md).")
@@ -207,6 +209,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-all", action="store_true", help="keep checkpoints, policies and every log")
     args = parser.parse_intermixed_args(argv)
     out = args.out.resolve()
+    try:  # the study's folder, before any sweep starts in it
+        check_output_folder("OUT", args.out)
+    except ConfigError as exc:
+        parser.error(str(exc))
     commands = steps(args.part, args.overrides)
     if not args.dry_run:
         from drlmpi.sweep import provenance

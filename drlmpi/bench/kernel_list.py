@@ -12,19 +12,19 @@ the host's fills before a replay (the block's update counter, paid once a block)
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 from drlmpi.bench.kernels import device_ops
 from drlmpi.bench.learner import drlmpi_step
+from drlmpi.config.inputs import ArgumentParser, positive_int
 from drlmpi.device.determinism import PRECISION_LABELS
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="List one update's device kernels and their time.")
+    parser = ArgumentParser(prog="python -m drlmpi.bench.kernel_list",
+                            description="List one update's device kernels and their time.")
     parser.add_argument("--algo", default="dqn", choices=("dqn", "td3", "ppo"))
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batch", type=positive_int, default=64)
     parser.add_argument("--capture", default="fused", choices=("off", "graph", "fused"),
                         help="algo.capture of the update (fused: DQN and TD3 only)")
     parser.add_argument("--precision", default="highest", choices=("highest", *sorted(PRECISION_LABELS)),

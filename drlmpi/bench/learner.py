@@ -36,6 +36,9 @@ import torch
 from drlmpi.bench.bare import BARE
 from drlmpi.bench.kernels import device_ops_per_call
 from drlmpi.bench.table import print_table, write_json
+from drlmpi.config.environment import check_environment
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.inputs import ArgumentParser, check_output_file, device_name, positive_float, positive_int
 from drlmpi.config.schema import SETTINGS, group_config
 from drlmpi.config.scopes import AlgoSettings
 from drlmpi.device.determinism import CUBLAS_WORKSPACE, PRECISION_LABELS, set_deterministic
@@ -154,16 +157,16 @@ def modes_for(device: str, algo: str = "ppo") -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line's options."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m drlmpi.bench.learner", description=__doc__.split("\n\n")[0])
     parser.add_argument("--algo", nargs="+", default=["dqn"], choices=sorted(BARE))
-    parser.add_argument("--batch", nargs="+", type=int, default=[64, 256])
-    parser.add_argument("--device", nargs="+", default=["cpu"])
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per measurement")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--batch", nargs="+", type=positive_int, default=[64, 256])
+    parser.add_argument("--device", nargs="+", type=device_name, default=["cpu"])
+    parser.add_argument("--seconds", type=positive_float, default=3.0, help="timed seconds per measurement")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: CPU rows divide by process CPU time (a loaded machine); "
                              "device rows always use wall time")
-    parser.add_argument("--repeats", type=int, default=1,
+    parser.add_argument("--repeats", type=positive_int, default=1,
                         help="measure every row this many times, interleaved, and keep the best "
                              "(a shared machine's noise)")
     parser.add_argument("--modes", nargs="+", default=None,
@@ -171,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "dqn and td3)")
     parser.add_argument("--kernels", action="store_true",
                         help="also count each device row's kernels per update (drlmpi/bench/kernels.py)")
-    parser.add_argument("--updates-per-graph", nargs="+", type=int, default=[],
+    parser.add_argument("--updates-per-graph", nargs="+", type=positive_int, default=[],
                         help="also measure each captured mode with algo.updates_per_graph=K for each K "
                              "(DQN, TD3; rows 'graph xK', 'fused xK')")
     parser.add_argument("--obs", choices=("vector", "atari"), default="vector",
@@ -205,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        check_environment()  # DRLMPI_CUDNN_BENCHMARK, read by the algorithms
+        if args.json is not None:  # before the measurements, not after
+            check_output_file("--json", args.json)
+    except ConfigError as exc:
+        parser.error(str(exc))
     if args.deterministic:  # cuBLAS reads it once: set before the first device row, for every row
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     if args.obs == "atari" and "td3" in args.algo:

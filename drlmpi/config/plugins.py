@@ -5,7 +5,9 @@ Python modules its files name (``_target_: ring.Ring`` for ``<dir>/ring.py``): a
 one module and one YAML file there, with no edit to drlmpi. Hydra searches these directories after
 ``conf/`` (``hydra_plugins/drlmpi_launcher/search_path.py``), the topology registry reads their
 topologies (:mod:`drlmpi.topologies.core.registry`), and their modules import from them. A name that
-``conf/`` already has stays ``conf/``'s. Light on purpose: every process that composes reads it.
+``conf/`` already has stays ``conf/``'s. A plugin directory's YAML file that cannot be read is
+refused in one line with the command line's checks (:func:`check_plugin_files`), whether or not
+the run picks it. Light on purpose: every process that composes reads it.
 """
 
 from __future__ import annotations
@@ -42,3 +44,19 @@ def group_files(group: str) -> dict[str, Path]:
         for path in sorted((root / group).glob("*.yaml")):
             files.setdefault(path.stem, path)
     return files
+
+
+#: the config groups a plugin directory may hold files of (as conf/ does)
+PLUGIN_GROUPS = ("algo", "env", "topology", "experiment", "tuned")
+
+
+def check_plugin_files() -> None:
+    """Read every YAML file of the plugin directories' config groups; one that is not valid YAML
+    raises :class:`~drlmpi.config.errors.ConfigError` naming it and where it breaks (Hydra, or
+    the topology registry, would end in a parser's traceback)."""
+    from drlmpi.config.inputs import read_yaml
+
+    for root in plugin_dirs():
+        for group in PLUGIN_GROUPS:
+            for path in sorted((root / group).rglob("*.yaml")):
+                read_yaml(path, f"correct it, or take {root} off {PLUGIN_PATH}")

@@ -27,6 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from drlmpi.config.inputs import read_yaml
 from drlmpi.config.options import Option, plain
 from drlmpi.config.plugins import group_files
 from drlmpi.config.scopes import (
@@ -119,7 +120,7 @@ def file_scope(group: str, name: str) -> str | None:
     path = group_files(group).get(name)
     if path is None:
         return None
-    for entry in OmegaConf.load(path).get("defaults") or ():
+    for entry in read_yaml(path, kind=dict).get("defaults") or ():
         text = str(entry)
         if text.startswith("/schema/") and text.endswith("@_here_"):
             scope = text.removeprefix("/schema/").removesuffix("@_here_")
@@ -130,7 +131,7 @@ def file_scope(group: str, name: str) -> str | None:
 def group_config(group: str, name: str) -> DictConfig:
     """``conf/<group>/<name>.yaml`` over its schema defaults, without Hydra (what composing
     ``<group>=<name>`` puts under ``<group>``, before tuned files, presets and overrides)."""
-    own = OmegaConf.load(group_files(group)[name])
+    own = read_yaml(group_files(group)[name], kind=dict)
     scope = file_scope(group, name)
     own_values = {k: v for k, v in OmegaConf.to_container(own).items() if k != "defaults"}
     return OmegaConf.merge(node(scope) if scope else OmegaConf.create({}), own_values)

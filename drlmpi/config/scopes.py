@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from drlmpi.config.environment import BIND_CHOICES
 from drlmpi.config.options import REQUIRED
 from drlmpi.config.settings import (
     Settings,
@@ -88,7 +89,7 @@ class RootSettings(Settings):
     bind_ranks: str = choice(
         "auto", "pin each rank to a core of its own: auto (when a host's ranks are exactly the cores they "
                 "may use, no launcher bound them and each runs one thread), core (always: rank i on the "
-                "i-th usable core), none", "auto", "core", "none")
+                "i-th usable core), none", *BIND_CHOICES)
     world_size: int | None = integer(None, "the number of ranks the job must have (null: any)", nullable=True)
     budget_env_steps: int | None = integer(
         None, "the step budget the report judges 'budget met' by (null: run.max_env_steps)", nullable=True)

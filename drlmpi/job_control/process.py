@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from drlmpi.config.environment import BIND_CHOICES
+
 # Environment variables by which MPI launchers (MPICH/Hydra, Open MPI, PMIx/Slurm, Cray PALS)
 # tell a process it is one rank of a job.
 LAUNCHER_VARIABLES = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PALS_RANK",
@@ -82,8 +84,6 @@ def set_thread_counts(threads: object) -> None:
             os.environ[var] = str(threads)
 
 
-#: ``bind_ranks`` values (:func:`bind_rank`)
-BIND_CHOICES = ("auto", "core", "none")
 
 
 def pinned_cpu(mode: str, local_rank: int, local_size: int, cpus: list[int],

@@ -28,9 +28,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from drlmpi.config.inputs import ArgumentParser
 from drlmpi.outputs.figures import aligned
 from drlmpi.planner.cells import cell_refusals, configs, plan_cells
-from drlmpi.planner.compare import compare_saved, comparison, config_of, fmt_rate, measured
+from drlmpi.planner.compare import check_compared, compare_saved, comparison, config_of, fmt_rate, measured
 from drlmpi.planner.model import Prediction, recommended, sequential_in_name_only, topology_names
 
 #: the probe's first figure measured again at the end: a change beyond this is reported as drift
@@ -42,7 +43,7 @@ PLAN_DIR = "outputs/plan/{now:%Y-%m-%d}/{now:%H-%M-%S}_{algo}_{env}"
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m drlmpi.plan",
         description="Predict each topology's env steps/s and speedup from a short probe of the "
                     "config (overrides as for python -m drlmpi).")
@@ -182,8 +183,9 @@ def check_request(args: argparse.Namespace, overrides: list[str]) -> tuple[list[
             raise ConfigError(f"--ranks {args.ranks}: comma-separated whole numbers, e.g. 1,2,4") from None
         if not ranks or min(ranks) < 1:
             raise ConfigError(f"--ranks {args.ranks}: world sizes must be >= 1")
-    if args.seconds <= 0:
-        raise ConfigError(f"--seconds {args.seconds:g}: must be > 0")
+    if not args.seconds > 0 or args.seconds == float("inf"):  # nan too: a probe that never ends
+        raise ConfigError(f"--seconds {args.seconds:g}: must be a finite number > 0")
+    check_compared(args.compare)
     return topologies, ranks
 
 
@@ -199,8 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         if not cfgs:
             raise ConfigError(f"no topology could be composed: {next(iter(refused.values()))}")
         first = next(iter(cfgs.values()))
+        from drlmpi.config.inputs import check_writable
         from drlmpi.planner.probe import smallest_world
-        from drlmpi.run.arguments import check_writable
         from drlmpi.run.preflight import make_plan
 
         make_plan(first, smallest_world(first))  # the config itself: one line if it is wrong

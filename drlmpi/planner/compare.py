@@ -109,6 +109,16 @@ def comparison(cells: list[Prediction], runs: dict[tuple[str, int], list[float]]
     return lines, result
 
 
+def check_compared(paths: list[Path]) -> None:
+    """``--compare``'s run or sweep directories exist; :class:`ConfigError` in one line if not."""
+    from drlmpi.config.errors import ConfigError
+
+    for path in paths:
+        if not path.is_dir():
+            why = "not a directory" if path.exists() else "no such directory"
+            raise ConfigError(f"--compare {path}: {why} (name run or sweep directories)")
+
+
 def compare_saved(path: Path, runs: list[Path], overrides: list[str]) -> int:
     """``--plan FILE --compare DIR ...``: the saved plan's cells next to measured runs."""
     try:
@@ -121,6 +131,13 @@ def compare_saved(path: Path, runs: list[Path], overrides: list[str]) -> int:
         made_for = ' '.join(saved.get('overrides', [])) or 'no overrides'
         print(f"drlmpi.plan: error: --plan {path} was made for {made_for}"
               f", not {' '.join(overrides)}", file=sys.stderr)
+        return 2
+    from drlmpi.config.errors import ConfigError
+
+    try:
+        check_compared(runs)
+    except ConfigError as exc:
+        print(f"drlmpi.plan: error: {exc}", file=sys.stderr)
         return 2
     found, other = measured(runs, saved.get("config"))
     if not found and other:

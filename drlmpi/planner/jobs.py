@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from drlmpi.config.errors import ConfigError
+from drlmpi.config.inputs import ArgumentParser, check_output_folder, positive_int
 from drlmpi.planner import LAUNCH_ENV, mpi_command
 from drlmpi.planner.cells import base_overrides, cell_refusals, compose, configs
 
@@ -126,7 +128,11 @@ def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[
             jobs.append(job(overrides, name, n, out / f"{len(jobs)}_{name}_n{n}{suffix}"))
     print(f"drlmpi.planner.jobs: {len(jobs)} job(s) in one launch into {out}"
           + (f"; not composed: {', '.join(refused)}" if refused else ""), file=sys.stderr, flush=True)
-    done = launch(jobs, timeout_s=120 + 120 * len(jobs), quiet=False)
+    try:
+        done = launch(jobs, timeout_s=120 + 120 * len(jobs), quiet=False)
+    except RuntimeError as exc:  # the launch failed or timed out: its words, in one line
+        print(f"drlmpi.planner.jobs: error: {exc}", file=sys.stderr)
+        return 1
     print(f"drlmpi.planner.jobs: {len(done)} of {len(jobs)} finished", file=sys.stderr)
     return 0 if len(done) == len(jobs) else 1
 
@@ -134,6 +140,10 @@ def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] != "--measure":
+        if not Path(argv[0]).is_file():  # a spec is the planner's own launch; by hand: --measure
+            print(f"python -m drlmpi.planner.jobs: error: no spec file {argv[0]} (the planner writes one; "
+                  f"to measure by hand: --measure DIR)", file=sys.stderr)
+            return 2
         from drlmpi.job_control.process import yield_when_oversubscribed
 
         yield_when_oversubscribed()  # as every rank of a job does, before MPI starts
@@ -143,14 +153,30 @@ def main(argv: list[str] | None = None) -> int:
         if MPI.COMM_WORLD.Get_rank() == 0:
             print(json.dumps({"done": done}), flush=True)
         return 0
-    parser = argparse.ArgumentParser(prog="python -m drlmpi.planner.jobs")
-    parser.add_argument("--measure", type=Path, required=True)
-    parser.add_argument("--ranks", default="1,2")
+    parser = ArgumentParser(prog="python -m drlmpi.planner.jobs")
+    parser.add_argument("--measure", type=Path, required=True, help="the folder the runs go into")
+    parser.add_argument("--ranks", type=world_sizes, default=[1, 2], help="comma-separated world sizes")
     parser.add_argument("--topologies", default="sequential,star")
-    parser.add_argument("--repeats", type=int, default=1, help="measure every cell this many times")
+    parser.add_argument("--repeats", type=positive_int, default=1, help="measure every cell this many times")
     args, overrides = parser.parse_known_args(argv)
-    return measure(args.measure, overrides, [t for t in args.topologies.split(",") if t],
-                   sorted({int(r) for r in args.ranks.split(",")}), max(1, args.repeats))
+    try:
+        check_output_folder("--measure", args.measure)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    return measure(args.measure, overrides, [t for t in args.topologies.split(",") if t], args.ranks,
+                   args.repeats)
+
+
+def world_sizes(text: str) -> list[int]:
+    """argparse ``type=``: comma-separated world sizes (``1,2,4``), sorted, each once."""
+    try:
+        found = sorted({positive_int(r.strip()) for r in text.split(",") if r.strip()})
+    except argparse.ArgumentTypeError:
+        found = []
+    if not found:
+        raise argparse.ArgumentTypeError(f"comma-separated world sizes >= 1 are needed, e.g. 1,2,4, "
+                                         f"got {text!r}")
+    return found
 
 
 if __name__ == "__main__":

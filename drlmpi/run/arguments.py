@@ -10,6 +10,7 @@ from pathlib import Path
 
 from drlmpi.config.checks import check_override
 from drlmpi.config.choices import check_group_choices
+from drlmpi.config.inputs import check_writable
 from drlmpi.config.overrides import find, override_args, parse, value_text, values
 
 
@@ -36,9 +37,17 @@ def check_command_line(argv: list[str]) -> None:
     rejects (every value of a sweep). Registers every environment family's options, then every
     topology's (a plugin topology that cannot be imported is refused here): before the first
     ``topology.`` override, else once the others pass - registering imports every topology
-    class, and with it torch (about 2 s), which a refusal of any other option need not wait for."""
+    class, and with it torch (about 2 s), which a refusal of any other option need not wait for.
+    First the environment variables drlmpi reads
+    (:func:`drlmpi.config.environment.check_environment`) and the plugin directories' config files
+    (:func:`drlmpi.config.plugins.check_plugin_files`): a bad value or file is refused here, in
+    one line, as a bad override is."""
+    from drlmpi.config.environment import check_environment
     from drlmpi.config.errors import ConfigError
+    from drlmpi.config.plugins import check_plugin_files
 
+    check_environment()
+    check_plugin_files()
     modes = [names[0] for names in HYDRA_MODES if any(a in names for a in argv)]
     if len(modes) > 1:
         raise ConfigError(f"{' and '.join(modes)} cannot be given together (one of "
@@ -77,33 +86,6 @@ def check_output_directories(argv: list[str]) -> None:
         check_writable("the current directory (outputs/, multirun/)", ".")
 
 
-def check_writable(option: str, path: str) -> None:
-    """Raise ConfigError unless a file can be written in directory ``path`` (created for the
-    check if it does not exist, and removed again with every level the check created)."""
-    import tempfile
-
-    from drlmpi.config.errors import ConfigError
-
-    target = Path(path).expanduser().absolute()
-    created: list[Path] = []
-    probe = target
-    while not probe.exists() and probe != probe.parent:
-        created.append(probe)
-        probe = probe.parent
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=target):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"{option} is not a writable directory ({exc.strerror}), got {path}") from None
-    finally:
-        for level in created:  # deepest first
-            try:
-                level.rmdir()
-            except OSError:
-                break
-
-
 def claim_run_directory(argv: list[str]) -> str | None:
     """Claim the run directory (:func:`drlmpi.run.ownership.claim`) when the command line names it
     as a plain path (``hydra.run.dir=PATH``; ``resume=`` does); a directory Hydra must resolve is
@@ -137,9 +119,8 @@ def resume_arguments(argv: list[str]) -> tuple[list[str], int]:
     the run (another topology, algorithm or size)."""
     import json
 
-    from omegaconf import OmegaConf
-
     from drlmpi.config.errors import ConfigError
+    from drlmpi.config.inputs import read_yaml
     from drlmpi.outputs.checkpoint import read_meta
 
     value = value_text(find(argv, "resume")) or ""
@@ -160,7 +141,10 @@ def resume_arguments(argv: list[str]) -> tuple[list[str], int]:
     if meta is None:
         raise ConfigError(f"resume: {value} has no checkpoint yet (one is written every "
                           f"run.checkpoint_every_s seconds), got {value}")
+    if not isinstance(meta, dict) or not isinstance(meta.get("world_size"), int):
+        raise ConfigError(f"resume: the checkpoint description names no world size (a damaged "
+                          f"checkpoint/meta.json), got {value}")
     own = ("resume=", "hydra.run.dir=", "run.overwrite=")  # where and how the first part started
-    saved = [str(o) for o in OmegaConf.load(overrides_file)
-             if not str(o).startswith(own) and str(o) not in extra]
+    recorded = read_yaml(overrides_file, "the run's overrides are lost: start the run anew", kind=list)
+    saved = [str(o) for o in recorded if not str(o).startswith(own) and str(o) not in extra]
     return [*saved, *extra, f"resume={run_dir}", f"hydra.run.dir={run_dir}"], int(meta["world_size"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -70,7 +71,7 @@ DEFAULT_SWEEPER = "hydra/sweeper=drlmpi"
 def _presets(argv: list[str]) -> Iterator[DictConfig]:
     """The experiment presets the command line picks (``+experiment=NAME``), as their files
     (conf/'s or a plugin directory's, as Hydra finds them)."""
-    from omegaconf import OmegaConf
+    from drlmpi.config.inputs import read_yaml
 
     presets = None
     for override in parse(argv):
@@ -78,7 +79,7 @@ def _presets(argv: list[str]) -> Iterator[DictConfig]:
             presets = group_files("experiment") if presets is None else presets
             for name in values(override) or []:
                 if name in presets:
-                    yield OmegaConf.load(presets[name])
+                    yield read_yaml(presets[name], kind=dict)
 
 
 def _is_multirun(argv: list[str]) -> bool:
@@ -131,15 +132,22 @@ def _requested_world_size(argv: list[str]) -> int | None:
 def _relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
     """``python -m drlmpi world_size=N`` started alone: re-execute under the launch command
     (``DRLMPI_MPIEXEC``, default ``mpiexec``) with ``-n N``."""
-    from drlmpi.job_control.launchers import MPIEXEC_ENV, launch_command
+    from drlmpi.job_control.launchers import launch_command
 
     cmd = launch_command(ranks, [sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv])
     print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
     try:
         os.execvp(cmd[0], cmd)
     except FileNotFoundError:
-        sys.exit(f"drlmpi: error: world_size>1 needs {cmd[0]!r} on PATH (pip install mpich), or another "
-                 f"launch command in {MPIEXEC_ENV}, or start the job with your MPI launcher")
+        sys.exit(f"drlmpi: error: {missing_launcher(cmd[0])}")
+
+
+def missing_launcher(name: str) -> str:
+    """What to do when the launch command ``name`` is not there."""
+    from drlmpi.job_control.launchers import MPIEXEC_ENV
+
+    return (f"world_size>1 needs {name!r} on PATH (pip install mpich), or another launch command in "
+            f"{MPIEXEC_ENV}, or start the job with your MPI launcher")
 
 
 def _prepare_single_run(argv: list[str]) -> list[str]:
@@ -318,7 +326,9 @@ def main(argv: list[str] | None = None) -> None:
             try:  # the plan every rank would make, once, before any rank starts
                 from drlmpi.job_control.launchers import mpiexec_command
 
-                mpiexec_command()  # a launch command it cannot use (DRLMPI_MPIEXEC): refused alike
+                launcher = mpiexec_command()  # one it cannot use (DRLMPI_MPIEXEC): refused alike
+                if shutil.which(launcher[0]) is None:  # said before "starting", with the same code
+                    raise ConfigError(missing_launcher(launcher[0]))
                 check_before_launch(argv, ranks)
             except ConfigError as exc:
                 if claimed:

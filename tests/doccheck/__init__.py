@@ -16,11 +16,33 @@ from pathlib import Path
 
 def documents(name: str, args: list[str], usage: str) -> list[Path] | None:
     """The files a checker's command line names, or None after one line saying why not (no file
-    named: the usage; a file that does not exist)."""
+    named: the usage; a file that does not exist, a folder, a file that is not UTF-8 text)."""
     files = [Path(a) for a in args]
-    missing = [str(f) for f in files if not f.is_file()]
     if not files:
         print(f"usage: python -m tests.doccheck.{name} {usage}", file=sys.stderr)
-    elif missing:
-        print(f"{name}: error: no such file: {', '.join(missing)}", file=sys.stderr)
-    return files if files and not missing else None
+        return None
+    problems: dict[str, list[str]] = {}  # why -> the files it holds for
+    for f in files:
+        why = unreadable(f)
+        if why is not None:
+            problems.setdefault(why, []).append(str(f))
+    if problems:
+        said = "; ".join(f"{why}: {', '.join(named)}" for why, named in problems.items())
+        print(f"{name}: error: {said}", file=sys.stderr)
+        return None
+    return files
+
+
+def unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be checked (``None``: it can)."""
+    if path.is_dir():
+        return "a folder, not a file"
+    if not path.is_file():
+        return "no such file"
+    try:
+        path.read_text()
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except OSError as exc:
+        return exc.strerror
+    return None

@@ -113,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     files = documents("readme", args, "[README.md [SPEC.txt]]")
     if files is None:
         return 2
-    problems = check_readme(files[0], *files[1:2])
+    try:
+        problems = check_readme(files[0], *files[1:2])
+    except (FileNotFoundError, ValueError) as exc:  # no docs/results/ above it; a spec line unread
+        print(f"readme: error: {exc}", file=sys.stderr)
+        return 2
     for problem in problems:
         print(problem)
     return 1 if problems else 0

@@ -20,10 +20,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from drlmpi.config import scopes
 from drlmpi.config.errors import ConfigError
+from drlmpi.config.inputs import read_yaml
 from drlmpi.config.plugins import CONF_DIR, group_files, plugin_dirs
 from drlmpi.config.schema import SCHEMA, add_scope
 from drlmpi.config.settings import declaration_problem, options_of
@@ -97,7 +96,7 @@ def named_settings(settings: type[scopes.TopologySettings], target: str,
 
 def target_of(path: Path) -> str:
     """The class a ``topology/<name>.yaml`` names (``_target_``), refused in one line if none."""
-    target = OmegaConf.load(path).get("_target_")
+    target = read_yaml(path, kind=dict).get("_target_")
     if not isinstance(target, str):
         raise ConfigError(f"{path} names no class: add '_target_: module.Class' (a Topology)")
     return target
