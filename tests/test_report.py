@@ -307,6 +307,7 @@ def test_star_rounds_of_another_size_are_a_regime_of_their_own(tmp_path):
 def test_an_algorithm_variant_is_a_regime_of_its_own(tmp_path):
     """Async PPO with and without V-trace (``algo.vtrace``, a declared report variant) are never
     averaged together; the default's label stays plain, and a device joins the variant."""
+    from drlmpi.algos.dqn import DQN
     from drlmpi.algos.ppo import PPO
     from drlmpi.report.labels import algo_label
 
@@ -319,6 +320,10 @@ def test_an_algorithm_variant_is_a_regime_of_its_own(tmp_path):
     groups = {g.algo: sorted(r.seed for r in g.runs) for g in build_report([root], tmp_path / "out").groups}
     assert groups == {"ppo": [0, 1], "ppo[vtrace=false]": [2, 3]}
     assert PPO.report_variant_parts({"name": "ppo", "vtrace": False}) == ["vtrace=false"]
+    # IMPALA's stack is a regime of its own; cnn, what auto gives on images, reads as the default
+    assert PPO.report_variant_parts({"name": "ppo", "encoder": "impala"}) == ["encoder=impala"]
+    assert PPO.report_variant_parts({"name": "ppo", "encoder": "cnn"}) == []
+    assert DQN.report_variant_parts({"name": "dqn", "encoder": "impala"}) == ["encoder=impala"]
     assert algo_label("ppo", "cuda", 10, capture="graph",
                       variants=["vtrace=false"]) == "ppo[cuda,graph,vtrace=false]"
 

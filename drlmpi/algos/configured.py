@@ -31,6 +31,9 @@ class Configured:
     #: config keys whose non-default value makes a run a regime of its own in reports
     #: (``ppo[vtrace=false]``), never averaged with the default's runs (:meth:`report_variant_parts`)
     report_variants: ClassVar[tuple[str, ...]] = ()
+    #: values of a report variant that are shown as its default is (not at all): ``encoder=cnn``
+    #: is what ``auto`` gives on images, and what the Atari configs write out
+    report_plain: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     @classmethod
     def experience_layout(cls, spec: EnvSpec) -> ExperienceLayout:
@@ -65,7 +68,7 @@ class Configured:
         parts = []
         for key in cls.report_variants:
             value = getattr(settings, key)
-            if value != options[key].default:
+            if value != options[key].default and value not in cls.report_plain.get(key, ()):
                 parts.append(f"{key}={str(value).lower() if isinstance(value, bool) else value}")
         return parts
 

@@ -46,7 +46,8 @@ class DQN(OffPolicyAlgorithm):
     metric_names = ("loss", "q_mean")
     settings_class = DQNSettings
     acting_modules = ("q",)
-    report_variants = ("eps_ladder",)  # per-environment exploration changes what is collected
+    report_variants = ("eps_ladder", "encoder")  # what is collected; what it is learned with
+    report_plain = {"encoder": ("cnn",)}  # encoder=impala (or mlp) is a regime of its own
     loss_metrics = ("loss",)
     takes_images = True
 

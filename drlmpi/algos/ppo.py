@@ -91,7 +91,8 @@ class PPO(RolloutTargets, Algorithm):
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"
     metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-    report_variants = ("vtrace",)  # the correction changes what is learned from lagged rows
+    report_variants = ("vtrace", "encoder")  # V-trace changes what is learned from lagged rows
+    report_plain = {"encoder": ("cnn",)}  # encoder=impala (or mlp) is a regime of its own
     loss_metrics = ("policy_loss", "value_loss")
     takes_images = True
 
