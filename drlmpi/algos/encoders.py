@@ -59,8 +59,9 @@ def resolve_encoder(spec: EnvSpec, choice: str, algo_name: str) -> str:
     _, h, w, _ = image_chw(spec.obs_shape)
     big_enough = min(h, w) >= CNN_MIN_SIZE
     if choice in CONV_ENCODERS and not big_enough:
-        raise ConfigError(f"algo={algo_name} algo.encoder={choice} needs images of at least {CNN_MIN_SIZE}x"
-                          f"{CNN_MIN_SIZE}, but {spec.env_id} has an {spec.describe_obs()}: use algo.encoder=mlp")
+        raise ConfigError(f"algo={algo_name} algo.encoder={choice} needs images of at least "
+                          f"{CNN_MIN_SIZE}x{CNN_MIN_SIZE}, but {spec.env_id} has an {spec.describe_obs()}: "
+                          f"use algo.encoder=mlp")
     if choice == "auto":
         return "cnn" if big_enough else "mlp"
     return choice
@@ -138,7 +139,8 @@ def encoder(spec: EnvSpec, layout: ExperienceLayout, kind: str) -> tuple[nn.Modu
     if kind == "mlp":
         return ImageInput(layout, flatten=True), spec.obs_dim
     c, h, w, _ = image_chw(spec.obs_shape)
-    return nn.Sequential(ImageInput(layout, flatten=False), CONV_STACKS[kind](c)), conv_features(c, h, w, kind)
+    stack = nn.Sequential(ImageInput(layout, flatten=False), CONV_STACKS[kind](c))
+    return stack, conv_features(c, h, w, kind)
 
 
 def network(spec: EnvSpec, layout: ExperienceLayout, kind: str, out_dim: int, hidden: tuple[int, ...],

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 # (drlmpi.envs.families, drlmpi.topologies.core.registry).
 import drlmpi.config.schema  # noqa: F401
 from drlmpi.config.choices import check_group_choices
-from drlmpi.config.overrides import find, hydra_order, parse, value_text, values
+from drlmpi.config.overrides import hydra_order, parse, value_text, values
 from drlmpi.config.plugins import CONF_DIR, group_files
 from drlmpi.job_control.abort import (
     CONFIG_ERROR_EXIT,
@@ -59,6 +59,7 @@ from drlmpi.run.arguments import (
 from drlmpi.run.ownership import INHERITED_LOCK, lock_owner, release
 from drlmpi.run.prelaunch import check_before_launch
 from drlmpi.run.reference import print_help
+from drlmpi.run.relaunch import missing_launcher, relaunch_under_mpiexec, requested_world_size
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -121,33 +122,6 @@ def _with_default_sweeper(argv: list[str]) -> list[str]:
 
 def _launch_time_resolver(fmt: str = "%Y-%m-%d_%H-%M-%S") -> str:
     return _launch_time.strftime(fmt)
-
-
-def _requested_world_size(argv: list[str]) -> int | None:
-    override = find(argv, "world_size")
-    chosen = values(override) if override is not None else None
-    return chosen[0] if chosen and len(chosen) == 1 and isinstance(chosen[0], int) else None
-
-
-def _relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
-    """``python -m drlmpi world_size=N`` started alone: re-execute under the launch command
-    (``DRLMPI_MPIEXEC``, default ``mpiexec``) with ``-n N``."""
-    from drlmpi.job_control.launchers import launch_command
-
-    cmd = launch_command(ranks, [sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv])
-    print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
-    try:
-        os.execvp(cmd[0], cmd)
-    except FileNotFoundError:
-        sys.exit(f"drlmpi: error: {missing_launcher(cmd[0])}")
-
-
-def missing_launcher(name: str) -> str:
-    """What to do when the launch command ``name`` is not there."""
-    from drlmpi.job_control.launchers import MPIEXEC_ENV
-
-    return (f"world_size>1 needs {name!r} on PATH (pip install mpich), or another launch command in "
-            f"{MPIEXEC_ENV}, or start the job with your MPI launcher")
 
 
 def _prepare_single_run(argv: list[str]) -> list[str]:
@@ -321,7 +295,7 @@ def main(argv: list[str] | None = None) -> None:
         end_job(f"drlmpi: error: {exc}" if first else None, CONFIG_ERROR_EXIT,
                 abort=launched and not every_rank_refuses)
     if _is_single_run(argv):
-        ranks = _requested_world_size(argv) if resume_ranks is None else resume_ranks
+        ranks = requested_world_size(argv) if resume_ranks is None else resume_ranks
         if ranks is not None and ranks > 1 and not under_mpi_launcher():
             try:  # the plan every rank would make, once, before any rank starts
                 from drlmpi.job_control.launchers import mpiexec_command
@@ -336,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
                 end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
             if claimed:  # rank 0 takes the lock over from this process (mpiexec after the exec)
                 os.environ[INHERITED_LOCK] = lock_owner()
-            _relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
+            relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
         argv = _prepare_single_run(argv)
     else:
         argv = _with_default_sweeper(argv)
