@@ -6,6 +6,8 @@ Every test skips without a GPU (CI); ``.ci/device_check`` runs them on one.
 
 from __future__ import annotations
 
+import math
+
 import warnings
 
 import numpy as np
@@ -453,6 +455,26 @@ def test_ppo_cnn_graph_learns_what_eager_learns(monkeypatch):
     eager, captured, *_ = ppo_pair(ATARI_SPEC, cfg, rows)
     assert eager.updates == captured.updates == 6
     assert_same_state(eager, captured, atol=1e-4)
+
+
+@pytest.mark.parametrize("autocast", ["off", "bfloat16"])
+def test_ppo_impala_graph_learns_what_eager_learns(monkeypatch, autocast):
+    """IMPALA's residual stack, in float32 and under bfloat16 autocast (no cast cache, so the
+    graph recasts the weights each replay): captured updates learn what eager ones do."""
+    from drlmpi.bench.learner import ATARI_SPEC
+
+    monkeypatch.setenv("DRLMPI_CUDNN_BENCHMARK", "0")
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+
+    cfg = cfg_for("ppo", rollout_steps=96, batch_size=32, epochs=1, hidden=[64], activation="relu",
+                  encoder="impala", autocast=autocast)
+    rows = random_rows(PPO(ATARI_SPEC, cfg, device="cpu", seed=0, learner=False), 96)
+    rows[:, PPO.experience_layout(ATARI_SPEC).slices["log_prob"]] = -1.4
+    eager, captured, m_eager, _ = ppo_pair(ATARI_SPEC, cfg, rows)
+    assert eager.updates == captured.updates == 6
+    assert all(math.isfinite(m["policy_loss"]) for m in m_eager)
+    assert_same_state(eager, captured, atol=1e-4 if autocast == "off" else 1e-2)
 
 
 def test_ppo_learning_rate_tensor_survives_a_checkpoint():

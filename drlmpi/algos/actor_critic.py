@@ -26,8 +26,10 @@ class ActorCritic(nn.Module):
 
     def __init__(self, spec: EnvSpec, hidden: tuple[int, ...], activation: type[nn.Module],
                  log_std_init: float, ortho_init: bool, layout: ExperienceLayout | None = None,
-                 encoder_kind: str = "mlp") -> None:
+                 encoder_kind: str = "mlp", autocast: str = "off") -> None:
         super().__init__()
+        #: the shared trunk's passes run under torch.autocast in this dtype (``None``: float32)
+        self.autocast_dtype = {"off": None, "bfloat16": torch.bfloat16}[autocast]
         self.discrete = spec.discrete
         out = spec.n_actions if spec.discrete else spec.action_dim
         self.shared = spec.image
@@ -55,11 +57,21 @@ class ActorCritic(nn.Module):
                     nn.init.orthogonal_(layer.weight, out_gain if i == len(layers) - 1 else math.sqrt(2))
                     nn.init.zeros_(layer.bias)
 
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The shared trunk's output, float32; under ``algo.autocast`` its convolutions and
+        matrix products run in that dtype (weights stay float32; no cast cache, so a captured
+        graph recasts them each replay), the heads after it in float32."""
+        if self.autocast_dtype is None:
+            return self.trunk(obs)
+        with torch.autocast(obs.device.type, dtype=self.autocast_dtype, cache_enabled=False):
+            out = self.trunk(obs)
+        return out.float()
+
     def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The policy head's output (logits, or the Gaussian's mean) and the value ``(B,)``,
         the shared trunk run once."""
         if self.shared:
-            features = self.trunk(obs)
+            features = self.features(obs)
             return self.pi(features), self.v(features).squeeze(-1)
         return self.pi(obs), self.v(obs).squeeze(-1)
 
@@ -70,7 +82,7 @@ class ActorCritic(nn.Module):
         return Normal(out, self.log_std.exp().expand_as(out), validate_args=False)
 
     def distribution(self, obs: torch.Tensor) -> Categorical | Normal:
-        out = self.pi(self.trunk(obs)) if self.shared else self.pi(obs)
+        out = self.pi(self.features(obs)) if self.shared else self.pi(obs)
         return self._dist(out)
 
     def distribution_value(self, obs: torch.Tensor) -> tuple[Categorical | Normal, torch.Tensor]:
@@ -80,7 +92,7 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         if self.shared:
-            return self.v(self.trunk(obs)).squeeze(-1)
+            return self.v(self.features(obs)).squeeze(-1)
         return self.v(obs).squeeze(-1)
 
     def log_prob(self, dist: Categorical | Normal, actions: torch.Tensor) -> torch.Tensor:

@@ -91,7 +91,7 @@ class PPO(RolloutTargets, Algorithm):
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"
     metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-    report_variants = ("vtrace", "encoder")  # V-trace changes what is learned from lagged rows
+    report_variants = ("vtrace", "encoder", "autocast")  # what is learned, and with what
     report_plain = {"encoder": ("cnn",)}  # encoder=impala (or mlp) is a regime of its own
     loss_metrics = ("policy_loss", "value_loss")
     takes_images = True
@@ -132,9 +132,12 @@ class PPO(RolloutTargets, Algorithm):
         #: ``mlp``, ``cnn`` or ``impala`` (``algo.encoder`` resolved for this environment's observations)
         self.encoder = resolve_encoder(spec, cfg.encoder, cfg.name)
         self.lr_schedule = cfg.lr_schedule  # constant or linear
+        if cfg.autocast != "off" and not spec.image:
+            raise ConfigError(f"algo.autocast={cfg.autocast} runs an image trunk in lower precision, but "
+                              f"{spec.env_id} has a {spec.describe_obs()}: leave algo.autocast=off")
         self.net = ActorCritic(spec, cfg.hidden, ACTIVATIONS[activation],
                                cfg.log_std_init, cfg.ortho_init,
-                               self.layout, self.encoder).to(self.device)
+                               self.layout, self.encoder, cfg.autocast).to(self.device)
         self.policy = ParamGroup(self.net, cfg.lr, cfg.max_grad_norm,
                                  adam_eps=cfg.adam_eps, with_optimizer=learner,
                                  scheduled_lr=self.lr_schedule != "constant")

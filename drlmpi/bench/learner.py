@@ -55,6 +55,8 @@ ATARI_SPEC = EnvSpec("ALE/Breakout-v5", 4 * 84 * 84, True, 4, 1, (), (), obs_sha
                      obs_dtype="uint8")
 ATARI_CFG = {"dqn": {"hidden": [512], "buffer_size": 5_000},
              "ppo": {"hidden": [512], "activation": "relu", "rollout_steps": 1024, "epochs": 4}}
+#: ``--obs atari_impala``: the same with IMPALA's residual stack into 256 units (the Breakout preset's)
+IMPALA = {"encoder": "impala", "hidden": [256]}
 
 
 def algo_settings(name: str, batch: int, **overrides: Any) -> AlgoSettings:
@@ -124,12 +126,13 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
     graph replay; ``overrides`` set algorithm options (``twin_critics="stacked"``)."""
     from hydra.utils import get_class
 
-    atari = obs == "atari"
+    atari = obs in ("atari", "atari_impala")
     if name == "td3":  # rows name their layout: separate unless asked (auto would follow the device)
         overrides.setdefault("twin_critics", "separate")
     if per_graph > 1:
         overrides["updates_per_graph"] = per_graph
-    cfg = algo_settings(name, batch, capture=capture, **(ATARI_CFG[name] if atari else {}), **overrides)
+    images = {**ATARI_CFG[name], **(IMPALA if obs == "atari_impala" else {})} if atari else {}
+    cfg = algo_settings(name, batch, capture=capture, **{**images, **overrides})
     spec = ATARI_SPEC if atari else SPECS[name]
     algo = get_class(cfg._target_)(spec, cfg, device=device, seed=0, learner=True)
     if name == "ppo":
@@ -177,9 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--updates-per-graph", nargs="+", type=positive_int, default=[],
                         help="also measure each captured mode with algo.updates_per_graph=K for each K "
                              "(DQN, TD3; rows 'graph xK', 'fused xK')")
-    parser.add_argument("--obs", choices=("vector", "atari"), default="vector",
+    parser.add_argument("--obs", choices=("vector", "atari", "atari_impala"), default="vector",
                         help="atari: 4x84x84 uint8 image observations and the Nature CNN (dqn, ppo; "
-                             "no bare rows)")
+                             "no bare rows); atari_impala: with IMPALA's residual stack and 256 "
+                             "hidden units (the Breakout preset's network)")
+    parser.add_argument("--autocast", action="store_true",
+                        help="PPO on images: also measure each row with algo.autocast=bfloat16 "
+                             "(rows '<mode> autocast')")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the table to this file: the rows (algo, batch, device, mode, "
                              "updates_per_s, note), the arguments, the GPU and torch's version")
@@ -216,8 +223,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(str(exc))
     if args.deterministic:  # cuBLAS reads it once: set before the first device row, for every row
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
-    if args.obs == "atari" and "td3" in args.algo:
-        parser.error("--obs atari takes --algo dqn and/or ppo (TD3 has no image encoder)")
+    if args.obs != "vector" and "td3" in args.algo:
+        parser.error(f"--obs {args.obs} takes --algo dqn and/or ppo (TD3 has no image encoder)")
+    if args.autocast and (args.obs == "vector" or "ppo" not in args.algo):
+        parser.error("--autocast measures PPO on images: give --algo ppo and --obs atari or atari_impala")
     torch.set_num_threads(args.threads)
     precisions = precisions_of(args)
     best: dict[tuple[str, int, str, str], tuple[float | None, str]] = {}
@@ -268,6 +277,10 @@ def main(argv: list[str] | None = None) -> None:
                         record(algo, batch, device, mode,
                                lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(a, b, d, c,
                                                                                        obs=args.obs))
+                        if args.autocast and algo == "ppo":
+                            record(algo, batch, device, f"{mode} autocast",
+                                   lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
+                                       a, b, d, c, obs=args.obs, autocast="bfloat16"))
                         if args.stacked_critics and algo == "td3":
                             record(algo, batch, device, f"{mode} stacked",
                                    lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(

@@ -296,6 +296,10 @@ class PPOSettings(AlgoSettings):
     vtrace_c_clip: float = positive(
         1.0, "V-trace c bar: truncation of pi/mu in the traces (times gae_lambda)")
     capture: str = choice("auto", _CAPTURE_DOC, "auto", "graph", "compile", "off")
+    autocast: str = choice(
+        "off", "image observations: the shared trunk (encoder and hidden layers) runs under torch.autocast "
+               "in bfloat16 - its convolutions and matrix products; weights, heads, losses and Adam stay "
+               "float32 (off: all float32)", "off", "bfloat16")
 
 
 @dataclass(frozen=True)
