@@ -7,7 +7,6 @@ Every test skips without a GPU (CI); ``.ci/device_check`` runs them on one.
 from __future__ import annotations
 
 import math
-
 import warnings
 
 import numpy as np
