@@ -136,3 +136,15 @@ def test_the_planners_probe_runs_the_launch_command(fake_launcher):
     assert launched[:4] == ["--site-flag", "two words", "-n", "3"]
     assert launched[4:] == [sys.executable, "-m", "mpi4py", "-m", "drlmpi.planner.pingpong", "--sizes", "64",
                             "4096", "--allreduce", "1024"]
+
+
+def test_a_single_run_preset_starts_the_ranks_it_names():
+    """``python -m drlmpi +experiment=ppo_breakout_16`` relaunches on the preset's 16 ranks (it was
+    refused: "world_size=16 was asked for but this job has 1 rank(s)"); world_size=N on the
+    command line wins; a run that names neither is not relaunched."""
+    from drlmpi.run.command_line import single_run_world_size
+
+    assert single_run_world_size(["+experiment=ppo_breakout_16"]) == 16
+    assert single_run_world_size(["+experiment=ppo_breakout_16", "world_size=3"]) == 3
+    assert single_run_world_size(["topology=star", "world_size=2"]) == 2
+    assert single_run_world_size(["topology=star"]) is None

@@ -231,6 +231,9 @@ def _help(capsys, flag: str) -> list[str]:
         names = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
         key = "+experiment" if group == "experiment" else group
         assert f" {key} {', '.join(names)}" in groups, group
+    folders = sorted(f"{p.name}/" for p in (CONF / "experiment").iterdir() if p.is_dir())
+    assert f"their parts: {', '.join(folders)}" in groups  # the presets' parts, by folder
+    assert " hydra/sweeper basic, drlmpi, optuna" in groups and " hydra/launcher basic, mpi," in groups
     return lines
 
 

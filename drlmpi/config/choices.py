@@ -33,7 +33,7 @@ SEARCH_OPTIONS = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name"
 NEAREST = 3
 
 
-def _repository() -> Any:
+def config_repository() -> Any:
     """Hydra's config repository over the search path a run of ``python -m drlmpi`` has."""
     from hydra._internal.config_repository import ConfigRepository
     from hydra._internal.utils import create_config_search_path
@@ -46,7 +46,7 @@ def group_choices(group: str, repository: Any = None) -> list[str]:
     ``folder/name``."""
     from hydra.core.object_type import ObjectType
 
-    repository = _repository() if repository is None else repository
+    repository = config_repository() if repository is None else repository
     out = sorted(repository.get_group_options(group, results_filter=ObjectType.CONFIG))
     for folder in sorted(repository.get_group_options(group, results_filter=ObjectType.GROUP)):
         out += [f"{folder}/{name}" for name in group_choices(f"{group}/{folder}", repository)]
@@ -88,7 +88,7 @@ def check_group_choices(argv: Sequence[str]) -> None:
               and (names := _names(values(o) or [])) is not None and names]
     if not picked or _searches_elsewhere(argv):
         return
-    repository = _repository()
+    repository = config_repository()
     for override, names in picked:
         group = override.key_or_group
         choices = group_choices(group, repository)

@@ -166,7 +166,7 @@ def plan_path(out: str | None, cfg: DictConfig, now: datetime) -> Path:
 
 def check_request(args: argparse.Namespace, overrides: list[str]) -> tuple[list[str], list[int] | None]:
     """The topologies and sizes asked for; :class:`ConfigError` in one line for bad input."""
-    from drlmpi.config.errors import ConfigError
+    from drlmpi.config.errors import ConfigError, did_you_mean
     from drlmpi.run.arguments import check_command_line
 
     check_command_line(overrides)
@@ -174,7 +174,9 @@ def check_request(args: argparse.Namespace, overrides: list[str]) -> tuple[list[
     topologies = [t for t in (args.topologies or ",".join(known)).split(",") if t]
     unknown = sorted(set(topologies) - set(known))
     if unknown:
-        raise ConfigError(f"--topologies: unknown topology {', '.join(unknown)} (one of {', '.join(known)})")
+        hint = did_you_mean(unknown[0], known)
+        raise ConfigError(f"--topologies: unknown topology {', '.join(unknown)} ({hint + ' ' if hint else ''}"
+                          f"one of {', '.join(known)})")
     ranks = None
     if args.ranks:
         try:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, NoReturn
 # (drlmpi.envs.families, drlmpi.topologies.core.registry).
 import drlmpi.config.schema  # noqa: F401
 from drlmpi.config.choices import check_group_choices
-from drlmpi.config.overrides import hydra_order, parse, value_text, values
+from drlmpi.config.overrides import find, hydra_order, parse, value_text, values
 from drlmpi.config.plugins import CONF_DIR, group_files
 from drlmpi.job_control.abort import (
     CONFIG_ERROR_EXIT,
@@ -93,6 +93,18 @@ def _is_multirun(argv: list[str]) -> bool:
             o.key_or_group == "hydra.mode" and value_text(o) == "MULTIRUN" for o in parse(argv)):
         return True
     return any(OmegaConf.select(p, "hydra.mode", default=None) == "MULTIRUN" for p in _presets(argv))
+
+
+def single_run_world_size(argv: list[str]) -> int | None:
+    """The ranks a single run asks for: its ``world_size=N``, else the ``world_size`` a preset it
+    picks sets (``+experiment=ppo_breakout_16``: 16), else ``None`` (no relaunch)."""
+    if find(argv, "world_size") is not None:
+        return requested_world_size(argv)
+    for preset in _presets(argv):
+        size = preset.get("world_size")
+        if isinstance(size, int) and not isinstance(size, bool):
+            return size
+    return None
 
 
 #: options that only print (the config, Hydra's help or its info): no run, no sweep
@@ -295,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
         end_job(f"drlmpi: error: {exc}" if first else None, CONFIG_ERROR_EXIT,
                 abort=launched and not every_rank_refuses)
     if _is_single_run(argv):
-        ranks = requested_world_size(argv) if resume_ranks is None else resume_ranks
+        ranks = single_run_world_size(argv) if resume_ranks is None else resume_ranks
         if ranks is not None and ranks > 1 and not under_mpi_launcher():
             try:  # the plan every rank would make, once, before any rank starts
                 from drlmpi.job_control.launchers import mpiexec_command

@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 
 from drlmpi.config.options import Option, format_number
-from drlmpi.config.plugins import CONF_DIR, group_files
+from drlmpi.config.plugins import CONF_DIR
 from drlmpi.config.schema import SCHEMA
 from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, end_job
 
@@ -199,10 +199,19 @@ def config_groups() -> list[str]:
     """The config groups the command line picks from (``algo  dqn, ppo, ...``), read from the
     files in conf/ and the plugin directories, so a new algorithm, environment, topology or preset
     shows up by itself."""
+    from drlmpi.config.choices import config_repository, group_choices
+
+    repository = config_repository()
     lines = ["config groups (pick with group=name; conf/):"]
-    for group in ("algo", "env", "topology", "experiment"):
+    for group in ("algo", "env", "topology", "experiment", "hydra/sweeper", "hydra/launcher"):
         key = "+experiment" if group == "experiment" else group
-        lines += wrap(f"{key:<13}" + ", ".join(sorted(group_files(group))), 2, 15)
+        # the top level of each; a folder's configs (the presets' parts, Optuna's samplers) by folder
+        names = group_choices(group, repository)
+        folders = sorted({name.split("/")[0] + "/" for name in names if "/" in name})
+        text = ", ".join(name for name in names if "/" not in name)
+        if folders and not group.startswith("hydra/"):
+            text += f"; their parts: {', '.join(folders)}"
+        lines += wrap(f"{key:<15}" + text, 2, 17)
     return lines
 
 
