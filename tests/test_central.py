@@ -261,3 +261,38 @@ def test_on_a_device_acting_beside_queued_updates_sees_only_refreshed_copies(mon
     after = algo.act_tensor(algo.obs_tensor(obs), True).cpu().numpy()[:, 2:]
     assert np.abs(after - before).max() > 1e-2
     assert np.allclose(acting(obs, 0)[2][:, 2:], after, rtol=1e-4, atol=1e-4) and acting.published_at == 3
+
+
+def test_a_queued_refresh_is_not_replaced_by_a_later_one():
+    """While a refresh's copy is still queued behind updates, a later refresh leaves it standing
+    (a later copy would finish later still: with updates queued without pause the acting copy
+    was never published); once it is done the next poll publishes it, and the next refresh
+    queues the latest parameters."""
+    from drlmpi.device.acting import Acting
+
+    class Event:
+        def __init__(self) -> None:
+            self.done = False
+
+        def query(self) -> bool:
+            return self.done
+
+    spec = env_spec(make_env(IMAGE, episode_steps=3, noise=255))
+    cfg = group_config("algo", "ppo")
+    cfg.hidden = [16]
+    algo = PPO(spec, cfg, seed=0)
+    obs = np.stack([make_env(IMAGE, episode_steps=3, noise=255).reset(seed=s)[0] for s in range(2)])
+    acting = Acting(algo, 8, "off", beside_updates=True)
+    queued = Event()
+    acting._pending = (1, queued, 3)  # a refresh after 3 updates, its copy not done
+    algo.updates = 7
+    acting.refresh()
+    assert acting._pending == (1, queued, 3)
+    acting(obs, 0)
+    assert acting.published_at == 0  # still the first copy
+    queued.done = True
+    acting(obs, 0)
+    assert acting.published_at == 3
+    acting.refresh()  # nothing pending: the latest parameters into the other copy
+    acting(obs, 0)
+    assert acting.published_at == 7

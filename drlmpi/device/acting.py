@@ -110,9 +110,17 @@ class Acting:
 
     def refresh(self) -> None:
         """Queue the learning modules' current parameters into the unpublished copy (after the
-        updates queued so far); it is published once that copy is done."""
+        updates queued so far); it is published once that copy is done. While an earlier
+        refresh is still queued it stands, and this one is left out: replacing it by one
+        further behind kept a learner whose updates queue without pause from ever publishing
+        (a policy lag of thousands of updates); the next refresh after it is published brings
+        the copy up to date."""
         if not self._copies:
             return
+        if self._pending is not None:
+            _, pending, _ = self._pending
+            if pending is not None and not pending.query():
+                return
         target = 1 - self._published
         torch._foreach_copy_(self._targets[target], self._sources)
         event = None
