@@ -94,6 +94,14 @@ CASES = [
     ("env-cudnn-bench", "drlmpi.bench.learner", ["--seconds", "0.01"], {"DRLMPI_CUDNN_BENCHMARK": "off"},
      "python -m drlmpi.bench.learner: error: DRLMPI_CUDNN_BENCHMARK must be one of 0, 1, got 'off' "
      "(or unset it)", "drlmpi.bench.learner.timed"),
+    # the sweep launcher's settings (before: Hydra's four lines, "Error in call to target ...")
+    ("launcher-bind", "drlmpi.run.command_line", ["-m", "seed=0", "hydra.launcher.bind=bogus", *SHORT], {},
+     "drlmpi: error: hydra.launcher.bind must be 'auto' or 'none', got 'bogus'", "hydra.main"),
+    ("launcher-timeout", "drlmpi.run.command_line", ["-m", "seed=0", "hydra.launcher.timeout_s=-3", *SHORT],
+     {},
+     "drlmpi: error: hydra.launcher.timeout_s must be null or a number of seconds > 0, got -3", "hydra.main"),
+    ("launcher-cores", "drlmpi.run.command_line", ["-m", "seed=0", "hydra.launcher.cores=zero", *SHORT], {},
+     "drlmpi: error: hydra.launcher.cores must be null, 'auto' or an integer >= 1, got 'zero'", "hydra.main"),
     # a launch command that is not there (before: "starting ..." then the error, exit 1)
     ("env-mpiexec-missing", "drlmpi.run.command_line", ["world_size=2", "topology=star", *SHORT],
      {"DRLMPI_MPIEXEC": "no-such-mpiexec"},

@@ -279,7 +279,8 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
 
 @pytest.mark.parametrize("args, says", [(["algo.lr=-1"], "algo.lr"),
                                         (["--topologies", "star,ring"], "unknown topology ring"),
-                                        (["--topologies", "stra"], "unknown topology stra (did you mean star?"),
+                                        (["--topologies", "stra"],
+                                         "unknown topology stra (did you mean star?"),
                                         (["--ranks", "0,2"], "world sizes must be >= 1"),
                                         (["--ranks", "two"], "comma-separated whole numbers"),
                                         (["--out", "/dev/null/plan.json"],

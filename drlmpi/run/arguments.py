@@ -53,6 +53,7 @@ def check_command_line(argv: list[str]) -> None:
         raise ConfigError(f"{' and '.join(modes)} cannot be given together (one of "
                           f"{', '.join(names[0] for names in HYDRA_MODES)})")
     check_group_choices(argv)  # the groups first: they pick the scopes the options are checked in
+    check_launcher_overrides(argv)
     from drlmpi.envs.families import register as register_families  # the env files start from them
 
     register_families()
@@ -63,6 +64,23 @@ def check_command_line(argv: list[str]) -> None:
             _register_topologies()
         check_override(arg, scopes)
     _register_topologies()
+
+
+def check_launcher_overrides(argv: list[str]) -> None:
+    """Refuse, in one line, a ``hydra.launcher.KEY=`` value the sweep launcher does not take
+    (``bind``, ``invalid``, ``order``, ``cores``, ``timeout_s``, ``deadline_s``: Hydra would say it in
+    four lines when it builds the launcher)."""
+    from drlmpi.config.errors import ConfigError
+    from drlmpi.sweep.scheduler import check_launcher_setting
+
+    for override in parse(override_args(argv)):
+        key = override.key_or_group
+        if key.startswith("hydra.launcher.") and not override.is_delete():
+            for value in values(override) or []:
+                try:
+                    check_launcher_setting(key.split(".", 2)[2], value)
+                except ValueError as exc:
+                    raise ConfigError(str(exc)) from None
 
 
 def _register_topologies() -> None:

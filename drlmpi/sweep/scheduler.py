@@ -60,6 +60,26 @@ def parse_cores(cores: Any) -> int | None:
     return value
 
 
+#: the sweep launcher's settings that take one of a few words
+LAUNCHER_CHOICES = {"invalid": ("skip", "fail"), "bind": ("auto", "none"),
+                    "order": ("auto", "cost", "listed")}
+#: its settings in seconds (null: none)
+LAUNCHER_SECONDS = ("timeout_s", "deadline_s")
+
+
+def check_launcher_setting(key: str, value: Any) -> None:
+    """Raise ValueError, in one line, for a value ``hydra.launcher.KEY`` does not take (its
+    word settings, ``cores`` and its seconds; other keys pass)."""
+    if key in LAUNCHER_CHOICES and value not in LAUNCHER_CHOICES[key]:
+        *first, last = (repr(choice) for choice in LAUNCHER_CHOICES[key])
+        raise ValueError(f"hydra.launcher.{key} must be {', '.join(first)} or {last}, got {value!r}")
+    if key == "cores":
+        parse_cores(value)
+    if key in LAUNCHER_SECONDS and value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"hydra.launcher.{key} must be null or a number of seconds > 0, got {value!r}")
+
+
 class CorePool:
     """``slots`` cores handed out to jobs; slot i is CPU ``cpus[i % len(cpus)]``."""
 

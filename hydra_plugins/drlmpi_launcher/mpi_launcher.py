@@ -77,6 +77,7 @@ from drlmpi.sweep.scheduler import (
     Scheduler,
     SweepJob,
     _OneAtATime,
+    check_launcher_setting,
     parse_cores,
     shared_gpu_note,
 )
@@ -139,12 +140,9 @@ class MPILauncher(Launcher):
                  timeout_s: float | None = None, invalid: str = "skip", dry_run: bool = False,
                  env: dict[str, str] | None = None, cores: Any = None, bind: str = "auto",
                  deadline_s: float | None = None, resume: bool = True, order: str = "auto") -> None:
-        if invalid not in ("skip", "fail"):
-            raise ValueError(f"hydra.launcher.invalid must be 'skip' or 'fail', got {invalid!r}")
-        if bind not in ("auto", "none"):
-            raise ValueError(f"hydra.launcher.bind must be 'auto' or 'none', got {bind!r}")
-        if order not in ("auto", "cost", "listed"):
-            raise ValueError(f"hydra.launcher.order must be 'auto', 'cost' or 'listed', got {order!r}")
+        for key, value in (("invalid", invalid), ("bind", bind), ("order", order), ("timeout_s", timeout_s),
+                           ("deadline_s", deadline_s)):  # the command line's are refused before Hydra
+            check_launcher_setting(key, value)
         self.mpiexec = list(mpiexec) if mpiexec else None  # None: the one setting, read at launch
         self.ranks_flag = ranks_flag
         self.extra_args = list(extra_args or [])
