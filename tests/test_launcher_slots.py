@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from drlmpi.job_control.launchers import NO_BIND_ARGS, oversubscribe_args
+from drlmpi.job_control.launchers import NO_BIND_ARGS, oversubscribe_args, parse_cores
 from drlmpi.job_control.process import cpu_list
-from drlmpi.sweep.scheduler import CorePool, Scheduler, SweepJob, parse_cores
+from drlmpi.sweep.scheduler import CorePool, Scheduler, SweepJob
 from hydra_plugins.drlmpi_launcher.mpi_launcher import MPILauncher
 
 SHOW_AFFINITY = "import os, sys, time; print(sorted(os.sched_getaffinity(0))); time.sleep(float(sys.argv[1]))"

@@ -16,6 +16,7 @@ import shlex
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.job_control.process import usable_cpus
@@ -123,3 +124,38 @@ def oversubscribe_args(exe: str, ranks: int, cpus: int | None = None) -> list[st
     if cpus is None:
         cpus = len(usable_cpus())
     return ["--oversubscribe"] if ranks > cpus and mpi_flavour(exe) == "openmpi" else []
+
+
+def parse_cores(cores: Any) -> int | None:
+    """``cores`` option: ``None`` (one job at a time), ``auto``/``all`` or a positive integer."""
+    if cores is None or str(cores).lower() in ("null", "none", ""):
+        return None
+    if str(cores).lower() in ("auto", "all"):
+        return len(usable_cpus())
+    try:
+        value = int(cores)
+    except (TypeError, ValueError):
+        value = 0
+    if value < 1:
+        raise ValueError(f"hydra.launcher.cores must be null, 'auto' or an integer >= 1, got {cores!r}")
+    return value
+
+
+#: the sweep launcher's settings that take one of a few words
+LAUNCHER_CHOICES = {"invalid": ("skip", "fail"), "bind": ("auto", "none"),
+                    "order": ("auto", "cost", "listed")}
+#: its settings in seconds (null: none)
+LAUNCHER_SECONDS = ("timeout_s", "deadline_s")
+
+
+def check_launcher_setting(key: str, value: Any) -> None:
+    """Raise ValueError, in one line, for a value ``hydra.launcher.KEY`` does not take (its
+    word settings, ``cores`` and its seconds; other keys pass)."""
+    if key in LAUNCHER_CHOICES and value not in LAUNCHER_CHOICES[key]:
+        *first, last = (repr(choice) for choice in LAUNCHER_CHOICES[key])
+        raise ValueError(f"hydra.launcher.{key} must be {', '.join(first)} or {last}, got {value!r}")
+    if key == "cores":
+        parse_cores(value)
+    if key in LAUNCHER_SECONDS and value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+        raise ValueError(f"hydra.launcher.{key} must be null or a number of seconds > 0, got {value!r}")

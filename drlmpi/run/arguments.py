@@ -71,7 +71,7 @@ def check_launcher_overrides(argv: list[str]) -> None:
     (``bind``, ``invalid``, ``order``, ``cores``, ``timeout_s``, ``deadline_s``: Hydra would say it in
     four lines when it builds the launcher)."""
     from drlmpi.config.errors import ConfigError
-    from drlmpi.sweep.scheduler import check_launcher_setting
+    from drlmpi.job_control.launchers import check_launcher_setting
 
     for override in parse(override_args(argv)):
         key = override.key_or_group

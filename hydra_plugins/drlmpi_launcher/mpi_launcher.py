@@ -65,7 +65,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.job_control.abort import CONFIG_ERROR_EXIT, SIGNAL_EXIT, SWEEP_FAILED_EXIT, end_job
-from drlmpi.job_control.launchers import checking_sweep_jobs, launch_command, mpiexec_command
+from drlmpi.job_control.launchers import (
+    check_launcher_setting,
+    checking_sweep_jobs,
+    launch_command,
+    mpiexec_command,
+    parse_cores,
+)
 from drlmpi.job_control.process import usable_cpus
 from drlmpi.run.ownership import holder_text, is_stale, read_lock, say
 from drlmpi.sweep import provenance
@@ -77,8 +83,6 @@ from drlmpi.sweep.scheduler import (
     Scheduler,
     SweepJob,
     _OneAtATime,
-    check_launcher_setting,
-    parse_cores,
     shared_gpu_note,
 )
 
