@@ -33,7 +33,6 @@ from drlmpi.data.layout import ExperienceLayout, unpack_obs
 from drlmpi.envs.spec import EnvSpec
 
 CNN_MIN_SIZE = 36  # the smallest square image the Nature stack's three convolutions take
-CONV_ENCODERS = ("cnn", "impala")  # the encoders that need images
 
 
 def image_chw(shape: tuple[int, ...]) -> tuple[int, int, int, bool]:
@@ -52,13 +51,13 @@ def resolve_encoder(spec: EnvSpec, choice: str, algo_name: str) -> str:
     (``auto`` resolved); refuses in one line a convolution stack for flat observations or for
     images smaller than the stack takes."""
     if not spec.image:
-        if choice in CONV_ENCODERS:
+        if choice in CONV_STACKS:
             raise ConfigError(f"algo={algo_name} algo.encoder={choice} needs image observations, but "
                               f"{spec.env_id} has a {spec.describe_obs()}: use algo.encoder=mlp (or auto)")
         return "mlp"
     _, h, w, _ = image_chw(spec.obs_shape)
     big_enough = min(h, w) >= CNN_MIN_SIZE
-    if choice in CONV_ENCODERS and not big_enough:
+    if choice in CONV_STACKS and not big_enough:
         raise ConfigError(f"algo={algo_name} algo.encoder={choice} needs images of at least "
                           f"{CNN_MIN_SIZE}x{CNN_MIN_SIZE}, but {spec.env_id} has an {spec.describe_obs()}: "
                           f"use algo.encoder=mlp")
@@ -122,6 +121,7 @@ def impala_cnn(channels: int, stages: tuple[int, ...] = (16, 32, 32)) -> nn.Sequ
     return nn.Sequential(*layers, nn.ReLU(), nn.Flatten())
 
 
+#: the encoders that are convolution stacks (they need images), each its maker
 CONV_STACKS = {"cnn": nature_cnn, "impala": impala_cnn}
 
 

@@ -73,11 +73,16 @@ def _searches_elsewhere(argv: Sequence[str]) -> bool:
     return any(o.key_or_group == "hydra.searchpath" for o in parse(argv))
 
 
+def top_level(choices: list[str]) -> tuple[list[str], list[str]]:
+    """A group's choices of its own, and the folders the others are in (in order, once each)."""
+    own = [name for name in choices if "/" not in name]
+    return own, list(dict.fromkeys(name.split("/", 1)[0] for name in choices if "/" in name))
+
+
 def _listing(group: str, choices: list[str]) -> str:
     """``a, b, c`` (a folder's configs as ``folder/...``: there may be many)."""
-    own = [name for name in choices if "/" not in name]
-    folders = list(dict.fromkeys(name.split("/", 1)[0] + "/..." for name in choices if "/" in name))
-    return ", ".join(own + folders) or f"none (no config in {group}/)"
+    own, folders = top_level(choices)
+    return ", ".join(own + [f"{folder}/..." for folder in folders]) or f"none (no config in {group}/)"
 
 
 def check_group_choices(argv: Sequence[str]) -> None:

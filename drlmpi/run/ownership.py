@@ -112,12 +112,19 @@ def write_lock(run_dir: Path, replace: bool, name: str = LOCK_FILE) -> bool:
         tmp.unlink(missing_ok=True)
 
 
-def _live_run(run_dir: Path, holder: dict) -> str:
+def held_by(option: str, kind: str, directory: Path, holder: dict, name: str, wait: str = "") -> str:
+    """Why ``directory`` (``option``) cannot be claimed: its lock ``name`` names the ``kind`` (run,
+    sweep) of ``holder``, live on this host, or on another host that this one cannot check
+    (``wait``: what to do before choosing another directory)."""
     where = holder_text(holder)
     if holder.get("host") == socket.gethostname():
-        return f"hydra.run.dir holds a live run ({where}): choose another directory, got {run_dir}"
-    return (f"hydra.run.dir holds a run of another host ({where}), which this host cannot check: if it "
-            f"has ended, delete {Path(run_dir) / LOCK_FILE}; got {run_dir}")
+        return f"{option} holds a live {kind} ({where}): {wait}choose another directory, got {directory}"
+    return (f"{option} holds a {kind} of another host ({where}), which this host cannot check: if it "
+            f"has ended, delete {Path(directory) / name}; got {directory}")
+
+
+def _live_run(run_dir: Path, holder: dict) -> str:
+    return held_by("hydra.run.dir", "run", run_dir, holder, LOCK_FILE)
 
 
 def claim(run_dir: Path | str, *, overwrite: bool = False, resuming: bool = False) -> str | None:

@@ -199,18 +199,17 @@ def config_groups() -> list[str]:
     """The config groups the command line picks from (``algo  dqn, ppo, ...``), read from the
     files in conf/ and the plugin directories, so a new algorithm, environment, topology or preset
     shows up by itself."""
-    from drlmpi.config.choices import config_repository, group_choices
+    from drlmpi.config.choices import config_repository, group_choices, top_level
 
     repository = config_repository()
     lines = ["config groups (pick with group=name; conf/):"]
     for group in ("algo", "env", "topology", "experiment", "hydra/sweeper", "hydra/launcher"):
         key = "+experiment" if group == "experiment" else group
         # the top level of each; a folder's configs (the presets' parts, Optuna's samplers) by folder
-        names = group_choices(group, repository)
-        folders = sorted({name.split("/")[0] + "/" for name in names if "/" in name})
-        text = ", ".join(name for name in names if "/" not in name)
+        own, folders = top_level(group_choices(group, repository))
+        text = ", ".join(own)
         if folders and not group.startswith("hydra/"):
-            text += f"; their parts: {', '.join(folders)}"
+            text += f"; their parts: {', '.join(f'{folder}/' for folder in folders)}"
         lines += wrap(f"{key:<15}" + text, 2, 17)
     return lines
 

@@ -22,11 +22,10 @@ sweep alike); a tuner's later launches in the same process find their own lock.
 from __future__ import annotations
 
 import atexit
-import socket
 from pathlib import Path
 
 from drlmpi.config.errors import ConfigError
-from drlmpi.run.ownership import holder_text, is_stale, lock_owner, owner_of, read_lock, release, write_lock
+from drlmpi.run.ownership import held_by, is_stale, lock_owner, owner_of, read_lock, release, write_lock
 from drlmpi.sweep.jobs import JOBS_FILE, read_records
 
 SWEEP_LOCK = "sweep.lock"
@@ -36,11 +35,7 @@ def _live_sweep(sweep_dir: Path, holder: dict) -> str:
     if not holder:
         return (f"hydra.sweep.dir has an unreadable {SWEEP_LOCK}: if no sweep uses the directory, "
                 f"delete it; got {sweep_dir}")
-    if holder.get("host") == socket.gethostname():
-        return (f"hydra.sweep.dir holds a live sweep ({holder_text(holder)}): wait for it to end or "
-                f"choose another directory, got {sweep_dir}")
-    return (f"hydra.sweep.dir holds a sweep of another host ({holder_text(holder)}), which this host "
-            f"cannot check: if it has ended, delete {sweep_dir / SWEEP_LOCK}; got {sweep_dir}")
+    return held_by("hydra.sweep.dir", "sweep", sweep_dir, holder, SWEEP_LOCK, wait="wait for it to end or ")
 
 
 def claim_sweep(sweep_dir: Path | str) -> str | None:

@@ -194,12 +194,17 @@ class MPILauncher(Launcher):
         """``hydra.launcher.mpiexec`` when given, else the launch command of every drlmpi launch."""
         return self.mpiexec or mpiexec_command()
 
+    @property
+    def sweep_dir(self) -> Path:
+        """``hydra.sweep.dir`` of the sweep this launcher runs."""
+        assert self.config is not None
+        return Path(self.config.hydra.sweep.dir)
+
     def claim(self, job_overrides, initial_job_idx: int = 0) -> None:
         """Make this process the sweep of ``hydra.sweep.dir`` for these jobs (numbered from
         ``initial_job_idx``): a directory a live sweep holds, or a finished sweep's that lists other
         jobs under their numbers, ends the sweep in one line (exit code 2) before it writes there."""
-        assert self.config is not None
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir = self.sweep_dir
         try:
             say(claim_sweep(sweep_dir))
             clash = other_jobs(sweep_dir, [list(o) for o in job_overrides], initial_job_idx)
@@ -211,7 +216,7 @@ class MPILauncher(Launcher):
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
         started = time.monotonic()  # deadline_s counts from here, composing the jobs included
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir = self.sweep_dir
         self.claim(job_overrides, initial_job_idx)
         try:
             launcher = self.launcher()
