@@ -456,10 +456,12 @@ def test_ppo_cnn_graph_learns_what_eager_learns(monkeypatch):
     assert_same_state(eager, captured, atol=1e-4)
 
 
-@pytest.mark.parametrize("autocast", ["off", "bfloat16"])
-def test_ppo_impala_graph_learns_what_eager_learns(monkeypatch, autocast):
+@pytest.mark.parametrize("autocast, channels_last", [("off", False), ("bfloat16", False), ("off", True),
+                                                     ("bfloat16", True)])
+def test_ppo_impala_graph_learns_what_eager_learns(monkeypatch, autocast, channels_last):
     """IMPALA's residual stack, in float32 and under bfloat16 autocast (no cast cache, so the
-    graph recasts the weights each replay): captured updates learn what eager ones do."""
+    graph recasts the weights each replay), its activations channels-first and channels-last:
+    captured updates learn what eager ones do."""
     from drlmpi.bench.learner import ATARI_SPEC
 
     monkeypatch.setenv("DRLMPI_CUDNN_BENCHMARK", "0")
@@ -467,7 +469,7 @@ def test_ppo_impala_graph_learns_what_eager_learns(monkeypatch, autocast):
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
 
     cfg = cfg_for("ppo", rollout_steps=96, batch_size=32, epochs=1, hidden=[64], activation="relu",
-                  encoder="impala", autocast=autocast)
+                  encoder="impala", autocast=autocast, channels_last=channels_last)
     rows = random_rows(PPO(ATARI_SPEC, cfg, device="cpu", seed=0, learner=False), 96)
     rows[:, PPO.experience_layout(ATARI_SPEC).slices["log_prob"]] = -1.4
     eager, captured, m_eager, _ = ppo_pair(ATARI_SPEC, cfg, rows)

@@ -373,6 +373,38 @@ def test_the_impala_stack_trains(autocast):
     assert after.dtype == torch.float32 and all(p.dtype == torch.float32 for p in ppo.net.parameters())
 
 
+@pytest.mark.parametrize("encoder", ["cnn", "impala"])
+def test_channels_last_is_the_same_network_laid_out_otherwise(encoder):
+    """algo.channels_last=true: the convolutions take channels-last images (from uint8 frames and
+    from packed rows alike), and the network computes what the channels-first one does - the same
+    parameters, values, action probabilities and gradients - and is a report variant of its own;
+    refused where no convolution stack runs."""
+    spec = image_spec(size=40, channels=3)
+    cfg = {**group_config("algo", "ppo"), "encoder": encoder, "hidden": [16]}
+    first, last = PPO(spec, cfg, seed=0), PPO(spec, {**cfg, "channels_last": True}, seed=0)
+    layouts = []
+    conv = next(m for m in last.net.modules() if isinstance(m, torch.nn.Conv2d))
+    conv.register_forward_pre_hook(lambda module, args: layouts.append(
+        args[0].is_contiguous(memory_format=torch.channels_last) and not args[0].is_contiguous()))
+    images = every_byte_pattern(6, spec.obs_shape)
+    rows = last.layout.empty(6)
+    last.layout.put_obs(rows, "obs", images)
+    for obs in (last.obs_tensor(images), torch.from_numpy(rows)[:, last.layout.slices["obs"]]):
+        assert torch.equal(first.policy.flat.params, last.policy.flat.params)
+        dist_f, value_f = first.net.distribution_value(obs)
+        dist_l, value_l = last.net.distribution_value(obs)
+        assert torch.allclose(value_f, value_l, atol=1e-5)
+        assert torch.allclose(dist_f.probs, dist_l.probs, atol=1e-6)
+        for ppo, value in ((first, value_f), (last, value_l)):
+            ppo.policy.backward(value.square().mean())
+        assert torch.allclose(first.policy.flat.grads, last.policy.flat.grads, rtol=1e-4, atol=1e-5)
+    assert layouts == [True, True]
+    parts = PPO.report_variant_parts({**cfg, "channels_last": True})
+    assert parts == ([] if encoder == "cnn" else ["encoder=impala"]) + ["channels_last=true"]
+    with pytest.raises(ConfigError, match="algo.channels_last=true lays out a convolution stack's images"):
+        PPO(env_spec(gym.make("CartPole-v1")), {**group_config("algo", "ppo"), "channels_last": True})
+
+
 def test_autocast_is_refused_on_flat_observations():
     with pytest.raises(ConfigError, match="algo.autocast=bfloat16 runs an image trunk.*vector of 4"):
         PPO(env_spec(gym.make("CartPole-v1")), {**group_config("algo", "ppo"), "autocast": "bfloat16"})

@@ -26,7 +26,7 @@ class ActorCritic(nn.Module):
 
     def __init__(self, spec: EnvSpec, hidden: tuple[int, ...], activation: type[nn.Module],
                  log_std_init: float, ortho_init: bool, layout: ExperienceLayout | None = None,
-                 encoder_kind: str = "mlp", autocast: str = "off") -> None:
+                 encoder_kind: str = "mlp", autocast: str = "off", channels_last: bool = False) -> None:
         super().__init__()
         #: the shared trunk's passes run under torch.autocast in this dtype (``None``: float32)
         self.autocast_dtype = {"off": None, "bfloat16": torch.bfloat16}[autocast]
@@ -34,7 +34,7 @@ class ActorCritic(nn.Module):
         out = spec.n_actions if spec.discrete else spec.action_dim
         self.shared = spec.image
         if self.shared:
-            enc, last = encoder(spec, layout, encoder_kind)
+            enc, last = encoder(spec, layout, encoder_kind, nhwc=channels_last)
             layers: list[nn.Module] = [enc]
             for width in hidden:
                 layers += [nn.Linear(last, width), activation()]

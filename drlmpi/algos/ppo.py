@@ -58,7 +58,7 @@ import torch.nn.functional as F
 
 from drlmpi.algos.actor_critic import ACTIVATIONS, ActorCritic, clipped_surrogate_loss
 from drlmpi.algos.base import Algorithm
-from drlmpi.algos.encoders import resolve_encoder
+from drlmpi.algos.encoders import CONV_STACKS, resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.params import ParamGroup
 from drlmpi.algos.rollout_targets import RolloutTargets
@@ -91,7 +91,7 @@ class PPO(RolloutTargets, Algorithm):
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"
     metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-    report_variants = ("vtrace", "encoder", "autocast")  # what is learned, and with what
+    report_variants = ("vtrace", "encoder", "autocast", "channels_last")  # what is learned, and with what
     report_plain = {"encoder": ("cnn",)}  # encoder=impala (or mlp) is a regime of its own
     loss_metrics = ("policy_loss", "value_loss")
     takes_images = True
@@ -135,9 +135,13 @@ class PPO(RolloutTargets, Algorithm):
         if cfg.autocast != "off" and not spec.image:
             raise ConfigError(f"algo.autocast={cfg.autocast} runs an image trunk in lower precision, but "
                               f"{spec.env_id} has a {spec.describe_obs()}: leave algo.autocast=off")
+        if cfg.channels_last and self.encoder not in CONV_STACKS:
+            raise ConfigError(f"algo.channels_last=true lays out a convolution stack's images, but "
+                              f"algo.encoder resolves to {self.encoder} for {spec.env_id}'s "
+                              f"{spec.describe_obs()}: leave algo.channels_last=false")
         self.net = ActorCritic(spec, cfg.hidden, ACTIVATIONS[activation],
                                cfg.log_std_init, cfg.ortho_init,
-                               self.layout, self.encoder, cfg.autocast).to(self.device)
+                               self.layout, self.encoder, cfg.autocast, cfg.channels_last).to(self.device)
         self.policy = ParamGroup(self.net, cfg.lr, cfg.max_grad_norm,
                                  adam_eps=cfg.adam_eps, with_optimizer=learner,
                                  scheduled_lr=self.lr_schedule != "constant")

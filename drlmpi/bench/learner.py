@@ -187,6 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--autocast", action="store_true",
                         help="PPO on images: also measure each row with algo.autocast=bfloat16 "
                              "(rows '<mode> autocast')")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="PPO on images: also measure each row with algo.channels_last=true "
+                             "(rows '<mode> cl', and '<mode> autocast cl' with --autocast)")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the table to this file: the rows (algo, batch, device, mode, "
                              "updates_per_s, note), the arguments, the GPU and torch's version")
@@ -225,8 +228,9 @@ def main(argv: list[str] | None = None) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", CUBLAS_WORKSPACE)
     if args.obs != "vector" and "td3" in args.algo:
         parser.error(f"--obs {args.obs} takes --algo dqn and/or ppo (TD3 has no image encoder)")
-    if args.autocast and (args.obs == "vector" or "ppo" not in args.algo):
-        parser.error("--autocast measures PPO on images: give --algo ppo and --obs atari or atari_impala")
+    for flag, given in (("--autocast", args.autocast), ("--channels-last", args.channels_last)):
+        if given and (args.obs == "vector" or "ppo" not in args.algo):
+            parser.error(f"{flag} measures PPO on images: give --algo ppo and --obs atari or atari_impala")
     torch.set_num_threads(args.threads)
     precisions = precisions_of(args)
     best: dict[tuple[str, int, str, str], tuple[float | None, str]] = {}
@@ -277,10 +281,10 @@ def main(argv: list[str] | None = None) -> None:
                         record(algo, batch, device, mode,
                                lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(a, b, d, c,
                                                                                        obs=args.obs))
-                        if args.autocast and algo == "ppo":
-                            record(algo, batch, device, f"{mode} autocast",
-                                   lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
-                                       a, b, d, c, obs=args.obs, autocast="bfloat16"))
+                        for name, options in image_variants(args) if algo == "ppo" else ():
+                            record(algo, batch, device, f"{mode} {name}",
+                                   lambda a=algo, b=batch, d=device, c=capture, o=options: drlmpi_step(
+                                       a, b, d, c, obs=args.obs, **o))
                         if args.stacked_critics and algo == "td3":
                             record(algo, batch, device, f"{mode} stacked",
                                    lambda a=algo, b=batch, d=device, c=capture: drlmpi_step(
@@ -311,6 +315,13 @@ def main(argv: list[str] | None = None) -> None:
     print_table(results)
     if args.json is not None:
         write_json(args.json, results, vars(args))
+
+
+def image_variants(args: argparse.Namespace) -> list[tuple[str, dict[str, Any]]]:
+    """PPO's image rows beside each mode, (row suffix, options): --autocast, --channels-last, both."""
+    autocast = [("autocast", {"autocast": "bfloat16"})] if args.autocast else []
+    layouts = [("cl", {}), *[("autocast cl", o) for _, o in autocast]] if args.channels_last else []
+    return autocast + [(name, {**o, "channels_last": True}) for name, o in layouts]
 
 
 def target_forwards(args: argparse.Namespace, algo: str) -> list[str]:

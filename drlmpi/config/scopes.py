@@ -300,6 +300,9 @@ class PPOSettings(AlgoSettings):
         "off", "image observations: the shared trunk (encoder and hidden layers) runs under torch.autocast "
                "in bfloat16 - its convolutions and matrix products; weights, heads, losses and Adam stay "
                "float32 (off: all float32)", "off", "bfloat16")
+    channels_last: bool = flag(
+        False, "convolution stacks (encoder cnn or impala): images and activations laid out channels-last "
+               "in memory (NHWC, the layout of cuDNN's tensor-core kernels); the same network and values")
 
 
 @dataclass(frozen=True)
