@@ -308,6 +308,20 @@ def test_the_probe_runs_for_a_topology_of_several_ranks(tmp_path):
     assert ctx.make_learner(log=False).algo.learner
 
 
+def test_a_preset_that_names_its_ranks_is_planned_at_every_size(tmp_path):
+    """``+experiment=ppo_breakout_16`` says ``world_size: 16``: each cell, and each job the
+    planner launches, runs at its own size instead of being refused at every other."""
+    from drlmpi.planner.cells import accepted, configs
+    from drlmpi.planner.jobs import job
+
+    preset = ["+experiment=ppo_breakout_16", "device=cpu"]
+    cfgs, refused = configs(preset, ["central", "star"])
+    assert refused == {} and all(c.world_size is None for c in cfgs.values())
+    assert [accepted(cfgs[name], n) for name in ("central", "star") for n in (2, 4)] == [None] * 4
+    overrides = job(preset, "star", 4, tmp_path)["overrides"]
+    assert overrides[:4] == [*preset, "topology=star", "world_size=null"]
+
+
 def test_calibration_jobs_train_for_seconds_whatever_the_step_budget(tmp_path):
     from drlmpi.planner.jobs import calibration_jobs
 

@@ -31,16 +31,22 @@ def base_overrides(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.startswith(("topology=", "world_size="))]
 
 
+def cell_overrides(overrides: list[str], topology: str) -> list[str]:
+    """The overrides of ``topology``'s cells: the user's, ``topology=NAME`` and ``world_size=null``
+    (each cell, and each of the planner's jobs, has its own size, whatever size a preset names:
+    ``+experiment=ppo_breakout_16`` says 16)."""
+    return [*base_overrides(overrides), f"topology={topology}", "world_size=null"]
+
+
 def configs(overrides: list[str], topologies: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """One composed config per topology (the user's overrides plus ``topology=NAME``), and
-    why a topology could not be composed."""
+    """One composed config per topology (:func:`cell_overrides`), and why a topology could not
+    be composed."""
     from omegaconf.errors import OmegaConfBaseException
 
-    base = base_overrides(overrides)
     cfgs, refused = {}, {}
     for name in topologies:
         try:
-            cfgs[name] = compose([*base, f"topology={name}"])
+            cfgs[name] = compose(cell_overrides(overrides, name))
         except (OmegaConfBaseException, ValueError, KeyError) as exc:
             refused[name] = str(exc).splitlines()[0]
     return cfgs, refused

@@ -28,7 +28,7 @@ from typing import Any
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.inputs import ArgumentParser, check_output_folder, positive_int
 from drlmpi.planner import LAUNCH_ENV, mpi_command
-from drlmpi.planner.cells import base_overrides, cell_refusals, compose, configs
+from drlmpi.planner.cells import cell_overrides, cell_refusals, compose, configs
 
 #: what every planner job sets: no evaluation, no checkpoints, no event files, quiet
 QUIET = ["run.eval_every=1000000000", "run.stop_on_solve=false", "run.progress_every_s=0",
@@ -100,7 +100,7 @@ def job(overrides: list[str], topology: str, ranks: int, run_dir: Path, *extra: 
     """One job of a spec: the user's overrides for ``topology`` on ``ranks`` ranks, quiet,
     then ``extra`` (later overrides win)."""
 
-    return {"overrides": [*base_overrides(overrides), f"topology={topology}", *QUIET, *extra],
+    return {"overrides": [*cell_overrides(overrides, topology), *QUIET, *extra],
             "ranks": ranks, "run_dir": str(run_dir)}
 
 
