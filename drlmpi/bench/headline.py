@@ -132,32 +132,41 @@ STEPS: dict[str, list[Step]] = {
 }
 
 
-def plan_check(overrides: list[str]) -> list[Step]:
+def plan_check(overrides: list[str], breakout: bool = False) -> list[Step]:
     """The planner against measurement: the plan (probe and calibration on the idle machine), every
-    cell it covers measured by the topology_throughput preset's sweep, one job at a time, then the
-    plan's cells beside the measured ones. ``world_size=`` and ``topology=`` among the overrides
-    choose the cells (default 1,2 and every built-in topology); ``env.sim_cost_ms`` defaults to 1."""
-    from drlmpi.topologies.core.registry import built_in  # here: it imports torch
+    cell it covers measured by a sweep, one job at a time, then the plan's cells beside the
+    measured ones. ``world_size=`` and ``topology=`` among the overrides choose the cells. DQN
+    LunarLander (``plan_check``: the topology_throughput preset's jobs, default 1,2 ranks and every
+    built-in topology, ``env.sim_cost_ms`` 1), or ``breakout``: the ppo_breakout_16 preset's
+    central and star at 4, 8 and 16 ranks, 40 s of training a measured job."""
+    if breakout:
+        chosen = {"world_size": "4,8,16", "topology": "central,star"}
+    else:
+        from drlmpi.topologies.core.registry import built_in  # here: it imports torch
 
-    chosen = {"world_size": "1,2", "topology": ",".join(built_in()), "env.sim_cost_ms": "1"}
+        chosen = {"world_size": "1,2", "topology": ",".join(built_in()), "env.sim_cost_ms": "1"}
     rest = [o for o in overrides if o.partition("=")[0] not in chosen]
     chosen.update(o.split("=", 1) for o in overrides if o.partition("=")[0] in chosen)
-    config = ["algo=dqn", "env=lunarlander", "run.max_env_steps=3000",
-              f"env.sim_cost_ms={chosen['env.sim_cost_ms']}", *rest]
+    config = (["+experiment=ppo_breakout_16", "run.max_train_seconds=40", *rest] if breakout else
+              ["algo=dqn", "env=lunarlander", "run.max_env_steps=3000",
+               f"env.sim_cost_ms={chosen['env.sim_cost_ms']}", *rest])
+    jobs = [] if breakout else ["+experiment=topology_throughput"]
     cells = ["--ranks", chosen["world_size"], "--topologies", chosen["topology"]]
     plan = f"{OUT}/plan.json"
     return [Step(["drlmpi.plan", *config, *cells, "--seconds", "1", "--out", plan], log="plan.md"),
-            sweep("measured", "+experiment=topology_throughput", *config, f"topology={chosen['topology']}",
+            sweep("measured", *jobs, *config, f"topology={chosen['topology']}",
                   f"world_size={chosen['world_size']} hydra.launcher.timeout_s=300"),
             Step(["drlmpi.plan", "--plan", plan, "--compare", f"{OUT}/measured"], log="compare.md")]
 
 
-PARTS = sorted([*STEPS, "plan_check"])
+PARTS = sorted([*STEPS, "plan_check", "plan_check_breakout"])
 
 
 def steps(part: str, overrides: list[str]) -> list[Step]:
     """The commands of ``part`` (:data:`PARTS`) with the command line's overrides."""
-    return plan_check(overrides) if part == "plan_check" else STEPS[part]
+    if part.startswith("plan_check"):
+        return plan_check(overrides, breakout=part == "plan_check_breakout")
+    return STEPS[part]
 
 
 def command(step: Step, out: Path, overrides: list[str], dry_run: bool = False) -> list[str]:
