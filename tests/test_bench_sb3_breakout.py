@@ -72,7 +72,7 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path, capsys, args, mes
 
 
 def test_the_sb3_worker_writes_a_run_the_report_reads(tmp_path):
-    """About 6 s: SB3's PPO and eight ALE games started in a fresh process (its torch threads
+    """6-9 s: SB3's PPO and eight ALE games started in a fresh process (its torch threads
     must not change this worker's), stopped by the clock 0.5 s into its first 1,024-step rollout."""
     pytest.importorskip("stable_baselines3", reason="the bench extra (stable-baselines3) is not installed")
     run_dir = tmp_path / "sb3_seed0"
