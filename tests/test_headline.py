@@ -129,8 +129,9 @@ def test_a_sweep_step_replaces_its_own_value_of_a_key_the_overrides_name(tmp_pat
     plan, measured, _ = headline.steps("plan_check", ["world_size=1,4", "device=cuda"])
     assert plan.args[plan.args.index("--ranks") + 1] == "1,4" and "device=cuda" in plan.args
     assert "world_size=1,4" in measured.args and "env.sim_cost_ms=1" in measured.args
-    plan, measured, _ = headline.steps("plan_check_breakout", ["world_size=8,16"])
+    plan, measured, _ = headline.steps("plan_check_breakout", ["world_size=8,16", "env.num_envs=8,24"])
     assert plan.args[plan.args.index("--ranks") + 1] == "8,16" and "+experiment=ppo_breakout_16" in plan.args
+    assert plan.args[plan.args.index("--games") + 1] == "8,24" and "env.num_envs=8,24" in measured.args
     assert plan.args[plan.args.index("--topologies") + 1] == "central,star"
     assert "topology=central,star" in measured.args and "world_size=8,16" in measured.args
     assert "+experiment=topology_throughput" not in measured.args

@@ -172,12 +172,33 @@ def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():
 
     cells = [Prediction("sequential", 1, 100.0), Prediction("star", 2, 200.0), Prediction("star", 4, 205.0)]
     assert (recommended(cells).topology, recommended(cells).ranks) == ("star", 2)  # within 3%: fewer ranks
-    runs = {("sequential", 1): [80.0], ("star", 2): [250.0], ("star", 4): [100.0, 300.0]}
+    runs = {("sequential", 1, None): [80.0], ("star", 2, 8): [250.0], ("star", 4, None): [100.0, 300.0]}
     lines, result = comparison(cells, runs)
     assert [round(r["error"], 4) for r in result["cells"]] == [0.25, -0.2, 0.025]
     assert result["within"] == 3 and result["median_error"] == pytest.approx(0.025)
     assert result["recommended"]["share_of_best"] == pytest.approx(250 / 250)
     assert "3 of 3 cells within +-25% (100%); median signed error +2%" in lines
+
+
+def test_a_plan_over_games_predicts_and_compares_each_setting():
+    """``--games 1,4``: every topology and size at each env.num_envs, from one probe - star's
+    simulators act for 4 games in one forward pass, so its steps cost less per game - refused per
+    setting, labelled with their games, compared with the runs of the same games only."""
+    from drlmpi.planner.cli import games_cells, recommend, table
+    from drlmpi.planner.compare import comparison
+
+    p = probe(sim_step_s=1.8e-3, act_s={1: 1e-3, 4: 1.2e-3, 256: 2e-2}, updates_per_step=0.1)
+    cells = games_cells([CUE, "algo.hidden=[16]"], ["sequential", "star"], [1, 2], [1, 4], p, {})
+    by = {(c.topology, c.ranks, c.games): c for c in cells}
+    assert set(by) == {(t, n, g) for t in ("sequential", "star") for n in (1, 2) for g in (1, 4)}
+    assert by[("star", 2, 4)].env_steps_per_s > 1.5 * by[("star", 2, 1)].env_steps_per_s
+    assert "needs exactly 1 rank" in by[("sequential", 2, 4)].refused
+    assert "star, 4 games" in "\n".join(table(cells, [1, 2]))
+    assert recommend(cells).startswith("topology=star on 2 ranks with env.num_envs=4 (")
+    runs = {("star", 2, 1): [by[("star", 2, 1)].env_steps_per_s], ("star", 2, 4): [1.0]}
+    _, result = comparison(cells, runs)
+    assert [(r["label"], round(r["error"], 2)) for r in result["cells"]] == [("star, 1 games", 0.0)] + [
+        ("star, 4 games", round(by[("star", 2, 4)].env_steps_per_s - 1, 2))]
 
 
 TURNS = "stepping and learning in turn"
@@ -283,6 +304,7 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
                                          "unknown topology stra (did you mean star?"),
                                         (["--ranks", "0,2"], "world sizes must be >= 1"),
                                         (["--ranks", "two"], "comma-separated whole numbers"),
+                                        (["--games", "0,8"], "games per simulator must be >= 1"),
                                         (["--out", "/dev/null/plan.json"],
                                          "--out is not a writable directory")])
 def test_bad_input_is_refused_in_one_line(tmp_path, args, says):

@@ -138,9 +138,10 @@ def plan_check(overrides: list[str], breakout: bool = False) -> list[Step]:
     measured ones. ``world_size=`` and ``topology=`` among the overrides choose the cells. DQN
     LunarLander (``plan_check``: the topology_throughput preset's jobs, default 1,2 ranks and every
     built-in topology, ``env.sim_cost_ms`` 1), or ``breakout``: the ppo_breakout_16 preset's
-    central and star at 4, 8 and 16 ranks, 40 s of training a measured job."""
+    central and star at 4, 8 and 16 ranks and ``env.num_envs=`` games a simulator (default 8: the
+    plan's ``--games``), 40 s of training a measured job."""
     if breakout:
-        chosen = {"world_size": "4,8,16", "topology": "central,star"}
+        chosen = {"world_size": "4,8,16", "topology": "central,star", "env.num_envs": "8"}
     else:
         from drlmpi.topologies.core.registry import built_in  # here: it imports torch
 
@@ -152,10 +153,12 @@ def plan_check(overrides: list[str], breakout: bool = False) -> list[Step]:
                f"env.sim_cost_ms={chosen['env.sim_cost_ms']}", *rest])
     jobs = [] if breakout else ["+experiment=topology_throughput"]
     cells = ["--ranks", chosen["world_size"], "--topologies", chosen["topology"]]
+    games = ["--games", chosen["env.num_envs"]] if breakout else []
     plan = f"{OUT}/plan.json"
-    return [Step(["drlmpi.plan", *config, *cells, "--seconds", "1", "--out", plan], log="plan.md"),
+    return [Step(["drlmpi.plan", *config, *cells, *games, "--seconds", "1", "--out", plan], log="plan.md"),
             sweep("measured", *jobs, *config, f"topology={chosen['topology']}",
-                  f"world_size={chosen['world_size']} hydra.launcher.timeout_s=300"),
+                  f"world_size={chosen['world_size']} hydra.launcher.timeout_s=300",
+                  *([f"env.num_envs={chosen['env.num_envs']}"] if breakout else [])),
             Step(["drlmpi.plan", "--plan", plan, "--compare", f"{OUT}/measured"], log="compare.md")]
 
 

@@ -52,6 +52,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "machine's cores, and the cores)")
     parser.add_argument("--topologies", default=None,
                         help="comma-separated topologies (default: every registered one)")
+    parser.add_argument("--games", default=None,
+                        help="comma-separated env.num_envs (games or environments a simulator steps) "
+                             "to plan each topology and size with (default: the config's own)")
     parser.add_argument("--seconds", type=float, default=1.0,
                         help="seconds per measured quantity (the probe takes about 6x this, the "
                              "calibration 4x this per topology, plus start-up)")
@@ -110,11 +113,11 @@ def table(cells: list[Prediction], ranks: list[int]) -> list[str]:
     bounds it; the ranges are left out where the table would be wider than :data:`WIDTH`."""
     base = next((c.env_steps_per_s for c in cells if c.topology == "sequential" and c.ranks == 1
                  and c.env_steps_per_s), None)
-    by = {(c.topology, c.ranks): c for c in cells}
+    by = {(c.label, c.ranks): c for c in cells}
     header = ["topology", *(plural(n, "rank") for n in ranks)]
     for ranged in (True, False):
         rows = [[name, *(cell_text(by[(name, n)], base, ranged) for n in ranks)]
-                for name in dict.fromkeys(c.topology for c in cells)]
+                for name in dict.fromkeys(c.label for c in cells)]
         lines = aligned(header, rows)
         if max(map(len, lines)) <= WIDTH:
             break
@@ -132,7 +135,7 @@ def table(cells: list[Prediction], ranks: list[int]) -> list[str]:
 
 def refusal_lines(cells: list[Prediction], largest: int) -> list[str]:
     """Why each topology that does not run at the largest size does not, wrapped."""
-    refusals = sorted({(c.topology, c.refused) for c in cells if c.refused and c.ranks == largest
+    refusals = sorted({(c.label, c.refused) for c in cells if c.refused and c.ranks == largest
                        and not c.refused.startswith("not modelled")})
     if not refusals:
         return []
@@ -150,8 +153,9 @@ def recommend(cells: list[Prediction]) -> str:
     gain = (f", {best.env_steps_per_s / seq.env_steps_per_s:.1f}x sequential"
             if seq and best.topology != "sequential" else "")
     bound = best.bound if best.bound.startswith("stepping") else f"bound by the {best.bound}"
-    return (f"topology={best.topology} on {plural(best.ranks, 'rank')} ({fmt_rate(best.env_steps_per_s)} "
-            f"env steps/s{gain}; {bound})")
+    games = "" if best.games is None else f" with env.num_envs={best.games}"
+    return (f"topology={best.topology} on {plural(best.ranks, 'rank')}{games} "
+            f"({fmt_rate(best.env_steps_per_s)} env steps/s{gain}; {bound})")
 
 
 def plan_path(out: str | None, cfg: DictConfig, now: datetime) -> Path:
@@ -164,8 +168,9 @@ def plan_path(out: str | None, cfg: DictConfig, now: datetime) -> Path:
     return path / "plan.json" if out.endswith("/") or path.is_dir() else path
 
 
-def check_request(args: argparse.Namespace, overrides: list[str]) -> tuple[list[str], list[int] | None]:
-    """The topologies and sizes asked for; :class:`ConfigError` in one line for bad input."""
+def check_request(args: argparse.Namespace, overrides: list[str]
+                  ) -> tuple[list[str], list[int] | None, list[int] | None]:
+    """The topologies, sizes and games asked for; :class:`ConfigError` in one line for bad input."""
     from drlmpi.config.errors import ConfigError, did_you_mean
     from drlmpi.run.arguments import check_command_line
 
@@ -177,18 +182,25 @@ def check_request(args: argparse.Namespace, overrides: list[str]) -> tuple[list[
         hint = did_you_mean(unknown[0], known)
         raise ConfigError(f"--topologies: unknown topology {', '.join(unknown)} ({hint + ' ' if hint else ''}"
                           f"one of {', '.join(known)})")
-    ranks = None
-    if args.ranks:
-        try:
-            ranks = sorted({int(r) for r in args.ranks.split(",") if r.strip()})
-        except ValueError:
-            raise ConfigError(f"--ranks {args.ranks}: comma-separated whole numbers, e.g. 1,2,4") from None
-        if not ranks or min(ranks) < 1:
-            raise ConfigError(f"--ranks {args.ranks}: world sizes must be >= 1")
+    ranks = whole_numbers("--ranks", args.ranks, "world sizes") if args.ranks else None
+    games = whole_numbers("--games", args.games, "games per simulator") if args.games else None
     if not args.seconds > 0 or args.seconds == float("inf"):  # nan too: a probe that never ends
         raise ConfigError(f"--seconds {args.seconds:g}: must be a finite number > 0")
     check_compared(args.compare)
-    return topologies, ranks
+    return topologies, ranks, games
+
+
+def whole_numbers(option: str, text: str, what: str) -> list[int]:
+    """``text`` (``1,2,4``) as sorted distinct numbers >= 1; :class:`ConfigError` in one line if not."""
+    from drlmpi.config.errors import ConfigError
+
+    try:
+        numbers = sorted({int(r) for r in text.split(",") if r.strip()})
+    except ValueError:
+        raise ConfigError(f"{option} {text}: comma-separated whole numbers, e.g. 1,2,4") from None
+    if not numbers or min(numbers) < 1:
+        raise ConfigError(f"{option} {text}: {what} must be >= 1")
+    return numbers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     from drlmpi.config.errors import ConfigError
 
     try:
-        topologies, ranks = check_request(args, overrides)
+        topologies, ranks, games = check_request(args, overrides)
         cfgs, refused = configs(overrides, topologies)
         if not cfgs:
             raise ConfigError(f"no topology could be composed: {next(iter(refused.values()))}")
@@ -236,14 +248,16 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="drlmpi-plan-") as tmp:
             calibrations = calibrate(cfgs, overrides, why, p, args.seconds, Path(tmp))
     drift = remeasure(first, args.seconds) / p.sim_step_s - 1
-    cells = plan_cells(cfgs, why, p, calibrations)
+    cells = (plan_cells(cfgs, why, p, calibrations) if games is None
+             else games_cells(overrides, topologies, ranks, games, p, calibrations))
     lines = [*probe_lines(p), "", *calibration_lines(calibrations), "", *table(cells, ranks),
              *refusal_lines(cells, max(ranks))]
     verdict = recommend(cells)
     lines += ["", *wrapped(f"Recommendation: {verdict}."), *wrapped(describe_drift(drift, DRIFT_TOLERANCE))]
     for note in p.notes:
         lines += wrapped(f"Note: {note}")
-    result: dict[str, Any] = {"overrides": overrides, "config": config_of(first), "probe": p.to_json(),
+    config = {**config_of(first), **({"num_envs": None} if games else {})}  # --games: every setting
+    result: dict[str, Any] = {"overrides": overrides, "config": config, "games": games, "probe": p.to_json(),
                               "calibration": calibrations, "drift": drift,
                               "cells": [c.to_json() for c in cells], "recommendation": verdict}
     if args.compare:
@@ -256,6 +270,21 @@ def main(argv: list[str] | None = None) -> int:
               *wrapped(f"(next to measured runs: python -m drlmpi.plan --plan {out} --compare RUN_DIR ...)")]
     print("\n".join(lines), flush=True)
     return 0
+
+
+def games_cells(overrides: list[str], topologies: list[str], ranks: list[int], games: list[int],
+                p: Any, calibrations: dict[str, dict]) -> list[Prediction]:
+    """``--games``: every topology and size at each setting of ``env.num_envs``, from the one probe
+    (each environment's step as measured, acting at each setting's batch:
+    :meth:`~drlmpi.topologies.core.pace.Probe.with_games`) and calibration."""
+    cells = []
+    for n in games:
+        cfgs, refused = configs([*overrides, f"env.num_envs={n}"], topologies)
+        why = cell_refusals(cfgs, refused, ranks)
+        for cell in plan_cells(cfgs, why, p.with_games(n), calibrations):
+            cell.games = n
+            cells.append(cell)
+    return cells
 
 
 def probe_lines(p: Any) -> list[str]:

@@ -48,13 +48,17 @@ def _same_config(summary: dict[str, Any], config: dict[str, Any]) -> bool:
     return True
 
 
-def measured(paths: list[Path], config: dict[str, Any] | None = None
-             ) -> tuple[dict[tuple[str, int], list[float]], int]:
-    """Env steps/s of every finished run under ``paths`` by (topology, world size), and how many
-    runs were left out as of another config than ``config``."""
+#: measured env steps/s by (topology, world size, env.num_envs: ``None`` where a run did not say)
+Measured = dict[tuple[str, int, Any], list[float]]
+
+
+def measured(paths: list[Path], config: dict[str, Any] | None = None) -> tuple[Measured, int]:
+    """Env steps/s of every finished run under ``paths`` by (topology, world size, games), and how
+    many runs were left out as of another config than ``config`` (a plan over several games
+    leaves ``num_envs`` out of its config: every setting of it is compared)."""
     from drlmpi.sweep.jobs import read_summary
 
-    found: dict[tuple[str, int], list[float]] = defaultdict(list)
+    found: Measured = defaultdict(list)
     other = 0
     for root in paths:
         for path in sorted(Path(root).rglob("summary.json")):
@@ -64,28 +68,37 @@ def measured(paths: list[Path], config: dict[str, Any] | None = None
             if config and not _same_config(summary, config):
                 other += 1
                 continue
-            found[(str(summary.get("topology")), int(summary.get("world_size", 0)))].append(
-                float(summary.get("env_steps_per_s") or 0.0))
+            games = None if summary.get("num_envs") is None else int(summary["num_envs"])
+            key = (str(summary.get("topology")), int(summary.get("world_size", 0)), games)
+            found[key].append(float(summary.get("env_steps_per_s") or 0.0))
     return found, other
 
 
-def comparison(cells: list[Prediction], runs: dict[tuple[str, int], list[float]]) -> tuple[list[str], dict]:
+def measured_for(cell: Prediction, runs: Measured) -> list[float]:
+    """The measured rates of ``cell``'s topology and size, and of its games where both say."""
+    return [rate for (topology, ranks, games), rates in runs.items() for rate in rates
+            if (topology, ranks) == (cell.topology, cell.ranks)
+            and (cell.games is None or games is None or games == cell.games)]
+
+
+def comparison(cells: list[Prediction], runs: Measured) -> tuple[list[str], dict]:
     import numpy as np
 
     lines = ["| topology | ranks | predicted env steps/s (range) | measured | error |",
              "|---|---|---|---|---|"]
     rows, within = [], 0
     for c in cells:
-        got = runs.get((c.topology, c.ranks))
+        got = measured_for(c, runs)
         if not got or c.env_steps_per_s is None:
             continue
         value = sum(got) / len(got)
         error = c.env_steps_per_s / value - 1
         within += abs(error) <= TOLERANCE
-        rows.append({"topology": c.topology, "ranks": c.ranks, "predicted": c.env_steps_per_s,
-                     "low": c.low, "high": c.high, "measured": value, "runs": len(got), "error": error})
+        rows.append({"topology": c.topology, "ranks": c.ranks, "games": c.games, "label": c.label,
+                     "predicted": c.env_steps_per_s, "low": c.low, "high": c.high, "measured": value,
+                     "runs": len(got), "error": error})
         spread = f" ({fmt_rate(c.low)}-{fmt_rate(c.high)})" if c.low is not None else ""
-        lines.append(f"| {c.topology} | {c.ranks} | {fmt_rate(c.env_steps_per_s)}{spread} | "
+        lines.append(f"| {c.label} | {c.ranks} | {fmt_rate(c.env_steps_per_s)}{spread} | "
                      f"{fmt_rate(value)} | "
                      f"{error:+.0%} |")
     share = within / len(rows) if rows else 0.0
@@ -95,16 +108,17 @@ def comparison(cells: list[Prediction], runs: dict[tuple[str, int], list[float]]
     lines += ["", f"{within} of {len(rows)} cells within +-{TOLERANCE:.0%} ({share:.0%}); "
                   f"median signed error {median:+.0%}"]
     best, pick = max(rows, key=lambda r: r["measured"], default=None), recommended(cells)
-    chosen = next((r for r in rows if pick and (r["topology"], r["ranks"]) == (pick.topology, pick.ranks)),
-                  None)
+    chosen = next((r for r in rows if pick and (r["topology"], r["ranks"], r["games"])
+                   == (pick.topology, pick.ranks, pick.games)), None)
     if best and chosen:
         result["recommended"] = {"topology": chosen["topology"], "ranks": chosen["ranks"],
-                                 "measured": chosen["measured"], "best": best["measured"],
-                                 "best_cell": [best["topology"], best["ranks"]],
+                                 "games": chosen["games"], "measured": chosen["measured"],
+                                 "best": best["measured"], "best_cell": [best["topology"], best["ranks"]],
+                                 "best_games": best["games"],
                                  "share_of_best": chosen["measured"] / best["measured"]}
-        lines.append(f"Recommended {chosen['topology']} on {chosen['ranks']} ranks measured "
+        lines.append(f"Recommended {chosen['label']} on {chosen['ranks']} ranks measured "
                      f"{fmt_rate(chosen['measured'])}: {chosen['measured'] / best['measured']:.0%} of the "
-                     f"best measured cell ({best['topology']} on {best['ranks']} ranks, "
+                     f"best measured cell ({best['label']} on {best['ranks']} ranks, "
                      f"{fmt_rate(best['measured'])})")
     return lines, result
 

@@ -47,11 +47,17 @@ class Prediction:
     low: float | None = None   # the range of env_steps_per_s from the probe's own spread
     high: float | None = None
     load: float = 1.0          # the calibrated load factor applied to this cell (1: none)
+    games: int | None = None   # env.num_envs of each simulator, where the plan varies it (--games)
+
+    @property
+    def label(self) -> str:
+        """The cell's row in the plan's tables: the topology, with its games where they vary."""
+        return self.topology if self.games is None else f"{self.topology}, {self.games} games"
 
     def to_json(self) -> dict[str, Any]:
         return {"topology": self.topology, "ranks": self.ranks, "env_steps_per_s": self.env_steps_per_s,
                 "updates_per_s": self.updates_per_s, "bound": self.bound, "refused": self.refused,
-                "low": self.low, "high": self.high, "load": self.load}
+                "low": self.low, "high": self.high, "load": self.load, "games": self.games}
 
 
 def topology_names() -> list[str]:

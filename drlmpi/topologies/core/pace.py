@@ -109,6 +109,14 @@ class Probe:
         """Seconds of one batched forward pass of ``rows`` observations on the learner's device."""
         return interpolate(self.act_s, rows)
 
+    def with_games(self, games: int) -> Probe:
+        """This probe for simulators of ``games`` environments (``env.num_envs``; the planner's
+        ``--games``): an environment's own step costs what it did, a simulator's acting is one
+        pass over ``games`` rows instead of :attr:`num_envs` (``sim_step_s`` moved by the
+        difference of its share per step; never below the step without acting)."""
+        acting = self.act_at(games) / games - self.act_at(self.num_envs) / self.num_envs
+        return replace(self, num_envs=games, sim_step_s=max(self.env_step_s, self.sim_step_s + acting))
+
     def message_s(self, nbytes: float) -> float:
         """One-way seconds of a point-to-point message of ``nbytes``."""
         return self.latency_s + nbytes / self.bandwidth_bytes_per_s
