@@ -42,7 +42,7 @@ TABLE_COLUMNS = [
 #: the columns of table.csv that hold words; every other one holds a number or nothing
 TABLE_TEXT = ("env", "algo", "topology", "seeds", "budget_source", "budget_met")
 RUN_COLUMNS = [
-    "run_dir", "env", "algo", "topology", "world_size", "seed", "solved", "stop_reason",
+    "run_dir", "env", "algo", "topology", "world_size", "seed", "solved", "stop_reason", "resumes",
     "train_seconds", "train_seconds_to_threshold", "env_steps_to_threshold", "updates_to_threshold",
     "env_steps", "updates", "env_steps_per_s", "updates_per_s", "mpi_wait_share", "policy_lag_mean",
     "best_eval_return", "reward_threshold", "sim_cost_ms", "num_envs", "max_env_steps", "note",

@@ -61,17 +61,19 @@ def train_returns_section(groups: list[Group]) -> list[str]:
         for run in runs:
             threshold = run.get("reward_threshold")
             reached = None if threshold is None else first_reaching(run.episodes, float(threshold))
+            resumes = int(run.get("resumes") or 0)
             values = [return_at(run.episodes, t) for t in points]
             table.append(values)
             rows.append(f"| {group.env} | {group.algo} | {group.name} | {run.seed} | {end:,.0f} | "
                         f"{int(run.get('env_steps', 0)):,} | "
                         + " | ".join(_cell(v) for v in values)
-                        + f" | {_cell(threshold, 0)} | {_cell(reached, 0)} |")
+                        + f" | {_cell(threshold, 0)} | {_cell(reached, 0)} | {resumes} |")
         if len(runs) > 1:
             medians = [np.median([v for v in column if v is not None]) if any(
                 v is not None for v in column) else None for column in zip(*table)]
             rows.append(f"| {group.env} | {group.algo} | {group.name} | **median of {len(runs)}** | "
-                        f"{end:,.0f} | - | " + " | ".join(f"**{_cell(v)}**" for v in medians) + " | - | - |")
+                        f"{end:,.0f} | - | " + " | ".join(f"**{_cell(v)}**" for v in medians)
+                        + " | - | - | - |")
     if not rows:
         return []
     left_out = (f" {short} run(s) that ended fewer than {TRAIN_WINDOW} training episodes are left "
@@ -80,7 +82,8 @@ def train_returns_section(groups: list[Group]) -> list[str]:
             f"Per run: the mean return of the last {TRAIN_WINDOW} training episodes (Atari: raw "
             "game scores) at a quarter, half, three quarters and all of T, the cell's longest "
             "training time (`train_seconds`), and the first training second at which that mean "
-            "reached the run's reward threshold." + left_out, "",
+            "reached the run's reward threshold; resumes: how many times the run was continued "
+            "(`resume=`) after a stop." + left_out, "",
             "| env | algo | topology | seed | T (s) | env steps | at T/4 | at T/2 | at 3T/4 | at T | "
-            "threshold | first reached (s) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
+            "threshold | first reached (s) | resumes |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
