@@ -195,6 +195,11 @@ def test_a_plan_over_games_predicts_and_compares_each_setting():
     assert "needs exactly 1 rank" in by[("sequential", 2, 4)].refused
     assert "star, 4 games" in "\n".join(table(cells, [1, 2]))
     assert recommend(cells).startswith("topology=star on 2 ranks with env.num_envs=4 (")
+    from drlmpi.planner.model import recommended  # within 3% of the fastest: fewer ranks, then games
+
+    tie = [Prediction("star", 2, 100.0, games=16), Prediction("star", 2, 98.5, games=8),
+           Prediction("star", 4, 101.0, games=8)]
+    assert (recommended(tie).ranks, recommended(tie).games) == (2, 8)
     runs = {("star", 2, 1): [by[("star", 2, 1)].env_steps_per_s], ("star", 2, 4): [1.0]}
     _, result = comparison(cells, runs)
     assert [(r["label"], round(r["error"], 2)) for r in result["cells"]] == [("star, 1 games", 0.0)] + [

@@ -121,11 +121,12 @@ def sequential_in_name_only(cell: Prediction) -> bool:
 
 
 def recommended(cells: list[Prediction]) -> Prediction | None:
-    """The fastest cell; among cells within :data:`RECOMMEND_MARGIN` of it, the fewest ranks.
+    """The fastest cell; among cells within :data:`RECOMMEND_MARGIN` of it, the fewest ranks, then
+    the fewest games a simulator (``--games``: smaller rollouts and replays for the same pace).
     A topology other than sequential on one rank is never chosen (:func:`sequential_in_name_only`)."""
     ok = [c for c in cells if c.env_steps_per_s and not sequential_in_name_only(c)]
     if not ok:
         return None
     best = max(c.env_steps_per_s for c in ok)
     return min((c for c in ok if c.env_steps_per_s >= (1 - RECOMMEND_MARGIN) * best),
-               key=lambda c: (c.ranks, -c.env_steps_per_s))
+               key=lambda c: (c.ranks, c.games or 0, -c.env_steps_per_s))
