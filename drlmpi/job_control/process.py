@@ -147,3 +147,41 @@ def cpu_list(cpus: list[int]) -> str:
         else:
             runs.append([cpu, cpu])
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (children, theirs, ...), read from ``/proc``; ``[]`` where there
+    is none (not Linux)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def rank_processes(launcher_pid: int) -> list[int]:
+    """The drlmpi ranks a launcher started on this host: its descendants running
+    ``python -m mpi4py -m drlmpi`` (not the launcher's own helpers)."""
+    ranks = []
+    for pid in descendants(launcher_pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"mpi4py" in words and b"drlmpi" in words:
+            ranks.append(pid)
+    return ranks

@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
                 if claimed:
                     release(claimed)
                 end_job(f"drlmpi: error: {exc}", CONFIG_ERROR_EXIT, abort=False)
-            if claimed:  # rank 0 takes the lock over from this process (mpiexec after the exec)
+            if claimed:  # rank 0 takes the lock over from this process (which waits for the job)
                 os.environ[INHERITED_LOCK] = lock_owner()
             relaunch_under_mpiexec(given, ranks)  # the ranks read the same files again
         argv = _prepare_single_run(argv)
