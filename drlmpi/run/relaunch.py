@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 from drlmpi.config.overrides import find, values
 
@@ -41,7 +42,7 @@ def relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
     cmd = launch_command(ranks, [sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv])
     print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
     try:
-        launcher = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_killed_with_parent)
+        launcher = subprocess.Popen(cmd, start_new_session=True, preexec_fn=killed_with_parent())
     except FileNotFoundError:
         sys.exit(f"drlmpi: error: {missing_launcher(cmd[0])}")
 
@@ -58,12 +59,17 @@ def relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
     sys.exit(code if code >= 0 else 128 - code)
 
 
-def _killed_with_parent() -> None:
-    """In the launcher, before it runs: SIGKILL when the relaunching process dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
+def killed_with_parent() -> Callable[[], None] | None:
+    """What the launcher runs before its program: asking Linux for SIGKILL when the relaunching
+    process dies (``prctl``, its library loaded here: nothing is imported after the fork);
+    ``None`` where there is no ``prctl``."""
+    try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def missing_launcher(name: str) -> str:
