@@ -110,6 +110,9 @@ def sb3_worker(run_dir: Path, seconds: float, seed: int, device: str) -> dict[st
     model = PPO(env=env, seed=seed, device=device, verbose=0, **sb3_settings())
     per_train = model.n_epochs * -(-model.n_steps * ZOO_N_ENVS // model.batch_size)  # minibatch steps
 
+    def updates() -> int:  # minibatch steps so far, as drlmpi counts them (SB3 counts epochs)
+        return (model._n_updates // model.n_epochs) * per_train
+
     class Clock(BaseCallback):
         """Training seconds from learn()'s start; each whole game a metrics row; the stop."""
 
@@ -122,8 +125,7 @@ def sb3_worker(run_dir: Path, seconds: float, seed: int, device: str) -> dict[st
 
         def _on_step(self) -> bool:
             t = time.perf_counter() - self.start
-            updates = (self.model._n_updates // self.model.n_epochs) * per_train
-            record_games(self.locals["infos"], t, self.num_timesteps, updates, self.out, self.games)
+            record_games(self.locals["infos"], t, self.num_timesteps, updates(), self.out, self.games)
             if t >= self.next_note:
                 self.next_note += PROGRESS_EVERY_S
                 recent = self.games[-100:]
@@ -137,16 +139,15 @@ def sb3_worker(run_dir: Path, seconds: float, seed: int, device: str) -> dict[st
         writer.writerow(EPISODE_COLUMNS)
         clock = Clock(writer)
         model.learn(total_timesteps=ZOO_N_TIMESTEPS, callback=clock)
-    train_s = time.perf_counter() - clock.start
-    updates = (model._n_updates // model.n_epochs) * per_train
+    train_s, done = time.perf_counter() - clock.start, updates()
     summary = {"algo": "sb3-ppo", "env": "breakout", "env_id": ENV_ID, "topology": "sb3",
                "topology_label": f"sb3 DummyVecEnv({ZOO_N_ENVS})", "topology_order": 1000,
                "paper_label": None, "world_size": 1, "seed": seed, "device": str(model.device),
                "num_envs": ZOO_N_ENVS, "reward_threshold": reward_threshold(), "solved": False,
                "stop_reason": "max_train_seconds",
-               "env_steps": model.num_timesteps, "episodes": len(clock.games), "updates": updates,
+               "env_steps": model.num_timesteps, "episodes": len(clock.games), "updates": done,
                "train_seconds": train_s, "wall_seconds": train_s,
-               "env_steps_per_s": model.num_timesteps / train_s, "updates_per_s": updates / train_s,
+               "env_steps_per_s": model.num_timesteps / train_s, "updates_per_s": done / train_s,
                "cores": sorted(os.sched_getaffinity(0)), "hyperparameters": ZOO_PPO_ATARI,
                "zoo_n_timesteps": ZOO_N_TIMESTEPS,
                "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__}}

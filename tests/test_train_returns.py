@@ -31,7 +31,9 @@ def test_the_mean_of_the_last_100_games_at_a_time_and_its_first_crossing():
 def _run(seed: int, episodes: np.ndarray, threshold: float | None,
          resumes: int | None = None) -> SimpleNamespace:
     summary = {"env_steps": int(episodes[-1, 1]), "reward_threshold": threshold, "resumes": resumes}
-    return SimpleNamespace(seed=seed, episodes=episodes, get=lambda k, d=None: summary.get(k, d))
+    # as Run.get: a field that is missing or null gives the default
+    return SimpleNamespace(seed=seed, episodes=episodes,
+                           get=lambda k, d=None: d if summary.get(k) is None else summary[k])
 
 
 def test_the_table_has_a_row_per_run_and_the_cells_median():

@@ -148,17 +148,19 @@ def plan_check(overrides: list[str], breakout: bool = False) -> list[Step]:
         chosen = {"world_size": "1,2", "topology": ",".join(built_in()), "env.sim_cost_ms": "1"}
     rest = [o for o in overrides if o.partition("=")[0] not in chosen]
     chosen.update(o.split("=", 1) for o in overrides if o.partition("=")[0] in chosen)
-    config = (["+experiment=ppo_breakout_16", "run.max_train_seconds=40", *rest] if breakout else
-              ["algo=dqn", "env=lunarlander", "run.max_env_steps=3000",
-               f"env.sim_cost_ms={chosen['env.sim_cost_ms']}", *rest])
-    jobs = [] if breakout else ["+experiment=topology_throughput"]
+    # what the plan and the measured sweep share, what only the plan takes, what only the sweep
+    if breakout:
+        config = ["+experiment=ppo_breakout_16", "run.max_train_seconds=40", *rest]
+        planned, measured = ["--games", chosen["env.num_envs"]], [f"env.num_envs={chosen['env.num_envs']}"]
+    else:
+        config = ["algo=dqn", "env=lunarlander", "run.max_env_steps=3000",
+                  f"env.sim_cost_ms={chosen['env.sim_cost_ms']}", *rest]
+        planned, measured = [], ["+experiment=topology_throughput"]
     cells = ["--ranks", chosen["world_size"], "--topologies", chosen["topology"]]
-    games = ["--games", chosen["env.num_envs"]] if breakout else []
     plan = f"{OUT}/plan.json"
-    return [Step(["drlmpi.plan", *config, *cells, *games, "--seconds", "1", "--out", plan], log="plan.md"),
-            sweep("measured", *jobs, *config, f"topology={chosen['topology']}",
-                  f"world_size={chosen['world_size']} hydra.launcher.timeout_s=300",
-                  *([f"env.num_envs={chosen['env.num_envs']}"] if breakout else [])),
+    return [Step(["drlmpi.plan", *config, *cells, *planned, "--seconds", "1", "--out", plan], log="plan.md"),
+            sweep("measured", *measured, *config, f"topology={chosen['topology']}",
+                  f"world_size={chosen['world_size']} hydra.launcher.timeout_s=300"),
             Step(["drlmpi.plan", "--plan", plan, "--compare", f"{OUT}/measured"], log="compare.md")]
 
 

@@ -149,6 +149,16 @@ def cpu_list(cpus: list[int]) -> str:
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state, parent pid, ...): ``None``
+    where there is no such process or no ``/proc`` (not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    except (OSError, IndexError):
+        return None
+
+
 def descendants(pid: int) -> list[int]:
     """The processes below ``pid`` (children, theirs, ...), read from ``/proc``; ``[]`` where there
     is none (not Linux)."""
@@ -158,12 +168,9 @@ def descendants(pid: int) -> list[int]:
     except OSError:
         return []
     for entry in entries:
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):  # gone meanwhile
-            continue
-        children.setdefault(ppid, []).append(int(entry))
+        fields = stat_fields(entry)
+        if fields is not None:  # (gone meanwhile)
+            children.setdefault(int(fields[1]), []).append(int(entry))
     found, todo = [], [pid]
     while todo:
         kids = children.get(todo.pop(), [])

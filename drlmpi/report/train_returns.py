@@ -61,7 +61,7 @@ def train_returns_section(groups: list[Group]) -> list[str]:
         for run in runs:
             threshold = run.get("reward_threshold")
             reached = None if threshold is None else first_reaching(run.episodes, float(threshold))
-            resumes = int(run.get("resumes") or 0)
+            resumes = run.get("resumes", 0)
             values = [return_at(run.episodes, t) for t in points]
             table.append(values)
             rows.append(f"| {group.env} | {group.algo} | {group.name} | {run.seed} | {end:,.0f} | "

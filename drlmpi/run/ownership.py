@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from drlmpi.config.errors import ConfigError
+from drlmpi.job_control.process import stat_fields
 
 LOCK_FILE = "run.lock"
 #: ``host:pid`` of the lock a re-launching process took for the ranks it starts
@@ -68,11 +69,10 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:  # someone else's process: alive
         return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):  # no /proc (not Linux): the signal's answer stands
+    fields = stat_fields(pid)
+    if fields is None:  # no /proc (not Linux): the signal's answer stands
         return True
-    return state not in ("Z", "X")
+    return fields[0] not in ("Z", "X")
 
 
 def owner_of(holder: dict) -> str:

@@ -38,6 +38,7 @@ def relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
     with a checkpoint (exit 4). Where no rank is found (none started yet; not Linux) the launcher
     gets the signal. If this process is killed, the launcher is killed with it (SIGKILL)."""
     from drlmpi.job_control.launchers import launch_command
+    from drlmpi.job_control.process import rank_processes
 
     cmd = launch_command(ranks, [sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv])
     print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -47,8 +48,6 @@ def relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
         sys.exit(f"drlmpi: error: {missing_launcher(cmd[0])}")
 
     def forward(signum: int, _frame: object) -> None:
-        from drlmpi.job_control.process import rank_processes
-
         for pid in rank_processes(launcher.pid) or [launcher.pid]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
