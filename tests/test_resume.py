@@ -120,6 +120,11 @@ def test_kill_then_resume_finishes_with_every_episode_once(pool, topology, ranks
     assert summary["stop_reason"] == "max_env_steps"
     assert summary["train_seconds"] > meta["train_seconds"]
     assert summary["updates"] > meta["updates"] and summary["env_steps"] > meta["env_steps"]
+    # the totals cover the whole run; per_rank (and topology_stats) this part, from the checkpoint on
+    part = summary["part"]
+    assert (part["from_env_steps"], part["from_updates"]) == (meta["env_steps"], meta["updates"])
+    assert part["from_train_seconds"] == pytest.approx(meta["train_seconds"], abs=0.01)
+    assert summary["per_rank"][0]["updates"] == part["updates"] == summary["updates"] - meta["updates"]
     rows = episode_rows(run_dir)
     assert len(rows) == summary["episodes"]  # every episode once: none lost, none duplicated
     steps = [int(r["env_steps"]) for r in rows]

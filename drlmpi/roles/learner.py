@@ -101,6 +101,9 @@ class Learner(Training):
         self.best_eval: float | None = None
         self.evaluations = 0
         self.resumes = 0  # how many times the run was resumed from a checkpoint (resume=)
+        #: the counters this part of the run started from (a resumed run: the checkpoint's; else 0):
+        #: the per-rank figures of summary.json count this part alone
+        self.part_start = {"env_steps": 0, "updates": 0, "learn_s": 0.0, "train_seconds": 0.0}
         self.recent_returns: list[float] = []
         # The latest update's metrics (loss, Q, KL...): a mapping name -> float whose values
         # may still be one device tensor (drlmpi.device.metrics.Metrics), converted when first read.
@@ -147,6 +150,18 @@ class Learner(Training):
         wall, train = float(saved["wall_seconds"]), float(saved["train_seconds"])
         self.clock.start = time.perf_counter() - wall
         self.clock.paused_s = wall - train
+        self.part_start = {"env_steps": self.env_steps, "updates": self.updates, "learn_s": self.learn_s,
+                           "train_seconds": train}
+
+    @property
+    def part_learn_s(self) -> float:
+        """Seconds of updates in this part of the run (all of it unless it was resumed)."""
+        return self.learn_s - self.part_start["learn_s"]
+
+    @property
+    def part_updates(self) -> int:
+        """Updates in this part of the run (all of them unless it was resumed)."""
+        return self.updates - int(self.part_start["updates"])
 
     @property
     def device(self) -> torch.device:

@@ -44,6 +44,7 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
     train_s = learner.clock.elapsed()
     wall_s = max(max(r["wall_s"] for r in reports), learner.clock.wall())  # a resumed run: both parts
     solved_at = learner.solved_at or {}
+    start = learner.part_start
     wait_shares = [r["extra"]["mpi_wait_s"] / r["wall_s"] if r["wall_s"] > 0 else 0.0 for r in reports]
     per_rank = [
         {**{k: v for k, v in r.items() if k not in ("extra", "topology_stats")}, **r["extra"],
@@ -77,6 +78,11 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
         "policy_lag_mean": float(np.mean(learner.policy_lags)) if learner.policy_lags else None,
         "policy_lag_max": int(np.max(learner.policy_lags)) if learner.policy_lags else None,
         "topology_stats": topology_stats,
+        # what per_rank and topology_stats cover: this launch (a resumed run's last part, from
+        # its checkpoint's counters; the totals above cover the whole run)
+        "part": {"from_train_seconds": start["train_seconds"], "from_env_steps": start["env_steps"],
+                 "from_updates": start["updates"], "train_seconds": train_s - start["train_seconds"],
+                 "env_steps": learner.env_steps - start["env_steps"], "updates": learner.part_updates},
         "experience_row_bytes": learner.algo.layout.width * 4,
         "policy_param_bytes": learner.algo.policy.flat.numel * 4,
         "algo": cfg.algo.name,

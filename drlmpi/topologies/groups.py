@@ -267,9 +267,9 @@ class _GroupLearner:
         stats = wiring.learn(self)
         checksums = self.finish()
         per_learner = {"group": self.group, "rank": self.ctx.comm.rank, "device": str(self.algo.device),
-                       "group_env_steps": self.group_steps, "updates": self.learner.updates,
-                       "learn_s": round(self.learner.learn_s, 3), "placement": asdict(self.peer.placement),
-                       **stats}
+                       "group_env_steps": self.group_steps, "updates": self.learner.part_updates,
+                       "learn_s": round(self.learner.part_learn_s, 3),
+                       "placement": asdict(self.peer.placement), **stats}
         calls = self.peer.close()
         if calls is not None:
             per_learner["backend_calls"] = calls

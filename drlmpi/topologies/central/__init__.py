@@ -97,7 +97,8 @@ class Central(Topology):
             stats = run.summary.get("topology_stats") or {}
             if "serves" not in stats:
                 continue
-            wall = max(1e-9, float(run.get("train_seconds", 0.0)))
+            part = run.summary.get("part") or {}  # a resumed run's stats cover its last part
+            wall = max(1e-9, float(part.get("train_seconds", run.get("train_seconds", 0.0))))
             trips = [r["round_trip_ms"] for r in run.summary.get("per_rank", []) if "round_trip_ms" in r]
             rows.append([pair, label, str(run.seed), fmt(run.get("env_steps_per_s"), 0),
                          fmt(stats["serves"], 0), fmt(stats["rows_per_serve"], 1),
@@ -178,7 +179,7 @@ class Central(Topology):
         self._shut_down(comm, groups, requests, ready, learner, wire)
         learner.finish()
         stats["rows_per_serve"] = stats["rows_served"] / max(1, stats["serves"])
-        stats["update_s"] = learner.learn_s
+        stats["update_s"] = learner.part_learn_s
         stats["overlap"] = acting.beside_updates
         report = learner_report(comm.rank, learner, role="learner+acting", stats=stats)
         report.simulate_s = stats["inference_s"]  # acting, which other topologies' simulators do

@@ -45,11 +45,12 @@ def simulator_report(rank: int, actor: Actor, role: str = "simulator",
 def learner_report(rank: int, learner: Learner, role: str = "learner",
                    actor: Actor | None = None, stats: dict[str, Any] | None = None) -> RankReport:
     """A :class:`RankReport` for a rank that learned (and maybe also simulated); ``stats`` are
-    the topology's own figures for the summary (``topology_stats``)."""
+    the topology's own figures for the summary (``topology_stats``). Like the actor's counts,
+    the learner's cover this part of the run: a resumed learner's restored ones are left out."""
     return RankReport(
         rank=rank, role=role,
         env_steps=actor.steps if actor else 0,
         episodes=actor.episodes if actor else 0,
-        updates=learner.updates, simulate_s=actor.sim_s if actor else 0.0,
-        learn_s=learner.learn_s, learner=learner, topology_stats=dict(stats or {}),
+        updates=learner.part_updates, simulate_s=actor.sim_s if actor else 0.0,
+        learn_s=learner.part_learn_s, learner=learner, topology_stats=dict(stats or {}),
     )
