@@ -27,10 +27,10 @@ from tests.shared_runs import TINY_DQN
 TINY_CUE = [o for o in TINY_DQN if not o.startswith("run.max_env_steps")]
 
 
-def _start_sweep(tmp_path, *overrides: str) -> subprocess.Popen:
+def _start_sweep(tmp_path, *overrides: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "drlmpi", "-m", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -265,11 +265,14 @@ def _kill_processes_naming(path: Path) -> list[int]:
 def test_sigterm_stops_the_sweep_and_its_running_job_with_a_checkpoint(tmp_path):
     """SIGTERM to the sweep's own process (what ``timeout`` and batch systems send): the running
     job gets it too and stops with a checkpoint, the next job never starts, and the sweep exits
-    with code 4 and one line, no traceback. About 10 s: a real sweep and a real job start (the
-    scheduler's side alone: tests/test_launcher_slots.py)."""
+    with code 4 and one line, no traceback - whatever the launch command does with SIGTERM: here
+    it kills its ranks at once, as Open MPI's ``mpirun`` does (tests/kill_on_term_launcher.py), so
+    the sweep signals the job's ranks, not its launcher. About 10 s: a real sweep and a real job
+    start (the scheduler's side alone: tests/test_launcher_slots.py)."""
     quiet = [o for o in TINY_CUE if not o.startswith("run.progress_every_s")]
+    launcher = f"{sys.executable} {REPO / 'tests' / 'kill_on_term_launcher.py'}"
     proc = _start_sweep(tmp_path, *quiet, "run.max_env_steps=10000000", "run.progress_every_s=0.2",
-                        "run.checkpoint_every_s=0", "seed=0,1")
+                        "run.checkpoint_every_s=0", "seed=0,1", env={"DRLMPI_MPIEXEC": launcher})
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         rows = list((tmp_path / "sweep").glob("0_*/metrics.csv"))

@@ -6,13 +6,14 @@ plugin (hydra_plugins/drlmpi_launcher) composes and checks the jobs and hands th
 
 A sweep stops as a run does: SIGTERM or SIGUSR1 on the sweep's process (a batch system ending
 the allocation, ``timeout``, ``kill``) starts no further job and passes the signal on to each
-running job's process group - its ranks stop with a checkpoint - then kills what is still
+running job's ranks - they stop with a checkpoint - then kills what is still
 running after :data:`STOP_GRACE_S`. Without this, a job (its own session, so that it can be
 killed as a whole) would outlive the sweep that started it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -28,7 +29,7 @@ from hydra.core.utils import JobStatus
 from omegaconf import DictConfig
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
-from drlmpi.job_control.process import cpu_list, usable_cpus
+from drlmpi.job_control.process import cpu_list, rank_processes, usable_cpus
 from drlmpi.sweep.jobs import read_summary, stopped_by_signal, tail
 
 POLL_S = 0.2
@@ -196,11 +197,17 @@ class Scheduler:
         return {signum: signal.signal(signum, stop) for signum in SWEEP_STOP_SIGNALS}
 
     def _signal(self, job: SweepJob, signum: int) -> None:
-        """Pass a stop signal on to the job's process group (the launcher and its ranks)."""
-        try:
-            os.killpg(job.proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Pass a stop signal on to the job's ranks on this host, not to its launcher: Open MPI's
+        ``mpirun`` answers SIGTERM by killing its ranks before they could checkpoint (as the
+        relaunch of ``python -m drlmpi world_size=N`` does, :mod:`drlmpi.run.relaunch`). Where no
+        rank is found (none started yet, another host's, not Linux), the job's process group."""
+        ranks = rank_processes(job.proc.pid)
+        for pid in ranks:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+        if not ranks:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.proc.pid, signum)
 
     def _start(self, job: SweepJob, slots: list[int]) -> bool:
         """Start a job on ``slots``; ``False`` (the job recorded as failed) if it cannot start."""
