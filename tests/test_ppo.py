@@ -267,3 +267,34 @@ def test_ppo_learns_cartpole():
     assert learner.updates == (15000 // 256 + 1) * 20  # one 256-row rollout per chunk, 20 epochs
     print(f"greedy return before {before:.1f}, after {after:.1f}")
     assert after > 150 and after > before + 100, (before, after)
+
+
+def test_rows_that_follow_their_streams_take_v_next_from_the_next_row(cartpole):
+    """Central builds every row itself, each game's in step order (``successive_rows``): a
+    rollout then evaluates ``V(next_obs)`` only at the last row of each stream and at truncated
+    rows, and its advantages and value targets are those of evaluating every row. Games of 12
+    steps at most, so truncations and terminations both occur; checked to fail when truncated
+    rows take the next row's value (the reset observation's) instead of their own."""
+    cfg = ppo_cfg(rollout_steps=150, batch_size=50, epochs=1)
+    full, follow = PPO(cartpole, cfg, seed=0), PPO(cartpole, cfg, seed=0)
+    follow.policy.flat.load_params(full.policy.flat.params_numpy())
+    follow.successive_rows()
+    acting = PPO(cartpole, cfg, seed=5, learner=False)
+    envs = [make_env("CartPole-v1", max_episode_steps=12) for _ in range(3)]
+    rows = Actor(envs, acting, stream_base=0, seed=3).collect(60, "steps")  # 180 rows
+    col = full.layout.slices
+    truncated, terminated = rows[:, col["truncated"]][:, 0] > 0, rows[:, col["terminated"]][:, 0] > 0
+    assert truncated.any() and terminated.any()
+    for algo in (full, follow):
+        algo.observe(rows.copy())
+        assert algo.updates_due(180) > 0
+        algo._start(algo.store.current)
+    a, b = full.store.current, follow.store.current
+    assert a.boundary_rows is None
+    streams = rows[:, col["stream"]][:, 0]
+    own = set(np.flatnonzero(truncated)) | {np.flatnonzero(streams == s).max() for s in np.unique(streams)}
+    assert b.boundary_rows == len(own) < 180 // 4
+    for name in ("advantage", "return", "value"):
+        torch.testing.assert_close(b.table[:, b.views[name]], a.table[:, a.views[name]])
+    follow.store.load_state({"pending": torch.from_numpy(rows[:10]), "rollouts": [], "ungranted": 0})
+    assert follow.store.pending_marks is None  # restored rows end their streams: all are evaluated

@@ -228,6 +228,10 @@ class Algorithm(TrainingState, UpdatePath, Configured, ABC):
         host copy (a device learner's pinned staging buffer); valid until the next call."""
         return self.layout.empty(n)
 
+    def successive_rows(self) -> None:
+        """The topology builds every row itself, each env stream's in step order with none
+        missing (central): an algorithm may use it (PPO: ``V(next_obs)`` from the next row)."""
+
     @abstractmethod
     def observe(self, rows: np.ndarray) -> None:
         """Store packed experience rows (``(n, layout.width)`` float32)."""

@@ -19,9 +19,13 @@ class Rollout:
     table (``obs | action | log_prob | advantage | return | value`` columns, ``| weight`` with
     the V-trace correction) and schedule."""
 
-    def __init__(self, rows: torch.Tensor | None, n_updates: int) -> None:
+    def __init__(self, rows: torch.Tensor | None, n_updates: int, boundary_rows: int | None = None) -> None:
         self.rows = rows
         self.n_updates = n_updates
+        #: with rows that follow their streams (:meth:`RolloutStore.follow_streams`), how many
+        #: rows end their stream in the rollout or were truncated (the rows whose ``V(next_obs)``
+        #: is evaluated: every other row's next observation is the next row's); ``None``: all rows
+        self.boundary_rows = boundary_rows
         self.table: torch.Tensor | None = None
         self.views: dict[str, slice] = {}
         self.schedule: list[torch.Tensor] = []
@@ -60,24 +64,42 @@ class RolloutStore:
         self.staging = Staging(width, device)
         self.pending: list[torch.Tensor] = []  # chunks, already on the learner's device
         self.pending_rows = 0
+        #: (stream, truncated) column indices once the rows follow their streams, else None
+        self.stream_columns: tuple[int, int] | None = None
+        #: the pending chunks' (stream, truncated) columns on the host; None: a chunk came without
+        self.pending_marks: list[np.ndarray] | None = []
         self.rollouts: deque[Rollout] = deque()
         self.ungranted = 0  # updates of frozen rollouts not yet granted (take_granted)
+
+    def follow_streams(self, stream: int, truncated: int) -> None:
+        """The rows of each stream arrive as its consecutive steps, none missing (a topology
+        that builds every row itself says so: central), so a row's next observation is the next
+        row's observation unless the row ended an episode: rollouts frozen from here on evaluate
+        ``V(next_obs)`` only where a stream ends in the rollout or was truncated, counted on the
+        host from these two columns (:attr:`Rollout.boundary_rows`), so the device never waits."""
+        self.stream_columns = (stream, truncated)
 
     def add(self, rows: np.ndarray) -> None:
         """Store a chunk; freeze a rollout once ``rollout_steps`` rows are waiting."""
         if rows.shape[0] == 0:
             return
-        self.add_tensor(self.staging.to_device(rows))  # one copy per chunk
+        marks = None if self.stream_columns is None else rows[:, list(self.stream_columns)].copy()
+        self.add_tensor(self.staging.to_device(rows), marks)  # one copy per chunk
 
-    def add_tensor(self, rows: torch.Tensor) -> None:
-        """:meth:`add` of rows already on the learner's device (kept, not copied)."""
+    def add_tensor(self, rows: torch.Tensor, marks: np.ndarray | None = None) -> None:
+        """:meth:`add` of rows already on the learner's device (kept, not copied); ``marks``:
+        their (stream, truncated) columns on the host, when the rows follow their streams."""
         self.pending.append(rows)
         self.pending_rows += rows.shape[0]
+        if self.pending_marks is not None:
+            self.pending_marks = None if marks is None else [*self.pending_marks, marks]
         if self.pending_rows >= self.rollout_steps:
             frozen = torch.cat(self.pending) if len(self.pending) > 1 else self.pending[0]
-            self.pending, self.pending_rows = [], 0
+            marks_of = self.pending_marks
+            self.pending, self.pending_rows, self.pending_marks = [], 0, []
             n_updates = self.updates_of(frozen.shape[0])
-            self.rollouts.append(Rollout(frozen, n_updates))
+            boundary = None if not marks_of else boundary_count(np.concatenate(marks_of))
+            self.rollouts.append(Rollout(frozen, n_updates, boundary))
             self.ungranted += n_updates
 
     def take_granted(self) -> int:
@@ -104,7 +126,19 @@ class RolloutStore:
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         pending = state["pending"]
+        # restored rows end their streams where the run stopped: the rollout they join evaluates all
+        self.pending_marks = [] if pending is None else None
         self.pending = [] if pending is None else [pending.to(self.device)]
         self.pending_rows = 0 if pending is None else int(pending.shape[0])
         self.rollouts = deque(Rollout.from_state(saved, self.device) for saved in state["rollouts"])
         self.ungranted = int(state["ungranted"])
+
+
+def boundary_count(marks: np.ndarray) -> int:
+    """Rows of a rollout (``marks``: its stream and truncated columns) that end their stream in
+    it or were truncated: the count of :func:`drlmpi.algos.rollout_targets.boundary_positions`."""
+    order = np.argsort(marks[:, 0], kind="stable")
+    s_sorted = marks[order, 0]
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = s_sorted[1:] != s_sorted[:-1]
+    return int(np.count_nonzero(last | (marks[order, 1] > 0)))
