@@ -153,6 +153,11 @@ class Learner(Training):
         self.part_start = {"env_steps": self.env_steps, "updates": self.updates, "learn_s": self.learn_s,
                            "train_seconds": train}
 
+    def successive_rows(self) -> None:
+        """The topology builds every row itself, each env stream's in step order, none missing
+        (central): the algorithm may rely on it (:meth:`~drlmpi.algos.base.Algorithm.successive_rows`)."""
+        self.algo.successive_rows()
+
     @property
     def part_learn_s(self) -> float:
         """Seconds of updates in this part of the run (all of it unless it was resumed)."""

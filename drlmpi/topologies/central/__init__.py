@@ -150,7 +150,7 @@ class Central(Topology):
         acting = learner.acting_for_simulators(len(groups) * max(g.n for g in groups),
                                                self._overlaps(ctx, learner))
         queue = {"settle": not acting.beside_updates, "ahead": QUEUED_BATCHES}
-        learner.algo.successive_rows()  # every row is built here, each game's in step order
+        learner.successive_rows()  # every row is built here, each game's in step order
         after = ctx.after_round(learner)
         stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // (comm.size - 1)}
