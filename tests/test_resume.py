@@ -123,7 +123,8 @@ def test_kill_then_resume_finishes_with_every_episode_once(pool, topology, ranks
     # the totals cover the whole run; per_rank (and topology_stats) this part, from the checkpoint on
     part = summary["part"]
     assert (part["from_env_steps"], part["from_updates"]) == (meta["env_steps"], meta["updates"])
-    assert part["from_train_seconds"] == pytest.approx(meta["train_seconds"], abs=0.01)
+    # (meta.json's clock is read a moment after the learner's state: tens of ms on a loaded machine)
+    assert part["from_train_seconds"] == pytest.approx(meta["train_seconds"], abs=0.25)
     assert summary["per_rank"][0]["updates"] == part["updates"] == summary["updates"] - meta["updates"]
     rows = episode_rows(run_dir)
     assert len(rows) == summary["episodes"]  # every episode once: none lost, none duplicated
