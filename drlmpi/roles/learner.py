@@ -126,7 +126,8 @@ class Learner(Training):
             "algo": self.algo.training_state(with_storage=with_storage),
             "learner": {
                 "env_steps": self.env_steps, "episodes": self.episodes,
-                "pending_updates": self.pending_updates, "learn_s": self.learn_s,
+                # updates owed for rows the checkpoint leaves out are owed no more
+                "pending_updates": self.pending_updates if with_storage else 0, "learn_s": self.learn_s,
                 "next_eval": self.next_eval, "solved_at": self.solved_at, "last_eval": self.last_eval,
                 "best_eval": self.best_eval, "evaluations": self.evaluations, "resumes": self.resumes,
                 "recent_returns": list(self.recent_returns),
