@@ -41,14 +41,20 @@ def test_the_table_has_a_row_per_run_and_the_cells_median():
                                                  _run(1, _episodes(200, step=2.0), None, resumes=2)])
     lines = train_returns_section([group])
     rows = [line for line in lines if line.startswith("| cue")]
-    # T = 400 s (seed 1's end). Seed 0 has all 200 games by 200 s; its mean of the last 100
-    # reaches 120 with game 170 (mean 170 - 49.5), at 171 s.
-    assert rows[0] == ("| cue | dqn | star(3) | 0 | 400 | 2,000 | 49.5 | 149.5 | 149.5 | 149.5 | 120 | 171 "
-                       "| 0 |")
+    # T = 400 s (seed 1's end). Seed 0 has all 200 games by 200 s, its end: no score past it (a
+    # shorter budget's last value is not its score at T); its mean of the last 100 reaches 120
+    # with game 170 (mean 170 - 49.5), at 171 s.
+    assert rows[0] == "| cue | dqn | star(3) | 0 | 400 | 2,000 | 49.5 | 149.5 | - | - | 120 | 171 | 0 |"
     # Seed 1: game i ends at 2 (i + 1) s - 50 games at 100 s, 100 at 200 s, 150 at 300 s.
     assert rows[1] == "| cue | dqn | star(3) | 1 | 400 | 2,000 | 24.5 | 49.5 | 99.5 | 149.5 | - | - | 2 |"
     assert rows[2] == ("| cue | dqn | star(3) | **median of 2** | 400 | - | **37.0** | **99.5** | "
-                       "**124.5** | **149.5** | - | - | - |")
+                       "**-** | **-** | - | - | - |")
+    # a run's own training time counts, not its last game's end: seed 0 trained to 400 s too
+    trained = _run(0, _episodes(200), 120.0)
+    trained_get = trained.get
+    trained.get = lambda k, d=None: 400.0 if k == "train_seconds" else trained_get(k, d)
+    same = train_returns_section([Group("cue", "dqn", "star", 3, runs=[trained, group.runs[1]])])
+    assert " | 149.5 | 149.5 | 149.5 | 120 | 171 | 0 |" in [r for r in same if r.startswith("| cue")][0]
     assert train_returns_section([Group("cue", "dqn", "star", 3, runs=[_run(0, _episodes(99), 1.0)])]) == []
     # A run too short for the window is left out, and the table says so (a seed must not vanish).
     mixed = train_returns_section([Group("cue", "dqn", "star", 3, runs=[

@@ -43,8 +43,12 @@ def first_reaching(episodes: np.ndarray, level: float, window: int = TRAIN_WINDO
     return None if row is None else float(episodes[row, 0])
 
 
-def _cell(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
+#: a point past a run's own training time
+PAST_END = "past its end"
+
+
+def _cell(value: float | str | None, digits: int = 1) -> str:
+    return "-" if value is None or value == PAST_END else f"{value:,.{digits}f}"
 
 
 def train_returns_section(groups: list[Group]) -> list[str]:
@@ -62,15 +66,17 @@ def train_returns_section(groups: list[Group]) -> list[str]:
             threshold = run.get("reward_threshold")
             reached = None if threshold is None else first_reaching(run.episodes, float(threshold))
             resumes = run.get("resumes", 0)
-            values = [return_at(run.episodes, t) for t in points]
+            # past a run's own training time (a shorter budget in the cell) it has no score: "-"
+            trained = max(float(run.get("train_seconds", 0.0)), float(run.episodes[-1, 0]))
+            values = [return_at(run.episodes, t) if t <= trained + 1e-6 else PAST_END for t in points]
             table.append(values)
             rows.append(f"| {group.env} | {group.algo} | {group.name} | {run.seed} | {end:,.0f} | "
                         f"{int(run.get('env_steps', 0)):,} | "
                         + " | ".join(_cell(v) for v in values)
                         + f" | {_cell(threshold, 0)} | {_cell(reached, 0)} | {resumes} |")
-        if len(runs) > 1:
-            medians = [np.median([v for v in column if v is not None]) if any(
-                v is not None for v in column) else None for column in zip(*table)]
+        if len(runs) > 1:  # a point some run never trained to has no median
+            medians = [None if PAST_END in column or all(v is None for v in column)
+                       else np.median([v for v in column if v is not None]) for column in zip(*table)]
             rows.append(f"| {group.env} | {group.algo} | {group.name} | **median of {len(runs)}** | "
                         f"{end:,.0f} | - | " + " | ".join(f"**{_cell(v)}**" for v in medians)
                         + " | - | - | - |")
@@ -81,7 +87,8 @@ def train_returns_section(groups: list[Group]) -> list[str]:
     return ["## Training return over time", "",
             f"Per run: the mean return of the last {TRAIN_WINDOW} training episodes (Atari: raw "
             "game scores) at a quarter, half, three quarters and all of T, the cell's longest "
-            "training time (`train_seconds`), and the first training second at which that mean "
+            "training time (`train_seconds`; `-` past a run's own, and then in the median row), "
+            "and the first training second at which that mean "
             "reached the run's reward threshold; resumes: how many times the run was continued "
             "(`resume=`) after a stop." + left_out, "",
             "| env | algo | topology | seed | T (s) | env steps | at T/4 | at T/2 | at 3T/4 | at T | "
