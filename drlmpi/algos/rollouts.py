@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from drlmpi.algos.advantages import stream_order
 from drlmpi.device.staging import Staging
 
 
@@ -83,7 +84,7 @@ class RolloutStore:
         """Store a chunk; freeze a rollout once ``rollout_steps`` rows are waiting."""
         if rows.shape[0] == 0:
             return
-        marks = None if self.stream_columns is None else rows[:, list(self.stream_columns)].copy()
+        marks = None if self.stream_columns is None else rows[:, list(self.stream_columns)]  # (a copy)
         self.add_tensor(self.staging.to_device(rows), marks)  # one copy per chunk
 
     def add_tensor(self, rows: torch.Tensor, marks: np.ndarray | None = None) -> None:
@@ -91,8 +92,10 @@ class RolloutStore:
         their (stream, truncated) columns on the host, when the rows follow their streams."""
         self.pending.append(rows)
         self.pending_rows += rows.shape[0]
-        if self.pending_marks is not None:
-            self.pending_marks = None if marks is None else [*self.pending_marks, marks]
+        if marks is None:
+            self.pending_marks = None
+        elif self.pending_marks is not None:
+            self.pending_marks.append(marks)
         if self.pending_rows >= self.rollout_steps:
             frozen = torch.cat(self.pending) if len(self.pending) > 1 else self.pending[0]
             marks_of = self.pending_marks
@@ -137,8 +140,5 @@ class RolloutStore:
 def boundary_count(marks: np.ndarray) -> int:
     """Rows of a rollout (``marks``: its stream and truncated columns) that end their stream in
     it or were truncated: the count of :func:`drlmpi.algos.rollout_targets.boundary_positions`."""
-    order = np.argsort(marks[:, 0], kind="stable")
-    s_sorted = marks[order, 0]
-    last = np.ones(len(order), dtype=bool)
-    last[:-1] = s_sorted[1:] != s_sorted[:-1]
-    return int(np.count_nonzero(last | (marks[order, 1] > 0)))
+    order, last_of_stream = stream_order(marks[:, 0])
+    return int(np.count_nonzero(last_of_stream | (marks[order, 1] > 0)))

@@ -5,6 +5,7 @@ and before torch starts any thread, pinning the rank to a core of its own (``bin
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from drlmpi.config.environment import BIND_CHOICES
@@ -192,3 +193,15 @@ def rank_processes(launcher_pid: int) -> list[int]:
         if b"mpi4py" in words and b"drlmpi" in words:
             ranks.append(pid)
     return ranks
+
+
+def signal_ranks(launcher_pid: int, signum: int) -> bool:
+    """Send ``signum`` to the drlmpi ranks a launcher started on this host (:func:`rank_processes`),
+    not to the launcher: Open MPI's ``mpirun`` answers SIGTERM and SIGINT by killing its ranks
+    before they could checkpoint. ``False`` where none was found (none started yet; not Linux):
+    the caller then signals the launcher itself."""
+    ranks = rank_processes(launcher_pid)
+    for pid in ranks:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+    return bool(ranks)

@@ -43,12 +43,8 @@ def first_reaching(episodes: np.ndarray, level: float, window: int = TRAIN_WINDO
     return None if row is None else float(episodes[row, 0])
 
 
-#: a point past a run's own training time
-PAST_END = "past its end"
-
-
-def _cell(value: float | str | None, digits: int = 1) -> str:
-    return "-" if value is None or value == PAST_END else f"{value:,.{digits}f}"
+def _cell(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def train_returns_section(groups: list[Group]) -> list[str]:
@@ -61,22 +57,23 @@ def train_returns_section(groups: list[Group]) -> list[str]:
             continue
         end = max(float(r.episodes[-1, 0]) for r in runs)
         points = [share * end for share in SHARES]
-        table = []
+        table, trained_to = [], []
         for run in runs:
             threshold = run.get("reward_threshold")
             reached = None if threshold is None else first_reaching(run.episodes, float(threshold))
             resumes = run.get("resumes", 0)
             # past a run's own training time (a shorter budget in the cell) it has no score: "-"
             trained = max(float(run.get("train_seconds", 0.0)), float(run.episodes[-1, 0]))
-            values = [return_at(run.episodes, t) if t <= trained + 1e-6 else PAST_END for t in points]
+            trained_to.append([t <= trained + 1e-6 for t in points])
+            values = [return_at(run.episodes, t) if ok else None for t, ok in zip(points, trained_to[-1])]
             table.append(values)
             rows.append(f"| {group.env} | {group.algo} | {group.name} | {run.seed} | {end:,.0f} | "
                         f"{int(run.get('env_steps', 0)):,} | "
                         + " | ".join(_cell(v) for v in values)
                         + f" | {_cell(threshold, 0)} | {_cell(reached, 0)} | {resumes} |")
         if len(runs) > 1:  # a point some run never trained to has no median
-            medians = [None if PAST_END in column or all(v is None for v in column)
-                       else np.median([v for v in column if v is not None]) for column in zip(*table)]
+            medians = [np.median(present) if all(every) and (present := [v for v in column if v is not None])
+                       else None for column, every in zip(zip(*table), zip(*trained_to))]
             rows.append(f"| {group.env} | {group.algo} | {group.name} | **median of {len(runs)}** | "
                         f"{end:,.0f} | - | " + " | ".join(f"**{_cell(v)}**" for v in medians)
                         + " | - | - | - |")

@@ -167,7 +167,7 @@ class Learner(Training):
     @property
     def part_updates(self) -> int:
         """Updates in this part of the run (all of them unless it was resumed)."""
-        return self.updates - int(self.part_start["updates"])
+        return self.updates - self.part_start["updates"]
 
     @property
     def device(self) -> torch.device:

@@ -38,7 +38,7 @@ def relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
     with a checkpoint (exit 4). Where no rank is found (none started yet; not Linux) the launcher
     gets the signal. If this process is killed, the launcher is killed with it (SIGKILL)."""
     from drlmpi.job_control.launchers import launch_command
-    from drlmpi.job_control.process import rank_processes
+    from drlmpi.job_control.process import signal_ranks
 
     cmd = launch_command(ranks, [sys.executable, "-m", "mpi4py", "-m", "drlmpi", *argv])
     print(f"drlmpi: world_size={ranks}: starting {' '.join(cmd)}", file=sys.stderr, flush=True)
@@ -48,9 +48,9 @@ def relaunch_under_mpiexec(argv: list[str], ranks: int) -> None:
         sys.exit(f"drlmpi: error: {missing_launcher(cmd[0])}")
 
     def forward(signum: int, _frame: object) -> None:
-        for pid in rank_processes(launcher.pid) or [launcher.pid]:
+        if not signal_ranks(launcher.pid, signum):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
+                os.kill(launcher.pid, signum)
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, forward)

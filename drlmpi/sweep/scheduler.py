@@ -29,7 +29,7 @@ from hydra.core.utils import JobStatus
 from omegaconf import DictConfig
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
-from drlmpi.job_control.process import cpu_list, rank_processes, usable_cpus
+from drlmpi.job_control.process import cpu_list, signal_ranks, usable_cpus
 from drlmpi.sweep.jobs import read_summary, stopped_by_signal, tail
 
 POLL_S = 0.2
@@ -197,15 +197,10 @@ class Scheduler:
         return {signum: signal.signal(signum, stop) for signum in SWEEP_STOP_SIGNALS}
 
     def _signal(self, job: SweepJob, signum: int) -> None:
-        """Pass a stop signal on to the job's ranks on this host, not to its launcher: Open MPI's
-        ``mpirun`` answers SIGTERM by killing its ranks before they could checkpoint (as the
-        relaunch of ``python -m drlmpi world_size=N`` does, :mod:`drlmpi.run.relaunch`). Where no
-        rank is found (none started yet, another host's, not Linux), the job's process group."""
-        ranks = rank_processes(job.proc.pid)
-        for pid in ranks:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
-        if not ranks:
+        """Pass a stop signal on to the job's ranks on this host, not to its launcher
+        (:func:`~drlmpi.job_control.process.signal_ranks`, as the relaunch of ``python -m drlmpi
+        world_size=N`` does); where no rank is found, to the job's process group."""
+        if not signal_ranks(job.proc.pid, signum):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(job.proc.pid, signum)
 
