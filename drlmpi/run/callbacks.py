@@ -31,7 +31,7 @@ class RunChecks(Callback):
             return
         try:
             settings = RootSettings.build(config)
-            say(claim(str(config.hydra.run.dir), overwrite=RunSettings.build(config.run).overwrite,
+            say(claim(config.hydra.run.dir, overwrite=RunSettings.build(config.run).overwrite,
                       resuming=settings.resume is not None))
         except ConfigError as exc:
             several = False
