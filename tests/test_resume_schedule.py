@@ -76,7 +76,8 @@ def test_central_ppo_resumes_from_its_networks_alone(pool, tmp_path):
     last periodic checkpoint with a larger budget starts a new rollout and goes on from the saved
     counts; the summary's totals cover both parts, ``part`` and ``per_rank`` the second; every
     game is in metrics.csv once, in order. Failed before the learner dropped, with the rows, the
-    updates it owed for them. About 6-9 s: two short runs in the pool."""
+    updates it owed for them. 6-9 s on an idle machine, 17 s in a loaded fresh-clone run: two short
+    runs in the pool (an end-to-end resume of the preset's path is worth them)."""
     run_dir = tmp_path / "run"
     common = ["algo=ppo", "topology=central", "algo.hidden=[32]", "algo.rollout_steps=256",
               "algo.batch_size=64", "algo.lr_schedule=linear", "run.checkpoint_replay=false",
