@@ -135,3 +135,22 @@ def test_a_sweep_step_replaces_its_own_value_of_a_key_the_overrides_name(tmp_pat
     assert plan.args[plan.args.index("--topologies") + 1] == "central,star"
     assert "topology=central,star" in measured.args and "world_size=8,16" in measured.args
     assert "+experiment=topology_throughput" not in measured.args
+
+
+def test_a_ceiling_keeps_its_algorithm_and_topology_while_the_learners_take_the_overrides(tmp_path):
+    """``breakout_levers OUT algo.epochs=2``: the ceiling (algo=random, whose config has no
+    ``algo.epochs``) would not compose with it; the two central sweeps take it, and every sweep
+    takes the other keys."""
+    ceiling, central, levers, _ = headline.steps("breakout_levers", [])
+    given = ["algo.epochs=2", "topology.overlap=off", "seed=7", "+algo.extra=1"]
+    cmd = headline.command(ceiling, tmp_path, given)
+    assert "seed=7" in cmd and not any(a.startswith(("algo.", "topology.", "+algo.")) for a in cmd)
+    assert "algo=random" not in cmd  # the preset's own: +experiment/breakout=ceiling names it
+    for step in (central, levers):
+        cmd = headline.command(step, tmp_path, given)
+        assert {"algo.epochs=2", "topology.overlap=off", "seed=7"} <= set(cmd)
+        assert "topology.overlap=on" not in cmd
+    assert "algo.autocast=bfloat16" in headline.command(levers, tmp_path, given)
+    (ceiling, *_) = headline.steps("steady", [])
+    cmd = headline.command(ceiling, tmp_path, ["algo=dqn", "world_size=2"])
+    assert "algo=random" in cmd and "algo=dqn" not in cmd and "world_size=2" in cmd

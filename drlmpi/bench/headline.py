@@ -8,7 +8,8 @@ run's summary.json, metrics.csv, job.log, rank 0's log and composed config (chec
 event files and other ranks' logs removed; ``--keep-all`` keeps them), each command's output in
 a ``.txt`` beside its JSON, and the report's tables (``report*/``, no plots). Overrides go to every
 sweep of the part and replace its own value of a key (``seed=0``, ``world_size=2``, ``device=cpu``
-for a smaller check). ``--dry-run`` prints the commands and lets every sweep list its jobs
+for a smaller check), except that a raw-stepping ceiling keeps its algorithm and topology: it
+takes no ``algo``/``topology`` key (``algo.autocast=bfloat16`` goes to the learners only). ``--dry-run`` prints the commands and lets every sweep list its jobs
 (``hydra.launcher.dry_run=true``) without running them. MPI jobs start with the one launch
 command (``DRLMPI_MPIEXEC``; the GPU hosts' runs used ``mpirun --oversubscribe --bind-to none``).
 The parts, their time on the hosts measured and what they reproduce: docs/experiments.md.
@@ -32,11 +33,18 @@ OUT = "{out}"
 @dataclass
 class Step:
     """One command: ``python -m`` ``args``; a sweep (``into``: its folder in OUT) takes the
-    part's overrides; ``log``: a file in OUT that gets a copy of its output."""
+    part's overrides but those of the config groups in ``keeps``; ``log``: a file in OUT that gets
+    a copy of its output."""
 
     args: list[str]
     into: str | None = None
     log: str | None = None
+    keeps: tuple[str, ...] = ()
+
+    def takes(self, override: str) -> bool:
+        """Whether this sweep takes ``override`` (``algo.lr=...`` belongs to the group ``algo``)."""
+        key = override.partition("=")[0].lstrip("+~")
+        return key.split(".")[0].split("/")[0] not in self.keeps
 
 
 def _words(texts: tuple[str, ...]) -> list[str]:
@@ -46,6 +54,12 @@ def _words(texts: tuple[str, ...]) -> list[str]:
 def sweep(into: str, *texts: str) -> Step:
     """``python -m drlmpi -m WORDS`` into OUT/``into`` (``texts``: space-separated overrides)."""
     return Step(["drlmpi", "-m", *_words(texts)], into=into)
+
+
+def ceiling(into: str, *texts: str) -> Step:
+    """:func:`sweep` of a raw-stepping ceiling (random actions, no learner): the part's overrides
+    of the algorithm and the topology are not its to take."""
+    return Step(sweep(into, *texts).args, into=into, keeps=("algo", "topology"))
 
 
 def learner(log: str, *texts: str) -> Step:
@@ -96,18 +110,18 @@ STEPS: dict[str, list[Step]] = {
     "fused_scaling": [
         *(sweep(mode, THROUGHPUT, "run.max_env_steps=25000", DQN_GPU, f"algo.capture={mode}",
                 "topology=sequential,star,async world_size=1,8,16") for mode in ("fused", "graph")),
-        sweep("ceiling", THROUGHPUT, "run.max_env_steps=25000", CEILING, "world_size=8,16"),
+        ceiling("ceiling", THROUGHPUT, "run.max_env_steps=25000", CEILING, "world_size=8,16"),
         report("report_fused", "fused", "ceiling"),
         report("report_graph", "graph", "ceiling")],
     "steady": [
-        sweep("ceiling", STEADY, CEILING),
+        ceiling("ceiling", STEADY, CEILING),
         sweep("paired", STEADY, DQN_GPU, "topology=star,async"),
         sweep("paired_rows960", STEADY, DQN_GPU, "topology=star topology.round_rows=960"),
         sweep("separate", STEADY, DQN_GPU, "topology=star algo.target_forward=separate"),
         report("report_paired", "ceiling", "paired", "paired_rows960"),
         report("report_separate", "ceiling", "separate")],
     "bind": [  # unpinned against pinned, alternating, three times
-        *(sweep(f"{b}/ceiling", BIND, CEILING, f"bind_ranks={b}") for b in ("none", "core")),
+        *(ceiling(f"{b}/ceiling", BIND, CEILING, f"bind_ranks={b}") for b in ("none", "core")),
         *(sweep(f"{b}/star_{r}", BIND, DQN_GPU, STAR_X8, f"bind_ranks={b}")
           for r in (1, 2, 3) for b in ("none", "core")),
         report("report_none", "none"),
@@ -117,12 +131,18 @@ STEPS: dict[str, list[Step]] = {
               "topology=sequential,star,async,allgather,parameter_server world_size=1,8,16"),
         sweep("device_k1", THROUGHPUT, "run.max_env_steps=20000", DQN_GPU, "algo.updates_per_graph=1",
               "topology=star world_size=16"),
-        sweep("ceiling", THROUGHPUT, "run.max_env_steps=20000", CEILING, "world_size=1,8,16"),
+        ceiling("ceiling", THROUGHPUT, "run.max_env_steps=20000", CEILING, "world_size=1,8,16"),
         report("report", "device_k4", "device_k1", "ceiling")],
     "breakout_share": [
-        sweep("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=120"),
+        ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=120"),
         sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=120 topology.overlap=off,on"),
         report("report", "ceiling", "central")],
+    "breakout_levers": [
+        ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=120"),
+        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=120 topology.overlap=on"),
+        sweep("central_levers", "+experiment=ppo_breakout_16 run.max_train_seconds=120 topology.overlap=on",
+              "algo.autocast=bfloat16 algo.channels_last=true"),
+        report("report", "ceiling", "central", "central_levers")],
     "breakout_layouts": [
         *(sweep(layout, BREAKOUT, "+experiment/breakout=ceiling,central run.max_train_seconds=40",
                 "world_size={} env.num_envs={} env.num_threads={}".format(*layout.split("x")))
@@ -179,8 +199,9 @@ def command(step: Step, out: Path, overrides: list[str], dry_run: bool = False) 
     the same key, the overrides added, then its folder (and, dry, ``hydra.launcher.dry_run``)."""
     args = [a.replace(OUT, str(out)) for a in step.args]
     if step.into is not None:
-        keys = {o.partition("=")[0] for o in overrides}
-        args = [a for a in args if a.partition("=")[0] not in keys] + overrides
+        taken = [o for o in overrides if step.takes(o)]
+        keys = {o.partition("=")[0] for o in taken}
+        args = [a for a in args if a.partition("=")[0] not in keys] + taken
         args += [f"hydra.sweep.dir={out / step.into}"] + (["hydra.launcher.dry_run=true"] if dry_run else [])
     return [sys.executable, "-m", *args]
 
