@@ -143,6 +143,11 @@ STEPS: dict[str, list[Step]] = {
         sweep("central_levers", "+experiment=ppo_breakout_16 run.max_train_seconds=120 topology.overlap=on",
               "algo.autocast=bfloat16 algo.channels_last=true"),
         report("report", "ceiling", "central", "central_levers")],
+    "breakout_minibatches": [  # 3,840-row rollouts: 15, 8 and 4 minibatches of 256, 480 and 960 rows
+        ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=90"),
+        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=90 topology.overlap=on",
+              "algo.autocast=bfloat16 algo.channels_last=true algo.num_minibatches=15,8,4"),
+        report("report", "ceiling", "central")],
     "breakout_layouts": [
         *(sweep(layout, BREAKOUT, "+experiment/breakout=ceiling,central run.max_train_seconds=40",
                 "world_size={} env.num_envs={} env.num_threads={}".format(*layout.split("x")))
