@@ -4,6 +4,7 @@ command a user runs (probe, table, plan.json, refusals, --compare)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from drlmpi.planner.model import Prediction, load_at, predict
 from drlmpi.planner.probe import Probe
 from drlmpi.topologies.allgather import Allgather
 from drlmpi.topologies.asynchronous import Asynchronous
+from drlmpi.topologies.central import Central
 from drlmpi.topologies.sequential import Sequential
 from drlmpi.topologies.star import Star
 from tests.mpirun import REPO
@@ -46,6 +48,26 @@ def cfg(topology: str, max_env_steps=None, **options):
 
 def test_sequential_steps_and_learns_in_turn():
     assert predict(Sequential, 1, probe(), cfg("sequential")).env_steps_per_s == pytest.approx(1 / 3e-3)
+
+
+def test_central_acting_beside_its_updates_is_paced_by_the_slower_of_host_and_device():
+    """16 ranks, 8 games each, 2 ms an update a step: waiting for its updates the learner adds
+    them to its serving (1 ms a pass of 60 rows, cheap messages); acting beside them on a CUDA
+    learner, the 2 ms of updates alone set the pace - unless the run is deterministic, the
+    overlap is off, or the learner is on the CPU (where nothing runs beside the updates)."""
+    cuda = probe(device="cuda", num_envs=8, act_s={1: 1e-3, 256: 1e-3}, sim_step_s=1e-4, env_step_s=1e-4)
+    serve = 1e-3 / 60  # one forward pass serves 15 simulators x 4 games (two groups a simulator)
+    waiting = 1 / (2e-3 + serve)
+    assert predict(Central, 16, cuda, cfg("central", overlap="off")).env_steps_per_s == pytest.approx(
+        waiting, rel=1e-3)
+    beside = predict(Central, 16, cuda, cfg("central"))  # overlap=auto
+    assert beside.env_steps_per_s == pytest.approx(500, rel=1e-3) and beside.bound == "learner"
+    for same in (replace(cuda, deterministic=True), replace(cuda, device="cpu")):
+        assert predict(Central, 16, same, cfg("central", overlap="auto")).env_steps_per_s == pytest.approx(
+            waiting, rel=1e-3)
+    # the host's side binds when serving costs more than the updates
+    slow_host = probe(device="cuda", num_envs=8, act_s={1: 0.3, 256: 0.3}, sim_step_s=1e-4, env_step_s=1e-4)
+    assert predict(Central, 16, slow_host, cfg("central")).env_steps_per_s == pytest.approx(60 / 0.3, rel=1e-3)
 
 
 def test_a_single_learner_caps_star_async_and_p2p():

@@ -116,7 +116,10 @@ class Central(Topology):
     @classmethod
     def pace(cls, ranks: int, p: Probe, settings: CentralSettings) -> Pace:
         """Simulators only step; the learner serves each group's actions in one forward pass and
-        trains: max(s_env/(N-1), c + rho u + a serve's pass per row + two messages per group step)."""
+        trains: max(s_env/(N-1), c + rho u + a serve's pass per row + two messages per group step).
+        Acting beside the updates (``topology.overlap`` on a CUDA learner), the device runs the
+        updates while the host stores rows and serves: the learner's side is the slower of the
+        two, max(c + a serve per row, rho u)."""
         sims, e, f = ranks - 1, p.num_envs, p.slowdown_at(ranks)
         groups = max(1, min(settings.env_groups, e))
         serve_rows, per_message = max(1, sims * e // groups), max(1, e // groups)
@@ -126,6 +129,9 @@ class Central(Topology):
         if groups == 1:  # no other group steps while one waits for its actions
             sim += per_row * serve_rows / (sims * e)
         learn, warm = learner_side(p, f, per_row)
+        on_cuda = p.device.startswith("cuda")  # on the CPU nothing runs beside the updates
+        if on_cuda and cls.acts_beside_updates(settings.overlap, "cuda", p.deterministic):
+            learn = max(warm, p.updates_per_step * p.learner_update_at(p.batch_size) * f)
         return Pace(sim=sim, learn=learn, learn_warm=warm)
 
     def run(self, ctx: RunContext) -> RankReport:
@@ -188,9 +194,13 @@ class Central(Topology):
 
     def _overlaps(self, ctx: RunContext, learner: Learner) -> bool:
         """Whether the learner acts beside its queued updates (``topology.overlap``)."""
-        mode = self.cfg.overlap
+        return self.acts_beside_updates(self.cfg.overlap, learner.device.type, ctx.cfg.run.deterministic)
+
+    @staticmethod
+    def acts_beside_updates(mode: str, device_type: str, deterministic: bool) -> bool:
+        """``topology.overlap`` resolved: ``auto`` on a CUDA learner unless the run is deterministic."""
         if mode == "auto":
-            return learner.device.type == "cuda" and not ctx.cfg.run.deterministic
+            return device_type == "cuda" and not deterministic
         return mode == "on"
 
     @staticmethod

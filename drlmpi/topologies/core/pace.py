@@ -56,6 +56,8 @@ class Probe:
     probe_seconds: float = 0.0
     #: GPUs of this host (device learners on more ranks than GPUs take turns on one)
     gpus: int = 1
+    #: the config's ``run.deterministic`` (a deterministic run serialises what would overlap)
+    deterministic: bool = False
     notes: list[str] = field(default_factory=list)
     #: relative half-width of each measured figure's spread between repeats (``sim_step_s``,
     #: ``update_s``): a cell's range is the model at the low and the high ends
