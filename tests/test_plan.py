@@ -4,10 +4,10 @@ command a user runs (probe, table, plan.json, refusals, --compare)."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -66,8 +66,10 @@ def test_central_acting_beside_its_updates_is_paced_by_the_slower_of_host_and_de
         assert predict(Central, 16, same, cfg("central", overlap="auto")).env_steps_per_s == pytest.approx(
             waiting, rel=1e-3)
     # the host's side binds when serving costs more than the updates
-    slow_host = probe(device="cuda", num_envs=8, act_s={1: 0.3, 256: 0.3}, sim_step_s=1e-4, env_step_s=1e-4)
-    assert predict(Central, 16, slow_host, cfg("central")).env_steps_per_s == pytest.approx(60 / 0.3, rel=1e-3)
+    slow_host = probe(device="cuda", num_envs=8, act_s={1: 0.3, 256: 0.3}, sim_step_s=1e-4,
+                      env_step_s=1e-4)
+    host_bound = predict(Central, 16, slow_host, cfg("central"))
+    assert host_bound.env_steps_per_s == pytest.approx(60 / 0.3, rel=1e-3)
 
 
 def test_a_single_learner_caps_star_async_and_p2p():

@@ -9,7 +9,8 @@ event files and other ranks' logs removed; ``--keep-all`` keeps them), each comm
 a ``.txt`` beside its JSON, and the report's tables (``report*/``, no plots). Overrides go to every
 sweep of the part and replace its own value of a key (``seed=0``, ``world_size=2``, ``device=cpu``
 for a smaller check), except that a raw-stepping ceiling keeps its algorithm and topology: it
-takes no ``algo``/``topology`` key (``algo.autocast=bfloat16`` goes to the learners only). ``--dry-run`` prints the commands and lets every sweep list its jobs
+takes no ``algo``/``topology`` key (``algo.autocast=bfloat16`` goes to the learners only).
+``--dry-run`` prints the commands and lets every sweep list its jobs
 (``hydra.launcher.dry_run=true``) without running them. MPI jobs start with the one launch
 command (``DRLMPI_MPIEXEC``; the GPU hosts' runs used ``mpirun --oversubscribe --bind-to none``).
 The parts, their time on the hosts measured and what they reproduce: docs/experiments.md.
