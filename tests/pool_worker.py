@@ -154,6 +154,28 @@ def resume(comm: Any, run_dir: str, extra: list[str] | None = None) -> str:
     return run_dir
 
 
+def slow_to_build(comm: Any, overrides: list[str], run_dir: str, rank: int, delay_s: float) -> str:
+    """:func:`experiment` with rank ``rank`` ``delay_s`` seconds late building its first network
+    (as a rank whose CUDA context is made after fifteen others' is)."""
+    from drlmpi.topologies.core.context import RunContext
+
+    if comm.Get_rank() != rank:
+        return experiment(comm, overrides, run_dir)
+    build, built = RunContext.make_algo, []
+
+    def late(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not built:
+            time.sleep(delay_s)
+        built.append(True)
+        return build(self, *args, **kwargs)
+
+    RunContext.make_algo = late
+    try:
+        return experiment(comm, overrides, run_dir)
+    finally:
+        RunContext.make_algo = build
+
+
 def data_parallel(comm: Any, mode: str, out_dir: str, updates: int, names: list[str]) -> None:
     """``tests/dp_reference.py``'s updates on ``comm``."""
     from tests.dp_reference import main

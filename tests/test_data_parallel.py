@@ -9,10 +9,13 @@ topologies' real sync classes (tests/dp_reference.py).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from tests.dp_reference import concatenated, make_algo
+from tests.shared_runs import TINY_DQN
 
 UPDATES = 6
 
@@ -48,3 +51,21 @@ def test_data_parallel_equals_one_process_on_the_concatenated_batch(pool, tmp_pa
         # The targets moved too (TD3: Polyak on actor steps; DQN: copied every 3 updates), so
         # the comparison covers the after-update hooks on every rank, the server included.
         assert any("target" in k and not torch.equal(v, initial[k]) for k, v in reference.items())
+
+
+def test_the_wait_for_a_learner_slow_to_build_its_network_is_start_up_not_training(pool, tmp_path):
+    """allgather on 2 ranks, rank 1 building its network 2 s after rank 0 (what sixteen CUDA
+    contexts made one after another on one GPU did to rank 0's clock): rank 0's training clock
+    starts once every learner has its network, so the run's train_seconds leave the 2 s out
+    and its wall_seconds keep them."""
+    delay = 2.0
+    run_dir = tmp_path / "run"
+    pool.submit(2, "tests.pool_worker:slow_to_build", overrides=["topology=allgather", *TINY_DQN,
+                                                                  "run.max_env_steps=256"],
+                run_dir=str(run_dir), rank=1, delay_s=delay).result()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] >= 256
+    assert summary["train_seconds"] < delay / 2, summary["train_seconds"]
+    assert summary["wall_seconds"] > 0.9 * delay, summary["wall_seconds"]
+    assert delay * 0.9 < summary["startup_seconds"] < delay * 1.5, summary["startup_seconds"]
+    assert summary["eval_seconds"] < delay / 2  # the wait is not counted as evaluation

@@ -6,7 +6,6 @@ leaves evaluations out, are :mod:`drlmpi.roles.stopping`'s.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -133,6 +132,7 @@ class Learner(Training):
                 "recent_returns": list(self.recent_returns),
                 "policy_lags": torch.tensor(self.policy_lags, dtype=torch.int64),
                 "train_seconds": self.clock.elapsed(), "wall_seconds": self.clock.wall(),
+                "startup_seconds": self.clock.startup_s,
             },
         }
 
@@ -149,8 +149,7 @@ class Learner(Training):
         self.recent_returns = [float(r) for r in saved["recent_returns"]]
         self.policy_lags = saved["policy_lags"].tolist()
         wall, train = float(saved["wall_seconds"]), float(saved["train_seconds"])
-        self.clock.start = time.perf_counter() - wall
-        self.clock.paused_s = wall - train
+        self.clock.set_to(wall, train, float(saved.get("startup_seconds", 0.0)))  # (older: none)
         self.part_start = {"env_steps": self.env_steps, "updates": self.updates, "learn_s": self.learn_s,
                            "train_seconds": train}
 

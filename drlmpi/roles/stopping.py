@@ -19,19 +19,37 @@ from drlmpi.roles.evaluate import evaluate
 
 
 class TrainingClock:
-    """Wall-clock time of a run with evaluation pauses taken out."""
+    """Wall-clock time of a run with evaluation pauses and start-up waits taken out."""
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.paused_s = 0.0
+        #: seconds of waiting for other ranks before training began (:meth:`starts_now`)
+        self.startup_s = 0.0
+        #: training seconds when the clock was set (0, or a resumed run's saved time)
+        self._set_at = 0.0
+
+    def set_to(self, wall: float, train: float, startup: float = 0.0) -> None:
+        """Continue from ``wall`` seconds of wall clock, ``train`` of them training and
+        ``startup`` of them start-up (a resume)."""
+        self.start = time.perf_counter() - wall
+        self.startup_s = startup
+        self.paused_s = wall - train - startup
+        self._set_at = train
+
+    def starts_now(self) -> None:
+        """Training starts now, not when the clock was set: the seconds since are start-up (a
+        learner waiting for the slowest rank to build its network), off the training clock and
+        on the wall clock. Called before the run's first step."""
+        self.startup_s += self.elapsed() - self._set_at
 
     def exclude(self, seconds: float) -> None:
         """Take ``seconds`` off the training clock (an evaluation, a checkpoint being written)."""
         self.paused_s += seconds
 
     def elapsed(self) -> float:
-        """Seconds since start, excluding evaluation."""
-        return time.perf_counter() - self.start - self.paused_s
+        """Seconds since start, excluding evaluation and start-up."""
+        return time.perf_counter() - self.start - self.paused_s - self.startup_s
 
     def wall(self) -> float:
         """Seconds since start, including evaluation."""

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from drlmpi.config.settings import Settings, choice, integer
 from drlmpi.mpi.timed import TimedComm
@@ -82,6 +83,11 @@ class DataParallelLearner:
         self.learner: Learner = ctx.make_learner(self.algo, log=log, exchange=exchange)
         self.learner.follow_steps_only()  # every learner must step with the same learning rate
         broadcast_all_params(comm, self.algo, root=0)
+        # The learners meet once every one has its network (the broadcast's root may leave
+        # before the others arrive); the wait for the slowest to build it - CUDA contexts of many
+        # processes on one GPU are made one after another - is start-up, not training.
+        comm.Allreduce(MPI.IN_PLACE, np.zeros(1), op=MPI.SUM, kind="start")
+        self.learner.clock.starts_now()
         self.check_every = settings.check_every
         self.next_check = self.check_every
 
