@@ -53,14 +53,15 @@ def test_data_parallel_equals_one_process_on_the_concatenated_batch(pool, tmp_pa
         assert any("target" in k and not torch.equal(v, initial[k]) for k, v in reference.items())
 
 
-def test_the_wait_for_a_learner_slow_to_build_its_network_is_start_up_not_training(pool, tmp_path):
-    """allgather on 2 ranks, rank 1 building its network 2 s after rank 0 (what sixteen CUDA
-    contexts made one after another on one GPU did to rank 0's clock): rank 0's training clock
-    starts once every learner has its network, so the run's train_seconds leave the 2 s out
-    and its wall_seconds keep them."""
+@pytest.mark.parametrize("topology", ["allgather", "parameter_server"])
+def test_the_wait_for_a_learner_slow_to_build_its_network_is_start_up_not_training(pool, tmp_path, topology):
+    """2 ranks, rank 1 building its network 2 s after rank 0 (what sixteen CUDA contexts made
+    one after another on one GPU did to rank 0's clock): rank 0's training clock starts once
+    every rank has its network, so the run's train_seconds leave the 2 s out, its
+    startup_seconds hold them and its wall_seconds keep them."""
     delay = 2.0
     run_dir = tmp_path / "run"
-    pool.submit(2, "tests.pool_worker:slow_to_build", overrides=["topology=allgather", *TINY_DQN,
+    pool.submit(2, "tests.pool_worker:slow_to_build", overrides=[f"topology={topology}", *TINY_DQN,
                                                                   "run.max_env_steps=256"],
                 run_dir=str(run_dir), rank=1, delay_s=delay).result()
     summary = json.loads((run_dir / "summary.json").read_text())

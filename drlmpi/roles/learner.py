@@ -149,7 +149,8 @@ class Learner(Training):
         self.recent_returns = [float(r) for r in saved["recent_returns"]]
         self.policy_lags = saved["policy_lags"].tolist()
         wall, train = float(saved["wall_seconds"]), float(saved["train_seconds"])
-        self.clock.set_to(wall, train, float(saved.get("startup_seconds", 0.0)))  # (older: none)
+        startup = float(saved["startup_seconds"]) if "startup_seconds" in saved else 0.0  # (older: none)
+        self.clock.set_to(wall, train, startup)
         self.part_start = {"env_steps": self.env_steps, "updates": self.updates, "learn_s": self.learn_s,
                            "train_seconds": train}
 

@@ -37,7 +37,7 @@ from drlmpi.topologies.core.data_parallel.batch_rule import BatchRuleFields, Dat
 from drlmpi.topologies.core.data_parallel.exchanges import (
     ServerExchange,
     WorkerExchange,
-    broadcast_all_params,
+    start_together,
 )
 from drlmpi.topologies.core.data_parallel.rounds import data_parallel_round
 from drlmpi.topologies.core.pace import Probe, log2
@@ -82,7 +82,7 @@ class ParameterServer(DataParallelTopology):
         rule = self.batch_rule(self.cfg, ctx.cfg.algo, comm.size)
         algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg)
         learner = ctx.make_learner(algo, exchange=ServerExchange(comm, workers=comm.size - 1))
-        broadcast_all_params(comm, algo, root=SERVER)
+        start_together(comm, algo, learner.clock, root=SERVER)
         rounds = 0
         while True:
             table = data_parallel_round(comm, learner, None, self.cfg.sync_every, self.cfg.sync_unit, SERVER)
@@ -112,7 +112,7 @@ class ParameterServer(DataParallelTopology):
         algo = ctx.make_algo(learner=True, shared_init=True,
                              algo_cfg=self.batch_rule(self.cfg, ctx.cfg.algo, comm.size).algo_cfg)
         learner = ctx.make_learner(algo, log=False, exchange=WorkerExchange(comm, SERVER))
-        broadcast_all_params(comm, algo, root=SERVER)
+        start_together(comm, algo, learner.clock, root=SERVER)
         actor = ctx.make_local_actor(learner)
         control = empty_control()
         while True:

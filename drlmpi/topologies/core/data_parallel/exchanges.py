@@ -27,6 +27,7 @@ from drlmpi.algos.base import Algorithm
 from drlmpi.algos.exchange import GradientExchange
 from drlmpi.algos.params import ParamGroup
 from drlmpi.mpi.timed import TimedComm
+from drlmpi.roles.stopping import TrainingClock
 
 
 class MPIExchange(GradientExchange):
@@ -121,6 +122,20 @@ def broadcast_all_params(comm: TimedComm, algo: Algorithm, root: int = 0) -> Non
         params = group.flat.params_numpy()
         comm.Bcast(params, root=root, kind="weights")
         group.flat.load_params(params)
+
+
+def start_together(comm: TimedComm, algo: Algorithm, clock: TrainingClock, root: int = 0) -> None:
+    """The start of a data-parallel run: every rank takes ``root``'s parameters
+    (:func:`broadcast_all_params`), then all meet once - an all-reduce of one number, since a
+    broadcast's root may leave before the others arrive - and training starts there
+    (``clock.starts_now()``): the wait for the
+    slowest rank to build its network is start-up. On one GPU, sixteen ranks make their CUDA
+    contexts one after another."""
+    from mpi4py import MPI
+
+    broadcast_all_params(comm, algo, root=root)
+    comm.Allreduce(MPI.IN_PLACE, np.zeros(1), op=MPI.SUM, kind="start")
+    clock.starts_now()
 
 
 def param_checksums(algo: Algorithm) -> np.ndarray:

@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
 from drlmpi.config.settings import Settings, choice, integer
 from drlmpi.mpi.timed import TimedComm
@@ -30,7 +29,7 @@ from drlmpi.topologies.core.data_parallel.batch_rule import BatchRule
 from drlmpi.topologies.core.data_parallel.exchanges import (
     AllgatherExchange,
     AllreduceExchange,
-    broadcast_all_params,
+    start_together,
 )
 
 #: ``topology.reduce``: how MPI averages the gradients (the other backends all-reduce)
@@ -82,12 +81,7 @@ class DataParallelLearner:
         exchange = DistExchange(self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm)
         self.learner: Learner = ctx.make_learner(self.algo, log=log, exchange=exchange)
         self.learner.follow_steps_only()  # every learner must step with the same learning rate
-        broadcast_all_params(comm, self.algo, root=0)
-        # The learners meet once every one has its network (the broadcast's root may leave
-        # before the others arrive); the wait for the slowest to build it - CUDA contexts of many
-        # processes on one GPU are made one after another - is start-up, not training.
-        comm.Allreduce(MPI.IN_PLACE, np.zeros(1), op=MPI.SUM, kind="start")
-        self.learner.clock.starts_now()
+        start_together(comm, self.algo, self.learner.clock)
         self.check_every = settings.check_every
         self.next_check = self.check_every
 
