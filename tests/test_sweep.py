@@ -359,6 +359,16 @@ def test_the_sweeper_leaves_composing_to_the_mpi_launcher():
     assert composed == [["seed=0"], ["seed=1"]]
 
 
+def test_a_job_without_a_world_size_is_named_by_the_ranks_it_runs_on(tmp_path):
+    """world_size null: each job runs on its topology's smallest world, and its folder says so
+    (``_n2``, not ``_nNone``)."""
+    proc = _sweep(tmp_path, "topology=star,sequential", "hydra.launcher.dry_run=true")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    star, sequential = _jobs(tmp_path)
+    assert (star["ranks"], sequential["ranks"]) == (2, 1)
+    assert star["run_dir"].endswith("_star_n2") and sequential["run_dir"].endswith("_sequential_n1")
+
+
 def test_a_job_whose_config_cannot_resolve_is_skipped_with_the_reason(tmp_path):
     proc = _sweep(tmp_path, "+experiment=learning_matrix", "+experiment/pair=dqn_cartpole", "seed=0",
                   "topology=sequential,p2p", "~world_size_by_topology.p2p",

@@ -127,6 +127,25 @@ def job_ranks(cfg: DictConfig) -> int:
     return int(resolve_classes(cfg)[1].smallest_world(cfg.topology))
 
 
+def job_folder(cfg: DictConfig, sweep_dir: Path, idx: int) -> Path:
+    """The job's run directory: ``hydra.sweep.subdir`` in ``sweep_dir``, read with the ranks the
+    job will run on where ``world_size`` is null (``..._star_n2``, not ``..._star_nNone``); the job's
+    number where the subdir interpolates a broken value (the job is refused after, saying why)."""
+    unset = False
+    try:
+        unset = cfg.get("world_size") is None
+        if unset:
+            with open_dict(cfg):
+                cfg.world_size = job_ranks(cfg)
+        return sweep_dir / str(cfg.hydra.sweep.subdir)
+    except (ConfigError, OmegaConfBaseException):
+        return sweep_dir / str(idx)
+    finally:
+        if unset:
+            with open_dict(cfg):
+                cfg.world_size = None
+
+
 def job_cost(cfg: DictConfig, ranks: int) -> float:
     """A rough size of a job for ordering the queue: its step budget times its ranks."""
     try:
@@ -292,10 +311,7 @@ class MPILauncher(Launcher):
         with open_dict(cfg):
             cfg.hydra.job.id = idx
             cfg.hydra.job.num = idx
-        try:
-            run_dir = sweep_dir / str(cfg.hydra.sweep.subdir)
-        except OmegaConfBaseException:  # it interpolates a broken value: reported just below
-            run_dir = sweep_dir / str(idx)
+        run_dir = job_folder(cfg, sweep_dir, idx)
         job = SweepJob(idx, overrides, label, run_dir,
                        {"job": idx, "overrides": overrides, "run_dir": str(run_dir)}, cfg=cfg)
         tag = f"[{idx + 1}/{total}] {label}"
