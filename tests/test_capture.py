@@ -419,11 +419,12 @@ def ppo_pair(spec, cfg, rows: np.ndarray, rollouts: int = 2, schedule: bool = Fa
     ids=["discrete_vtrace", "discrete_gae_linear_lr", "box_vtrace_linear_lr"])
 def test_ppo_graph_learns_what_eager_learns(env_id, vtrace, schedule):
     """Captured PPO minibatch updates (the table gathered into one buffer per update, the fused
-    Adam step reading a device learning rate) learn what eager ones do, across two rollouts
-    (8 rows left over an epoch: 520 rows, batch 64)."""
+    Adam step reading a device learning rate, the loss a device clip) learn what eager ones do,
+    across two rollouts (8 rows left over an epoch: 520 rows, batch 64)."""
     spec = probe_spec(env_id)
     cfg = cfg_for("ppo", rollout_steps=520, batch_size=64, epochs=2, vtrace=vtrace,
-                  lr_schedule="linear" if schedule else "constant")
+                  lr_schedule="linear" if schedule else "constant",
+                  clip_schedule="linear" if schedule else "constant")
     rows = random_rows(PPO(spec, cfg, device="cpu", seed=0, learner=False), 520)
     rows[:, PPO.experience_layout(spec).slices["log_prob"]] = -0.7
     eager, captured, m_eager, m_captured = ppo_pair(spec, cfg, rows, schedule=schedule)
@@ -437,6 +438,7 @@ def test_ppo_graph_learns_what_eager_learns(env_id, vtrace, schedule):
         assert isinstance(lr, torch.Tensor) and lr.is_cuda
         assert float(lr) == pytest.approx(captured.policy.lr_value)
         assert captured.policy.lr_value < captured.lr / 10
+        assert captured.clip.is_cuda and float(captured.clip) < captured.clip_range / 10  # and the clip
 
 
 def test_ppo_cnn_graph_learns_what_eager_learns(monkeypatch):

@@ -209,6 +209,27 @@ def test_value_clipping(cartpole):
     assert losses[0.0] > losses[None]
 
 
+@pytest.mark.parametrize("schedule", ["constant", "linear"])
+def test_the_clip_follows_its_schedule_into_the_loss(cartpole, schedule):
+    """clip_range 0.2, every row's ratio e^0.15 (1.16): inside the clip at the start; halfway
+    through a linear schedule the clip is 0.1 and every row is clipped; at the end of the budget
+    it is 1% of 0.2. A constant schedule keeps 0.2 throughout."""
+    n = 8
+    batch = {"obs": torch.randn(n, cartpole.obs_dim), "action": torch.zeros(n, 1),
+             "advantage": torch.randn(n), "return": torch.zeros(n), "value": torch.zeros(n)}
+    fractions = {}
+    for progress in (0.0, 0.5):
+        algo = PPO(cartpole, ppo_cfg(clip_range=0.2, clip_schedule=schedule), seed=1)
+        algo.set_progress(progress)
+        with torch.no_grad():
+            batch["log_prob"] = algo.net.distribution(batch["obs"]).log_prob(torch.zeros(n)) - 0.15
+        fractions[progress] = algo.update_on(dict(batch))["clip_fraction"]
+    assert fractions[0.0] == 0.0
+    assert fractions[0.5] == (1.0 if schedule == "linear" else 0.0)
+    algo.set_progress(1.0)
+    assert float(algo.clip) == pytest.approx(0.002 if schedule == "linear" else 0.2)
+
+
 def test_act_and_env_action(cartpole, pendulum):
     algo = PPO(cartpole, ppo_cfg(), learner=False)
     obs = np.zeros((500, cartpole.obs_dim), dtype=np.float32)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.distributions import Categorical, Normal
 
@@ -109,13 +110,24 @@ class ActorCritic(nn.Module):
         return self.log_prob(dist, actions), dist.entropy().sum(-1)
 
 
-def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float,
+def clipped_surrogate_loss(ratio: torch.Tensor, advantages: torch.Tensor, clip: float | torch.Tensor,
                            weights: torch.Tensor | None = None) -> torch.Tensor:
     """PPO's policy loss ``-mean min(ratio A, clip(ratio, 1 - clip, 1 + clip) A)``, each term
-    multiplied by ``weights`` if given (the decoupled objective's ``min(rho_clip, pi_prox/mu)``)."""
+    multiplied by ``weights`` if given (the decoupled objective's ``min(rho_clip, pi_prox/mu)``).
+    ``clip``: a number, or a device scalar a schedule refills (a captured update reads it)."""
     unclipped = ratio * advantages
     clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
     surrogate = torch.minimum(unclipped, clipped)
     if weights is not None:
         surrogate = weights * surrogate
     return -surrogate.mean()
+
+
+def clipped_value_loss(values: torch.Tensor, returns: torch.Tensor, old: torch.Tensor,
+               clip: float | None) -> torch.Tensor:
+    """PPO's value loss: the mean squared error to the returns, or with ``clip`` the larger of it
+    and that of the old values moved at most ``clip`` towards the new ones."""
+    if clip is None:
+        return F.mse_loss(values, returns)
+    clipped = old + (values - old).clamp(-clip, clip)
+    return torch.maximum((values - returns) ** 2, (clipped - returns) ** 2).mean()

@@ -54,9 +54,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from drlmpi.algos.actor_critic import ACTIVATIONS, ActorCritic, clipped_surrogate_loss
+from drlmpi.algos.actor_critic import ACTIVATIONS, ActorCritic, clipped_surrogate_loss, clipped_value_loss
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.encoders import CONV_STACKS, resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
@@ -78,7 +77,7 @@ class PPO(RolloutTargets, Algorithm):
     Config keys (``drlmpi/config/schema.py``'s ``algo/ppo`` documents each): ``hidden``, ``activation``,
     ``lr``, ``lr_schedule``, ``adam_eps``, ``gamma``, ``gae_lambda``, ``rollout_steps``,
     ``batch_size``, ``epochs``,
-    ``clip_range``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
+    ``clip_range``, ``clip_schedule``, ``clip_range_vf``, ``ent_coef``, ``vf_coef``, ``max_grad_norm``,
     ``normalize_advantage``, ``log_std_init``, ``ortho_init``, ``reward_scale``,
     ``vtrace``, ``vtrace_rho_clip``, ``vtrace_c_clip``, ``encoder`` (image observations:
     :mod:`drlmpi.algos.encoders`).
@@ -91,7 +90,7 @@ class PPO(RolloutTargets, Algorithm):
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"
     metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
-    report_variants = ("vtrace", "encoder", "autocast", "channels_last")  # what is learned, and with what
+    report_variants = ("vtrace", "encoder", "autocast", "channels_last", "clip_schedule", "num_minibatches")
     report_plain = {"encoder": ("cnn",)}  # encoder=impala (or mlp) is a regime of its own
     loss_metrics = ("policy_loss", "value_loss")
     takes_images = True
@@ -153,6 +152,10 @@ class PPO(RolloutTargets, Algorithm):
         self.batch_size = cfg.batch_size
         self.epochs = cfg.epochs
         self.clip_range = cfg.clip_range
+        self.clip_schedule = cfg.clip_schedule  # constant or linear
+        #: the ratio's clip now: a device scalar that clip_schedule=linear refills (captured
+        #: updates read it)
+        self.clip = torch.tensor(float(cfg.clip_range), device=self.device)
         self.clip_range_vf = cfg.clip_range_vf
         self.ent_coef = cfg.ent_coef
         self.vf_coef = cfg.vf_coef
@@ -189,10 +192,12 @@ class PPO(RolloutTargets, Algorithm):
 
     def set_progress(self, fraction: float) -> None:
         """``lr_schedule=linear``: ``lr * (1 - fraction)``, floored at 1% of ``lr`` so that the
-        last updates of a budget still move."""
+        last updates of a budget still move; ``clip_schedule=linear``: the clip likewise."""
+        scale = max(0.01, 1.0 - min(1.0, max(0.0, float(fraction))))
         if self.lr_schedule == "linear" and self.policy.optimizer is not None:
-            scale = max(0.01, 1.0 - min(1.0, max(0.0, float(fraction))))
             self.policy.set_lr(self.lr * scale)
+        if self.clip_schedule == "linear":
+            self.clip.fill_(self.clip_range * scale)
 
     # -- acting -------------------------------------------------------------------------------
     @torch.no_grad()
@@ -326,21 +331,15 @@ class PPO(RolloutTargets, Algorithm):
         log_ratio = (log_prob - batch["log_prob"]).clamp(max=LOG_RATIO_MAX)
         ratio = log_ratio.exp()
         weight = batch.get("weight")
-        policy_loss = clipped_surrogate_loss(ratio, advantages, self.clip_range, weight)
-        if self.clip_range_vf is None:
-            value_loss = F.mse_loss(values, batch["return"])
-        else:
-            old = batch["value"]
-            clipped = old + (values - old).clamp(-self.clip_range_vf, self.clip_range_vf)
-            value_loss = torch.maximum((values - batch["return"]) ** 2,
-                                       (clipped - batch["return"]) ** 2).mean()
+        policy_loss = clipped_surrogate_loss(ratio, advantages, self.clip, weight)
+        value_loss = clipped_value_loss(values, batch["return"], batch["value"], self.clip_range_vf)
         entropy_mean = entropy.mean()
         loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
         self.policy.backward(loss)
         exchange("policy", self.policy)
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator, >= 0
-            clip_fraction = ((ratio - 1.0).abs() > self.clip_range).float().mean()
+            clip_fraction = ((ratio - 1.0).abs() > self.clip).float().mean()
             extra = ()
             if self.vtrace:  # mean truncated importance weight (1: on-policy)
                 extra = (ratio.new_ones(()) if weight is None else weight.mean(),)

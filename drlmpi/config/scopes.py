@@ -279,6 +279,9 @@ class PPOSettings(AlgoSettings):
               "batch_size holds)", nullable=True)
     epochs: int = integer(10, "passes over each rollout")
     clip_range: float = positive(0.2, "clip of the probability ratio")
+    clip_schedule: str = choice(
+        "constant", "linear: the ratio's clip falls linearly over the run's budget as lr_schedule=linear's "
+                    "rate does (to 1% of clip_range)", "constant", "linear")
     clip_range_vf: float | None = positive(
         None, "clip of the value change (null: no clipping)", nullable=True)
     ent_coef: float = real(0.0, "entropy bonus coefficient", low=0)
