@@ -15,6 +15,7 @@ from drlmpi.algos.params import ParamGroup, mlp
 from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import probe_spec
 from drlmpi.mpi.timed import TimedComm
+from drlmpi.roles.stopping import TrainingClock
 from drlmpi.topologies.core.data_parallel.backend import DistExchange, DistGroup, Placement
 from drlmpi.topologies.core.data_parallel.exchanges import (
     AllgatherExchange,
@@ -197,7 +198,7 @@ class _Context:
 
     def make_learner(self, algo, log: bool, exchange):
         self.exchange = exchange
-        return SimpleNamespace(follow_steps_only=lambda: None)
+        return SimpleNamespace(follow_steps_only=lambda: None, clock=TrainingClock())
 
 
 @pytest.mark.parametrize("backend,reduce",
