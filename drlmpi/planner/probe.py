@@ -7,8 +7,9 @@ What it measures for the composed config (each with the run's own classes and op
   on the CPU and packing the rows), divided by the steps;
 * ``env_step_s``: the same stepping with actions chosen at random (what a ``central``
   simulator does: it never acts);
-* ``act_s``: the learner device's seconds per batched forward pass at a few batch sizes
-  (``central``'s serves);
+* ``act_s``: the learner device's seconds per batched forward pass at a few batch sizes, taken
+  as ``central`` serves (:func:`~drlmpi.roles.learner.simulator_acting`: on a CUDA learner,
+  captured passes that sample the actions);
 * ``update_s``: seconds per update on the learner's device at the job's batch and at the
   smaller per-rank batches of the data-parallel topologies (``batch_rule=global``);
 * ``updates_per_step`` (after ``learning_starts``) and ``ingest_row_s`` (storing one row);
@@ -38,6 +39,7 @@ from drlmpi.bench.learner import random_rows, timed
 from drlmpi.device.determinism import apply_run_settings
 from drlmpi.job_control.process import usable_cpus
 from drlmpi.planner import LAUNCH_ENV, mpi_command
+from drlmpi.roles.learner import simulator_acting
 from drlmpi.run.preflight import make_plan, resolve_classes
 from drlmpi.topologies.core.base import SyncFields
 from drlmpi.topologies.core.pace import Probe
@@ -284,13 +286,13 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
             ingest, learner_update, rho = _learner_costs(ctx, chunk, seconds)
         act_s = {}
         obs = np.resize(seen, (256, *seen.shape[1:]))  # observations the actor saw, repeated
+        serve = simulator_acting(learner, 256)  # as central serves: captured passes on a CUDA learner
         for n in (1, 16, 256):
+            serve(obs[:n], 0)  # its bucket's graph captured before the clock
             t0, k = time.perf_counter(), 0
             while time.perf_counter() - t0 < seconds / 6 or k < 3:
-                learner.act(obs[:n], 0, False)
+                serve(obs[:n], 0)  # returns on the host: every pass waited for
                 k += 1
-            if str(ctx.device).startswith("cuda"):
-                torch.cuda.synchronize()
             act_s[n] = (time.perf_counter() - t0) / k
         row_bytes = int(learner.layout.width * 4)
         weight_bytes = int(learner.policy.flat.numel * 4)

@@ -291,19 +291,9 @@ class Learner(Training):
         """``n`` rows to build experience into (pinned staging rows on a device learner)."""
         return self.algo.row_buffer(n)
 
-    def acting_for_simulators(self, max_rows: int, beside_updates: bool = False) -> Acting:
-        """``act(observations, env_steps) -> (actions, extras, forward output)``: this learner
-        acting for simulators that hold no policy (central inference). On a CUDA learner with
-        ``algo.capture`` the forward pass is replayed from CUDA graphs (:class:`CapturedForward`),
-        exploration finished on the host; an algorithm that acts on the host only acts as it does
-        (no forward output). ``beside_updates``: from copies of the acting modules, on a stream of
-        their own, while updates queued by ``train(settle=False)`` run
-        (:mod:`drlmpi.device.acting`)."""
-        algo = self.algo
-        if type(algo).act_tensor is Algorithm.act_tensor:
-            return HostActing(algo)
-        mode = "graph" if algo.capture in ("graph", "fused") else "off"
-        return Acting(algo, max_rows, mode, beside_updates=beside_updates and bool(algo.acting_modules))
+    def acting_for_simulators(self, max_rows: int, beside_updates: bool = False) -> Acting | HostActing:
+        """:func:`simulator_acting` of this learner's algorithm."""
+        return simulator_acting(self.algo, max_rows, beside_updates)
 
     def extras_of(self, out: Any, obs: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
         """The extra columns (PPO: log-probabilities, values) of ``actions`` other than the ones
@@ -311,3 +301,17 @@ class Learner(Training):
         them, else from another pass over ``obs``."""
         redone = None if out is None else self.algo.extras_of(out, actions)
         return self.algo.extras_for(obs, actions) if redone is None else redone
+
+
+def simulator_acting(algo: Algorithm, max_rows: int, beside_updates: bool = False) -> Acting | HostActing:
+    """``act(observations, env_steps) -> (actions, extras, forward output)``: ``algo`` acting for
+    simulators that hold no policy (central inference; the planner's probe times the same). On a
+    CUDA learner with ``algo.capture`` the forward pass is replayed from CUDA graphs
+    (:class:`~drlmpi.device.capture.CapturedForward`), exploration finished on the host; an
+    algorithm that acts on the host only acts as it does (no forward output). ``beside_updates``:
+    from copies of the acting modules, on a stream of their own, while updates queued by
+    ``train(settle=False)`` run (:mod:`drlmpi.device.acting`)."""
+    if type(algo).act_tensor is Algorithm.act_tensor:
+        return HostActing(algo)
+    mode = "graph" if algo.capture in ("graph", "fused") else "off"
+    return Acting(algo, max_rows, mode, beside_updates=beside_updates and bool(algo.acting_modules))
