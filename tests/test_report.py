@@ -814,3 +814,26 @@ def test_saved_configs_of_every_study_load_through_the_typed_settings():
         assert isinstance(settings, JobSettings), study
         assert settings.env.id and settings.run.eval_every >= 1 and settings.topology.name, study
     assert saved_settings({"env": {"id": "CartPole-v1"}, "run": {"eval_every": "often"}}) is None
+
+
+def test_runs_of_one_cell_that_differ_in_an_algorithm_option_are_cells_of_their_own(tmp_path):
+    """A sweep of ``algo.lr=1e-4,3e-4`` over two seeds: four runs of one env, algo, topology and
+    size. The two learning rates are two cells of two seeds each, labelled with the option, never
+    one cell of four "seeds"; a run without its algorithm's config keeps its label."""
+    runs = {}
+    for lr in (1e-4, 3e-4):
+        for seed in (0, 1):
+            run = make_run(tmp_path, f"lr{lr}_s{seed}", "sequential", 1, seed, 10.0)
+            config = run / ".hydra" / "config.yaml"
+            algo = f"algo:\n  _target_: drlmpi.algos.dqn.DQN\n  name: dqn\n  lr: {lr}\n"
+            config.write_text(config.read_text().replace("algo:\n  name: dqn\n", algo))
+            runs[(lr, seed)] = run
+    make_run(tmp_path, "no_algo_config", "sequential", 1, 2, 10.0)
+    build_report([tmp_path], tmp_path / "report")
+    labels = {row["run_dir"]: row["algo"] for row in csv.DictReader(open(tmp_path / "report" / "runs.csv"))}
+    for (lr, _), run in runs.items():
+        assert labels[str(run)] == f"dqn[lr={lr:g}]"
+    assert labels[str(tmp_path / "no_algo_config")] == "dqn"
+    cells = {row["algo"]: row for row in csv.DictReader(open(tmp_path / "report" / "table.csv"))}
+    assert sorted(cells) == ["dqn", "dqn[lr=0.0001]", "dqn[lr=0.0003]"]
+    assert [cells[k]["n"] for k in sorted(cells)] == ["1", "2", "2"]

@@ -5,17 +5,19 @@ descend into a run directory (:func:`~drlmpi.report.runs.is_run_dir`), and each 
 read once however many paths reach it. A ``jobs.json`` (written by the sweep launcher) anywhere
 in the tree adds its jobs: their non-zero-return jobs as *failed jobs*, and each job's record
 to the missing run of its directory. Where runs of one env+algo differ in ``num_envs``, the
-setting becomes part of their env label.
+setting becomes part of their env label; where runs of one cell differ in an algorithm option,
+the option becomes part of their algo label.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from drlmpi.report.jobs import Job, read_jobs
+from drlmpi.report.labels import ask_class, import_class
 from drlmpi.report.runs import MissingRun, Run, is_run_dir, load_run
 from drlmpi.sweep.jobs import JOBS_FILE
 
@@ -53,6 +55,46 @@ def label_swept_num_envs(runs: list[Run]) -> None:
             run.env = f"{run.env[:-1]} {envs}]" if run.env.endswith("]") else f"{run.env}[{envs}]"
 
 
+def algo_settings(run: Run) -> dict[str, str]:
+    """The run's algorithm options as written (its settings class's, defaults filled in, so a
+    run saved before an option existed reads its default), without ``_target_`` and ``name``."""
+    algo = run.config.get("algo")
+    if not isinstance(algo, dict):
+        return {}
+    settings = ask_class(import_class(algo.get("_target_")), "settings_of", algo)
+    values = asdict(settings) if is_dataclass(settings) else algo
+    return {key: _written(value) for key, value in values.items() if key not in ("_target_", "name")}
+
+
+def _written(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_written(v) for v in value) + "]"
+    return str(value)
+
+
+def label_swept_algo_settings(runs: list[Run]) -> None:
+    """Where runs of one cell (env, algo label, topology, world size) differ in an algorithm
+    option (a sweep of ``algo.lr=1e-4,3e-4``), add each differing option to their algo label
+    (``dqn[lr=0.0001]``), so that settings are never averaged together as seeds."""
+    cells: dict[tuple[str, str, str, int], list[tuple[Run, dict[str, str]]]] = {}
+    for run in runs:
+        settings = algo_settings(run)
+        if settings:  # a run without its config cannot say: it keeps its label
+            cells.setdefault(run.key, []).append((run, settings))
+    for members in cells.values():
+        shared = set.intersection(*(set(s) for _, s in members))
+        differ = sorted(k for k in shared if len({s[k] for _, s in members}) > 1)
+        if not differ:
+            continue
+        for run, settings in members:
+            parts = ",".join(f"{k}={settings[k]}" for k in differ)
+            run.algo = f"{run.algo[:-1]},{parts}]" if run.algo.endswith("]") else f"{run.algo}[{parts}]"
+
+
 def discover(paths: list[Path]) -> RunSet:
     """Every run directory and ``jobs.json`` under ``paths`` (each directory read once)."""
     found = RunSet()
@@ -85,6 +127,7 @@ def discover(paths: list[Path]) -> RunSet:
     found.runs.sort(key=lambda r: str(r.path))
     found.missing.sort(key=lambda r: str(r.path))
     label_swept_num_envs(found.runs)
+    label_swept_algo_settings(found.runs)
     by_dir = {job.resolved_dir(): job for job in found.jobs}
     for m in found.missing:
         job = by_dir.get(m.path.resolve())
