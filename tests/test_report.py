@@ -828,7 +828,7 @@ def test_runs_of_one_cell_that_differ_in_an_algorithm_option_are_cells_of_their_
             algo = f"algo:\n  _target_: drlmpi.algos.dqn.DQN\n  name: dqn\n  lr: {lr}\n"
             config.write_text(config.read_text().replace("algo:\n  name: dqn\n", algo))
             runs[(lr, seed)] = run
-    make_run(tmp_path, "no_algo_config", "sequential", 1, 2, 10.0)
+    (make_run(tmp_path, "no_algo_config", "sequential", 1, 2, 10.0) / ".hydra" / "config.yaml").unlink()
     build_report([tmp_path], tmp_path / "report")
     labels = {row["run_dir"]: row["algo"] for row in csv.DictReader(open(tmp_path / "report" / "runs.csv"))}
     for (lr, _), run in runs.items():

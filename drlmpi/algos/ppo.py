@@ -155,7 +155,7 @@ class PPO(RolloutTargets, Algorithm):
         self.clip_schedule = cfg.clip_schedule  # constant or linear
         #: the ratio's clip now: a device scalar that clip_schedule=linear refills (captured
         #: updates read it)
-        self.clip = torch.tensor(float(cfg.clip_range), device=self.device)
+        self.clip = torch.tensor(cfg.clip_range, device=self.device)
         self.clip_range_vf = cfg.clip_range_vf
         self.ent_coef = cfg.ent_coef
         self.vf_coef = cfg.vf_coef

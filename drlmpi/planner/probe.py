@@ -36,6 +36,7 @@ from omegaconf import DictConfig
 
 from drlmpi.algos.random_policy import RandomPolicy
 from drlmpi.bench.learner import random_rows, timed
+from drlmpi.config.scopes import RunSettings
 from drlmpi.device.determinism import apply_run_settings
 from drlmpi.job_control.process import usable_cpus
 from drlmpi.planner import LAUNCH_ENV, mpi_command
@@ -303,7 +304,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
         notes.append(f"message costs {source}")
     gpus = torch.cuda.device_count() if str(ctx.device).startswith("cuda") else 0
     return Probe(cores=cores, device=str(ctx.device), gpus=max(1, gpus), num_envs=ctx.cfg.env.num_envs,
-                 deterministic=bool(cfg.run.deterministic),
+                 deterministic=RunSettings.coerce(cfg.run).deterministic,
                  sim_step_s=sim_step, env_step_s=env_step, act_s=act_s, update_s=update_s,
                  update_jitter_s=jitter,
                  learner_update_s=learner_update or update_s.get(batch or 0, 0.0),

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from drlmpi.report.jobs import Job, read_jobs
-from drlmpi.report.labels import ask_class, import_class
 from drlmpi.report.runs import MissingRun, Run, is_run_dir, load_run
 from drlmpi.sweep.jobs import JOBS_FILE
 
@@ -43,6 +42,12 @@ class RunSet:
         return not (self.runs or self.missing or self.jobs)
 
 
+def with_part(label: str, part: str, sep: str) -> str:
+    """``label`` with ``part`` added inside its brackets after ``sep`` (``cartpole[sim=1ms envs=4]``),
+    or in brackets of its own (``cartpole[envs=4]``)."""
+    return f"{label[:-1]}{sep}{part}]" if label.endswith("]") else f"{label}[{part}]"
+
+
 def label_swept_num_envs(runs: list[Run]) -> None:
     """Where runs of one env+algo differ in ``num_envs`` (the PPO-Tetris ranks x envs grid),
     make it part of the env label (``cartpole[envs=4]``) so each setting is its own group."""
@@ -51,18 +56,17 @@ def label_swept_num_envs(runs: list[Run]) -> None:
         by_pair.setdefault((run.env, run.algo), set()).add(run.get("num_envs"))
     for run in runs:
         if len(by_pair[(run.env, run.algo)]) > 1:
-            envs = f"envs={run.get('num_envs')}"
-            run.env = f"{run.env[:-1]} {envs}]" if run.env.endswith("]") else f"{run.env}[{envs}]"
+            run.env = with_part(run.env, f"envs={run.get('num_envs')}", " ")
 
 
 def algo_settings(run: Run) -> dict[str, str]:
-    """The run's algorithm options as written (its settings class's, defaults filled in, so a
-    run saved before an option existed reads its default), without ``_target_`` and ``name``."""
-    algo = run.config.get("algo")
-    if not isinstance(algo, dict):
+    """The run's algorithm options as written, from its typed settings (:attr:`Run.settings`:
+    defaults filled in, so a run saved before an option existed reads its default), without
+    ``_target_`` and ``name``; none for a run whose saved config cannot be read."""
+    algo = None if run.settings is None else run.settings.algo
+    if algo is None:
         return {}
-    settings = ask_class(import_class(algo.get("_target_")), "settings_of", algo)
-    values = asdict(settings) if is_dataclass(settings) else algo
+    values = asdict(algo) if is_dataclass(algo) else dict(algo)
     return {key: _written(value) for key, value in values.items() if key not in ("_target_", "name")}
 
 
@@ -91,8 +95,7 @@ def label_swept_algo_settings(runs: list[Run]) -> None:
         if not differ:
             continue
         for run, settings in members:
-            parts = ",".join(f"{k}={settings[k]}" for k in differ)
-            run.algo = f"{run.algo[:-1]},{parts}]" if run.algo.endswith("]") else f"{run.algo}[{parts}]"
+            run.algo = with_part(run.algo, ",".join(f"{k}={settings[k]}" for k in differ), ",")
 
 
 def discover(paths: list[Path]) -> RunSet:
