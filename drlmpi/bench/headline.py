@@ -149,6 +149,11 @@ STEPS: dict[str, list[Step]] = {
         sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=90 topology.overlap=on",
               "algo.autocast=bfloat16 algo.channels_last=true algo.num_minibatches=15,8,4"),
         report("report", "ceiling", "central")],
+    "breakout_pipeline": [  # 2 or 4 environment groups a simulator (hiding the round trip), 4 or 3 epochs
+        ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=80"),
+        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=80 topology.overlap=on",
+              "algo.autocast=bfloat16 algo.channels_last=true topology.env_groups=2,4 algo.epochs=4,3"),
+        report("report", "ceiling", "central")],
     "breakout_layouts": [
         *(sweep(layout, BREAKOUT, "+experiment/breakout=ceiling,central run.max_train_seconds=40",
                 "world_size={} env.num_envs={} env.num_threads={}".format(*layout.split("x")))
