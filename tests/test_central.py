@@ -18,6 +18,7 @@ from drlmpi.mpi.wire import Tag
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.central import Central
+from drlmpi.topologies.central.simulator import step_groups
 from drlmpi.topologies.central.wire import Group, StepWire, env_groups
 
 IMAGE = "tests.image_env:ImageSide-v0"
@@ -177,6 +178,76 @@ def test_one_serve_answers_each_group_with_the_actions_of_its_own_observations()
         assert np.array_equal(reply[1:], own.reshape(-1)) and own[:, 0].tolist() == actions
         assert torch.equal(torch.as_tensor(group.out), algo.act_tensor(torch.as_tensor(group.obs), True))
         assert group.version == 7 and group.extras is None
+
+
+class BusyLearner:
+    """A learner as a simulator meets it, when step messages exceed MPI's eager limit: it takes a
+    message (the send completes) only inside its own MPI calls, here while the simulator waits in
+    ``Recv`` for some group's actions - between them it serves, stores rows and queues updates.
+    A blocking ``Send`` would wait out that work (here: an error). Each group is answered
+    once its latest message is taken; after ``rounds`` step messages of a group, with the stop."""
+
+    def __init__(self, groups: int, rounds: int) -> None:
+        self.rounds, self.pending, self.events = rounds, [], []
+        self.taken = [0] * groups
+        self.answered = [0] * groups
+
+    def Isend(self, buf, dest, tag, kind):  # noqa: N802 (MPI name)
+        request = {"group": tag - int(Tag.OBSERVATIONS), "taken": False}
+        self.pending.append(request)
+        self.events.append(("sent", request["group"]))
+        return request
+
+    def Send(self, buf, dest, tag, kind):  # noqa: N802
+        raise AssertionError("a blocking Send: the simulator waits until the learner next calls MPI")
+
+    def wait(self, request) -> None:
+        assert request["taken"], "the simulator waited for a message the learner had not taken yet"
+
+    def Recv(self, buf, source, tag, kind):  # noqa: N802
+        group = tag - int(Tag.ACTIONS)
+        for request in self.pending:
+            request["taken"] = True
+            self.taken[request["group"]] += 1
+        self.pending = []
+        assert self.taken[group] > self.answered[group], "actions asked for before the group's message"
+        self.answered[group] += 1
+        buf[:] = 0.0
+        buf[0] = float(self.answered[group] > self.rounds)  # the stop flag
+        self.events.append(("answered", group))
+
+
+class StepCounting:
+    """A group's actor: CartPole-shaped observations, rows of zeros, its steps counted."""
+
+    def __init__(self, layout, n_envs: int) -> None:
+        self.layout, self.n_envs, self.steps = layout, n_envs, 0
+        self.obs = np.zeros((n_envs, 4), dtype=np.float32)
+
+    def step_served(self, actions):
+        assert actions.shape == (self.n_envs, self.layout.action_dim)
+        self.steps += self.n_envs
+        return np.zeros((self.n_envs, self.layout.width), dtype=np.float32), None
+
+
+def test_a_simulator_steps_its_next_group_while_the_learner_has_not_taken_the_last_message():
+    """Two groups, 5 step messages each, against a learner that takes messages only while the
+    simulator waits for actions: the simulator sends each message and goes on to its other
+    group at once (never a blocking send, never a wait on a message not yet taken), every
+    message reaches the learner once, and each group stepped its 5 times."""
+    from drlmpi.algos.dqn import DQN
+
+    layout = DQN(env_spec(make_env("CartPole-v1")), group_config("algo", "dqn"), seed=0).layout
+    actors = [StepCounting(layout, 3), StepCounting(layout, 2)]
+    learner = BusyLearner(groups=2, rounds=5)
+    assert step_groups(learner, actors, StepWire(layout)) >= 0.0
+    assert [a.steps for a in actors] == [15, 10]
+    assert learner.taken == [6, 6] and learner.pending == []  # the first message and 5 step messages
+    # after each step message of a group, the next thing is the OTHER group's actions
+    events = learner.events
+    step_messages = [i for i, (what, _) in enumerate(events) if what == "sent"][2:]
+    assert len(step_messages) == 10
+    assert all(events[i + 1] == ("answered", 1 - events[i][1]) for i in step_messages)
 
 
 def test_acting_beside_updates_acts_from_the_copy_last_refreshed():

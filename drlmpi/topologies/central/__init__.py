@@ -2,7 +2,9 @@
 
 Simulators (ranks 1..N) hold no policy. Each steps its ``env.num_envs`` environments in
 ``topology.env_groups`` groups that take turns (two: double buffering). For a group it sends a
-*step message* to the learner and waits for that group's actions, while its other groups step:
+*step message* to the learner (``Isend``: it never waits for the learner to take it,
+:mod:`drlmpi.topologies.central.simulator`) and waits for that group's actions, while its other
+groups step:
 
 * the observations to act on next (uint8 images as their bytes, as experience rows hold them);
 * what the previous step of the group did: the action each environment took (Atari's FIRE after
@@ -44,9 +46,9 @@ from drlmpi.config import scopes
 from drlmpi.config.settings import choice, integer
 from drlmpi.device.acting import Acting
 from drlmpi.mpi.timed import Request, TimedComm
-from drlmpi.mpi.wire import Tag
 from drlmpi.outputs.figures import fmt, percent, table
 from drlmpi.roles.learner import Learner
+from drlmpi.topologies.central.simulator import step_groups
 from drlmpi.topologies.central.wire import LEARNER_RANK, STEP_COLUMNS, Group, StepWire, env_groups
 from drlmpi.topologies.core.base import Topology
 from drlmpi.topologies.core.context import RunContext
@@ -298,31 +300,9 @@ class Central(Topology):
         algo = ctx.make_algo(learner=False)  # the layout and action conversion; never acts
         parts = env_groups(ctx.cfg.env.num_envs, self.cfg.env_groups)
         actors = [ctx.make_actor(algo=algo, envs=part) for part in parts]
-        wire = StepWire(algo.layout)
-        dim = algo.layout.action_dim
-        replies = [np.zeros(1 + count * dim, dtype=np.float32) for _, count in parts]
-        sent_at = []
-        for g, actor in enumerate(actors):
-            comm.Send(wire.first(actor.obs), dest=LEARNER_RANK, tag=Tag.OBSERVATIONS + g, kind="observations")
-            sent_at.append(time.perf_counter())
-        round_trip_s, round_trips = 0.0, 0
-        active = list(range(len(actors)))
-        while active:
-            for g in list(active):
-                comm.Recv(replies[g], source=LEARNER_RANK, tag=Tag.ACTIONS + g, kind="actions")
-                round_trip_s += time.perf_counter() - sent_at[g]
-                round_trips += 1
-                if replies[g][0]:
-                    active.remove(g)
-                    continue
-                actor = actors[g]
-                actions = replies[g][1:].reshape(actor.n_envs, dim)
-                rows, _ = actor.step_served(actions)
-                comm.Send(wire.pack(rows, actor.obs, actions), dest=LEARNER_RANK,
-                          tag=Tag.OBSERVATIONS + g, kind="observations")
-                sent_at[g] = time.perf_counter()
+        round_trip_ms = step_groups(comm, actors, StepWire(algo.layout))
         for actor in actors:
             actor.close()
         return RankReport(rank=comm.rank, role="simulator", env_steps=sum(a.steps for a in actors),
                           episodes=sum(a.episodes for a in actors), simulate_s=sum(a.sim_s for a in actors),
-                          extra={"round_trip_ms": 1000.0 * round_trip_s / max(1, round_trips)})
+                          extra={"round_trip_ms": round_trip_ms})

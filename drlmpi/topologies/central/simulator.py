@@ -1,0 +1,72 @@
+"""Central's simulator side: :func:`step_groups` steps a simulator's environment groups in turn,
+each on the actions the learner sent for it, and sends each group's step message without
+waiting for the learner to take it.
+
+A step message of images is far larger than MPI's eager limit (a group of 4 Atari games is
+about 113 KB), so a blocking ``Send`` returns only once the learner has taken the message: the
+learner's MPI calls take it (its ``Testsome`` between serving, storing rows and queueing
+updates), so the simulator would wait out the learner's current work before stepping its next
+group, and double buffering would hide nothing. Each group's message is sent with ``Isend``
+instead; the simulator goes on to its next group, and waits for a group's send only before the
+group's next message - by then the learner has answered that group, so the message was taken.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import numpy as np
+
+from drlmpi.mpi.timed import Request
+from drlmpi.mpi.wire import Tag
+from drlmpi.topologies.central.wire import LEARNER_RANK, StepWire
+
+
+class ServedActor(Protocol):
+    """What :func:`step_groups` needs of a group's actor (:class:`~drlmpi.roles.actor.Actor`)."""
+
+    obs: np.ndarray
+    n_envs: int
+
+    def step_served(self, actions: np.ndarray) -> tuple[np.ndarray, Any]:
+        """Step on the learner's ``actions``; the rows of the step."""
+
+
+def step_groups(comm: Any, actors: list[ServedActor], wire: StepWire) -> float:
+    """Step ``actors`` (one a group, group ``g`` on tags ``OBSERVATIONS + g`` and ``ACTIONS + g``)
+    until the learner answers each with the stop flag; the mean round trip in ms (a group's
+    message sent to its actions received)."""
+    dim = wire.layout.action_dim
+    replies = [np.zeros(1 + actor.n_envs * dim, dtype=np.float32) for actor in actors]
+    # each group's message in flight (a request holds its buffer until the send completes)
+    sends: list[Request | None] = [None] * len(actors)
+
+    def send(g: int, msg: np.ndarray) -> None:
+        if sends[g] is not None:
+            comm.wait(sends[g])
+        sends[g] = comm.Isend(msg, dest=LEARNER_RANK, tag=Tag.OBSERVATIONS + g, kind="observations")
+
+    sent_at = []
+    for g, actor in enumerate(actors):
+        send(g, wire.first(actor.obs))
+        sent_at.append(time.perf_counter())
+    round_trip_s, round_trips = 0.0, 0
+    active = list(range(len(actors)))
+    while active:
+        for g in list(active):
+            comm.Recv(replies[g], source=LEARNER_RANK, tag=Tag.ACTIONS + g, kind="actions")
+            round_trip_s += time.perf_counter() - sent_at[g]
+            round_trips += 1
+            if replies[g][0]:
+                active.remove(g)
+                continue
+            actor = actors[g]
+            actions = replies[g][1:].reshape(actor.n_envs, dim)
+            rows, _ = actor.step_served(actions)
+            send(g, wire.pack(rows, actor.obs, actions))
+            sent_at[g] = time.perf_counter()
+    for pending in sends:  # the learner took every message before it sent the stop
+        if pending is not None:
+            comm.wait(pending)
+    return 1000.0 * round_trip_s / max(1, round_trips)
