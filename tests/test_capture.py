@@ -522,7 +522,7 @@ def test_captured_acting_gives_what_eager_acting_gives(name):
         else:
             actions, log_prob = algo.finish_act(out, 0, True)
             assert np.allclose(log_prob, algo.extras_for(obs, actions), atol=1e-4)
-    assert set(forward.slots) == {8, 16, 64}
+    assert set(forward.slots) == {8, 16, 56, 64}  # 50 rows pad to 56
 
 
 def test_rows_built_in_the_staging_buffer_reach_the_device_as_they_are():

@@ -109,14 +109,19 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
 
 
 def test_padded_buckets_and_the_eager_forward_on_the_cpu():
-    """Batch sizes pad to powers of two from 8 (one CUDA graph each on a GPU learner); on the CPU
-    the forward pass runs as it is, giving what the algorithm's own act gives."""
+    """Batch sizes pad to 8, then to four sizes an octave (one CUDA graph each on a GPU learner):
+    a serve of 33 rows computes 40, not 64; on the CPU the forward pass runs as it is, giving what
+    the algorithm's own act gives."""
     import torch
 
     from drlmpi.algos.dqn import DQN
     from drlmpi.device.capture import CapturedForward
 
-    assert [CapturedForward.bucket(n) for n in (1, 8, 9, 16, 17, 100, 128)] == [8, 8, 16, 16, 32, 128, 128]
+    sizes = (1, 8, 9, 16, 17, 32, 33, 41, 64, 65, 100, 128, 129, 240)
+    assert [CapturedForward.bucket(n) for n in sizes] == [8, 8, 16, 16, 24, 32, 40, 48, 64, 80, 112, 128,
+                                                          160, 256]
+    assert all(n <= CapturedForward.bucket(n) < 1.25 * n for n in range(33, 2049))  # padding < 1/4
+    assert len({CapturedForward.bucket(n) for n in range(1, 121)}) == 12  # central's 120 rows: 12 graphs
     spec = env_spec(make_env("CartPole-v1"))
     algo = DQN(spec, group_config("algo", "dqn"), seed=0)
     forward = CapturedForward(lambda x: algo.act_tensor(x, True), (4,), torch.float32, algo.device, 64,

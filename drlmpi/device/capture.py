@@ -279,7 +279,7 @@ class CapturedForward:
     """A batched forward pass ``fn(x)`` (``x`` a ``(n, *shape)`` tensor on ``device``, the result
     ``(n, k)``) for batches of any size up to ``max_rows``, returned on the host as numpy.
 
-    ``mode="graph"`` (CUDA): the batch is padded to a bucket size (a power of two from 8) and the
+    ``mode="graph"`` (CUDA): the batch is padded to a bucket size (:meth:`bucket`) and the
     pass is replayed from a CUDA graph captured once per bucket - input copied in through a
     pinned buffer, output copied out through another, one synchronisation per call; the padding
     rows are computed on stale input and dropped. Random draws inside ``fn`` come from torch's
@@ -303,8 +303,13 @@ class CapturedForward:
 
     @staticmethod
     def bucket(n: int) -> int:
-        """The padded size of a batch of ``n`` rows."""
-        return max(8, 1 << (int(n) - 1).bit_length())
+        """The padded size of a batch of ``n`` rows: up to 8, then four sizes each doubling - a
+        multiple of 8 up to 64, of 16 up to 128, of 32 up to 256, ... - so the padding rows
+        (each a whole forward pass of the network on a GPU) stay under a quarter of a batch of
+        more than 32 rows, where a power of two would compute up to twice the rows."""
+        n = max(8, int(n))
+        step = max(8, 1 << ((n - 1).bit_length() - 3))
+        return -(-n // step) * step
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         if self.stream is None:
