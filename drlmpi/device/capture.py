@@ -283,11 +283,9 @@ class CapturedForward:
     pass is replayed from a CUDA graph captured once per bucket - input copied in through a
     pinned buffer, output copied out through another, one synchronisation per call; the padding
     rows are computed on stale input and dropped. Random draws inside ``fn`` come from torch's
-    default CUDA generator, which every replay advances. A capture that fails warns once and every
-    later call runs eagerly. ``mode="off"`` (the CPU, or no capture): ``fn`` on the batch as it is.
-    ``stream``: every pass runs on that CUDA stream (a learner acting beside its queued updates:
-    :mod:`drlmpi.device.acting`).
-    """
+    default CUDA generator, which every replay advances. A failed capture warns once; later calls
+    run eagerly. ``mode="off"`` (the CPU, or no capture): ``fn`` on the batch as it is. ``stream``:
+    every pass runs on that CUDA stream (acting beside queued updates: :mod:`drlmpi.device.acting`)."""
 
     def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype,
                  device: torch.device, max_rows: int, mode: str, name: str, warmup: int = 2,
@@ -303,10 +301,8 @@ class CapturedForward:
 
     @staticmethod
     def bucket(n: int) -> int:
-        """The padded size of a batch of ``n`` rows: up to 8, then four sizes each doubling - a
-        multiple of 8 up to 64, of 16 up to 128, of 32 up to 256, ... - so the padding rows
-        (each a whole forward pass of the network on a GPU) stay under a quarter of a batch of
-        more than 32 rows, where a power of two would compute up to twice the rows."""
+        """The padded size of ``n`` rows: 8, then four sizes an octave (multiples of 8 to 64, of
+        16 to 128, ...): padding under a quarter past 32 rows, where a power of two doubles."""
         n = max(8, int(n))
         step = max(8, 1 << ((n - 1).bit_length() - 3))
         return -(-n // step) * step
