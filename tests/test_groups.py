@@ -1,4 +1,4 @@
-"""topology=groups: L learners, each fed by its own simulators (star or async wiring), averaging
+"""topology=groups: L learners, each fed by its own simulators (star, async or central wiring), averaging
 gradients every update. The contract, on runs in the MPI pool: what crossed each communicator,
 every simulator contributing and logged, the learners' parameters identical. (The learners'
 averaged update against one process on the concatenated batch: tests/test_data_parallel.py, mode
@@ -17,7 +17,8 @@ FAST = [STAMPED_CUE, "env.reward_threshold=null", "topology=groups", "run.max_en
         "run.eval_every=1000000", "run.progress_every_s=0", "topology.check_every=64", "seed=2"]
 
 
-CASES = [(wiring, ranks) for ranks in (4, 6) for wiring in ("star", "async")]  # 2 x (1 + 1), 2 x (1 + 2)
+# 2 x (1 + 1), 2 x (1 + 2) ranks
+CASES = [(wiring, ranks) for ranks in (4, 6) for wiring in ("star", "async", "central")]
 for _wiring, _ranks in CASES:
     declare(f"groups-{_wiring}-n{_ranks}", _ranks, [*FAST, f"topology.group_wiring={_wiring}"])
 
@@ -31,10 +32,11 @@ def test_every_row_reaches_its_groups_learner_exactly_once(runs, wiring, ranks):
     size = ranks // 2
     simulators = [r for r in range(ranks) if r % size]
     summary = result.summary()
-    if wiring == "async":  # what every group's learner received and did not store is the job's
-        stats = summary["topology_stats"]
-        for key in ("discarded_chunks", "discarded_rows", "steps_after_stop"):
-            assert stats[key] == sum(row[key] for row in stats["per_learner"]), key
+    stats = summary["topology_stats"]
+    dropped = {"async": ("discarded_chunks", "discarded_rows", "steps_after_stop"),
+               "central": ("steps_after_stop",), "star": ()}[wiring]
+    for key in dropped:  # what every group's learner received and did not store is the job's
+        assert stats[key] == sum(row[key] for row in stats["per_learner"]), key
     assert_every_row_once(result.run_dir, summary, simulators, gaps_allowed=wiring == "async")
 
 
@@ -60,16 +62,20 @@ def test_groups_contract(runs, wiring, ranks):
         group = learner["group"]
         group_sims = [s for s in simulators if s["group"] == group]
         assert len(group_sims) == size - 1
-        # the group's communicator: the experience its simulators sent is what its learner got
-        sent = sum(s["group_comm"]["sent"]["experience"][1] for s in group_sims)
-        received = learner["group_comm"]["received"]["experience"]
+        # the group's communicator: the experience (central: the step messages) its simulators
+        # sent is what its learner got
+        carrier = "observations" if wiring == "central" else "experience"
+        sent = sum(s["group_comm"]["sent"][carrier][1] for s in group_sims)
+        received = learner["group_comm"]["received"][carrier]
         assert received[1] == sent > 0
         if wiring == "star":  # Gatherv moves the rows alone
             assert received[1] == per_learner[rank]["group_env_steps"] * summary["experience_row_bytes"]
         # the learners' communicator: the gradients of every update, nothing else of size
         grads = learner["learners_comm"]["sent"]["gradients"]
         assert grads == [summary["updates"], summary["updates"] * param_bytes]
-        assert "experience" not in learner["learners_comm"]["sent"]
+        assert carrier not in learner["learners_comm"]["sent"]
+        if wiring == "central":  # no rows and no weights cross the group's communicator
+            assert not {"experience", "weights"} & set(learner["group_comm"]["sent"])
         assert "gradients" not in learner["group_comm"]["sent"]
     # Every simulator's episodes were logged: group 0's under their own ranks, the other
     # groups' on rank 0 under their learner's rank.
@@ -85,13 +91,15 @@ def test_groups_settings_inherit_the_wirings_fields():
     typed settings, an instance of them."""
     from drlmpi.config.settings import options_of
     from drlmpi.topologies.asynchronous import Asynchronous
+    from drlmpi.topologies.central import Central
     from drlmpi.topologies.core.data_parallel.batch_rule import BatchRuleFields
     from drlmpi.topologies.core.data_parallel.learners import AveragingFields
     from drlmpi.topologies.groups import WIRINGS, Groups
 
     groups, options = Groups.settings_class, options_of(Groups.settings_class)
-    assert list(WIRINGS) == ["star", "async"]
-    assert options["group_wiring"].choices == ("star", "async") and options["group_wiring"].default == "star"
+    assert list(WIRINGS) == ["star", "async", "central"]
+    assert options["group_wiring"].choices == ("star", "async", "central")
+    assert options["group_wiring"].default == "star"
     assert issubclass(groups, AveragingFields) and issubclass(groups, BatchRuleFields)
     for wiring in WIRINGS.values():
         assert issubclass(groups, wiring.fields)
@@ -102,6 +110,10 @@ def test_groups_settings_inherit_the_wirings_fields():
             "sync_unit")] == ["publish_every", "max_policy_lag", "max_pending_updates", "slots"]
     assert options["reduce"] is options_of(AveragingFields)["reduce"] and "utd_mode" not in options
     assert not {"round_rows", "ramp_from"} & set(options)
+    # central's env_groups, declared once for both; not its overlap nor its serving cadence (the
+    # meetings decide the updates)
+    assert options["env_groups"] is options_of(Central.settings_class)["env_groups"]
+    assert not {"overlap", "updates_per_serve"} & set(options)
     assert (options["sync_every"].default, async_options["sync_every"].default) == (64, 64)
     settings = Groups.settings_of({"group_wiring": "async", "slots": 3})
     assert isinstance(settings, WIRINGS["async"].fields) and settings.slots == 3

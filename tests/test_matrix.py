@@ -53,6 +53,10 @@ TOPOLOGIES = {name: (matrix_ranks(name, cls), [f"topology={name}"]) for name, cl
 # every rank acts with its learner's own network (on a GPU learner: on the device)
 TOPOLOGIES["allgather[act_device=learner]"] = (2, ["topology=allgather", "act_device=learner"])
 CELLS = [(algo, topology) for algo in sorted(PAIRS) for topology in sorted(TOPOLOGIES)]
+# groups with central inside each group (what Breakout on several GPUs runs): DQN's cell is
+# tests/test_groups.py's
+TOPOLOGIES["groups[central]"] = (4, ["topology=groups", "topology.group_wiring=central"])
+CELLS += [("ppo", "groups[central]"), ("td3", "groups[central]")]
 for _algo, _topology in CELLS:
     declare(f"matrix-{_algo}-{_topology}", TOPOLOGIES[_topology][0],
             [*PAIRS[_algo], *TOPOLOGIES[_topology][1], *TINY])

@@ -1,4 +1,4 @@
-"""Grouped stars: L learners, each fed by its own simulators, averaging gradients every update
+"""Grouped learners: L learners, each fed by its own simulators, averaging gradients every update
 (Ape-X-style actors per learner, DD-PPO-style learners).
 
 The world of W ranks is split (``Comm.Split``) into ``topology.learners`` = L groups of
@@ -14,6 +14,9 @@ which :class:`GroupsSettings` inherits):
 * ``async`` (:class:`~drlmpi.topologies.asynchronous.group.AsyncWiring`) - the simulators run
   async's simulator, the learner its nonblocking learner (credits, lag bound, publications)
   with the learning step replaced by a meeting of the learners.
+* ``central`` (:class:`~drlmpi.topologies.central.group.CentralWiring`) - the simulators only
+  step (central's simulator); the learner acts for them in batched forward passes, builds their
+  rows and meets the other learners every pass of its loop.
 
 The L learners share a second communicator (another ``Split``). Every round (star) or loop
 iteration (async) they *meet*: one ``Allgather`` of (new steps, updates owed, episodes), the
@@ -43,6 +46,8 @@ from drlmpi.mpi.wire import Control, RoundCounts
 from drlmpi.roles.actor import episode_stats
 from drlmpi.topologies.asynchronous.group import AsyncWiring
 from drlmpi.topologies.asynchronous.settings import AsyncChunkFields
+from drlmpi.topologies.central.group import CentralWiring
+from drlmpi.topologies.central.wire import EnvGroupsFields
 from drlmpi.topologies.core.base import SyncFields, control_message
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.data_parallel.backend import check_backend
@@ -61,7 +66,7 @@ from drlmpi.topologies.core.wiring import GroupWiring, wiring_table
 from drlmpi.topologies.star import StarWiring
 
 #: ``topology.group_wiring`` -> the wiring (the first is the default)
-WIRINGS = wiring_table(StarWiring, AsyncWiring)
+WIRINGS = wiring_table(StarWiring, AsyncWiring, CentralWiring)
 
 
 @dataclass(frozen=True)
@@ -71,11 +76,12 @@ class GroupSplit(SyncFields, TopologySettings):
     learners: int = integer(2, "L: the world splits into L groups of one learner and its simulators; the L "
                                "learners average gradients every update")
     group_wiring: str = choice(next(iter(WIRINGS)), "how each group's simulators feed its learner: star "
-                               "(collective rounds) or async (nonblocking chunks)", *WIRINGS)
+                               "(collective rounds), async (nonblocking chunks) or central (the learner "
+                               "acts for simulators that only step)", *WIRINGS)
 
 
 @dataclass(frozen=True)
-class GroupsSettings(AsyncChunkFields, BatchRuleFields, AveragingFields, GroupSplit):
+class GroupsSettings(EnvGroupsFields, AsyncChunkFields, BatchRuleFields, AveragingFields, GroupSplit):
     """groups' settings, composed: its own (:class:`GroupSplit`), its learners' (they average
     gradients: :class:`AveragingFields`, and share the job's batch: :class:`BatchRuleFields`) and
     the fields each wiring of :data:`WIRINGS` reads inside a group (``GroupWiring.fields``: star's

@@ -48,8 +48,15 @@ from drlmpi.device.acting import Acting
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.outputs.figures import fmt, percent, table
 from drlmpi.roles.learner import Learner
-from drlmpi.topologies.central.simulator import step_groups
-from drlmpi.topologies.central.wire import LEARNER_RANK, STEP_COLUMNS, Group, StepWire, env_groups
+from drlmpi.topologies.central.simulator import simulate
+from drlmpi.topologies.central.wire import (
+    LEARNER_RANK,
+    STEP_COLUMNS,
+    EnvGroupsFields,
+    Group,
+    StepWire,
+    env_groups,
+)
 from drlmpi.topologies.core.base import Topology
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Pace, Probe, learner_side
@@ -61,13 +68,10 @@ QUEUED_BATCHES = 2
 
 
 @dataclass(frozen=True)
-class CentralSettings(scopes.TopologySettings):
+class CentralSettings(EnvGroupsFields, scopes.TopologySettings):
     scope: ClassVar[str] = "topology/central"
     _target_: str = scopes.target("drlmpi.topologies.central.Central")
     name: str = scopes.label("central", "topology")
-    env_groups: int = integer(
-        2, "groups each simulator's environments step in, taking turns (2: one group steps while the "
-           "learner acts for the other; at most env.num_envs, and 8)", high=8)
     updates_per_serve: int = integer(
         8, "updates the learner runs between two serves of the simulators while updates are owed")
     max_pending_updates: int | None = integer(
@@ -296,13 +300,4 @@ class Central(Topology):
 
     # -- simulators --------------------------------------------------------------------------------
     def _simulate(self, ctx: RunContext) -> RankReport:
-        comm = ctx.comm
-        algo = ctx.make_algo(learner=False)  # the layout and action conversion; never acts
-        parts = env_groups(ctx.cfg.env.num_envs, self.cfg.env_groups)
-        actors = [ctx.make_actor(algo=algo, envs=part) for part in parts]
-        round_trip_ms = step_groups(comm, actors, StepWire(algo.layout))
-        for actor in actors:
-            actor.close()
-        return RankReport(rank=comm.rank, role="simulator", env_steps=sum(a.steps for a in actors),
-                          episodes=sum(a.episodes for a in actors), simulate_s=sum(a.sim_s for a in actors),
-                          extra={"round_trip_ms": round_trip_ms})
+        return simulate(ctx, self.cfg.env_groups)

@@ -1,4 +1,5 @@
-"""Central's simulator side: :func:`step_groups` steps a simulator's environment groups in turn,
+"""Central's simulator side: :func:`simulate` (a simulator rank of ``topology=central``, or of a
+group wired ``central``) and :func:`step_groups`, which steps its environment groups in turn,
 each on the actions the learner sent for it, and sends each group's step message without
 waiting for the learner to take it.
 
@@ -20,7 +21,9 @@ import numpy as np
 
 from drlmpi.mpi.timed import Request
 from drlmpi.mpi.wire import Tag
-from drlmpi.topologies.central.wire import LEARNER_RANK, StepWire
+from drlmpi.topologies.central.wire import LEARNER_RANK, StepWire, env_groups
+from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.reports import RankReport
 
 
 class ServedActor(Protocol):
@@ -31,6 +34,19 @@ class ServedActor(Protocol):
 
     def step_served(self, actions: np.ndarray) -> tuple[np.ndarray, Any]:
         """Step on the learner's ``actions``; the rows of the step."""
+
+
+def simulate(ctx: RunContext, groups: int) -> RankReport:
+    """A simulator over ``ctx.comm`` (its learner: rank 0 of it): ``env.num_envs`` environments
+    in ``groups`` groups, stepped on the learner's actions until it stops them; its report."""
+    algo = ctx.make_algo(learner=False)  # the layout and action conversion; never acts
+    actors = [ctx.make_actor(algo=algo, envs=part) for part in env_groups(ctx.cfg.env.num_envs, groups)]
+    round_trip_ms = step_groups(ctx.comm, actors, StepWire(algo.layout))
+    for actor in actors:
+        actor.close()
+    return RankReport(rank=ctx.comm.rank, role="simulator", env_steps=sum(a.steps for a in actors),
+                      episodes=sum(a.episodes for a in actors), simulate_s=sum(a.sim_s for a in actors),
+                      extra={"round_trip_ms": round_trip_ms})
 
 
 def step_groups(comm: Any, actors: list[ServedActor], wire: StepWire) -> float:

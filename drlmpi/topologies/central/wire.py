@@ -2,19 +2,33 @@
 :class:`StepWire` (what a simulator sends for one group - the observations to act on next, what
 its previous step did, the final observations of ended episodes - packed as one message and
 read back on the learner), :class:`Group` (one group of one simulator as the learner holds it: its
-receive buffer, its pending request, its answer) and :func:`env_groups` (a simulator's
-environments split into the groups that take turns)."""
+receive buffer, its pending request, its answer), :func:`env_groups` (a simulator's
+environments split into the groups that take turns) and :class:`EnvGroupsFields` (the option
+that sets how many)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from drlmpi.config.settings import Settings, integer
 from drlmpi.data.layout import ExperienceLayout
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.mpi.wire import Tag
 
 LEARNER_RANK = 0
 STEP_COLUMNS = ("reward", "terminated", "truncated", "episode_return", "episode_length")
+
+
+@dataclass(frozen=True)
+class EnvGroupsFields(Settings):
+    """``env_groups``: what a central simulator and its learner read (``topology=central``, and
+    ``topology=groups`` with ``group_wiring=central``)."""
+
+    env_groups: int = integer(
+        2, "groups each simulator's environments step in, taking turns (2: one group steps while the "
+           "learner acts for the other; at most env.num_envs, and 8)", high=8)
 
 
 class StepWire:
