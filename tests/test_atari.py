@@ -336,6 +336,50 @@ PRESET_RUNS = {topology: declare(f"breakout-preset-{topology}", 3,
                for topology in ("central", "star")}
 
 
+#: the 4-GPU preset (four groups, central inside each) on 4 CPU ranks: 2 groups of a learner and
+#: one simulator of 2 games, 256 steps - each learner's rollout is its own group's 2 games x 32 steps
+GROUPS4_RUN = declare("breakout-groups4", 4, [
+    "+experiment=ppo_breakout_groups4", "world_size=4", "topology.learners=2", "device=cpu", "env.num_envs=2",
+    "run.max_train_seconds=null", "run.max_env_steps=256", "run.progress_every_s=0", "algo.epochs=1",
+    "algo.encoder=cnn"])
+
+
+def test_the_four_gpu_breakout_preset_keeps_each_learners_batch_the_one_gpu_presets():
+    """At its size (64 ranks: 4 groups of a learner and 15 simulators x 8 games), the 4-GPU
+    preset's learners each take the one-GPU preset's rollout (3,840 rows) and minibatch (256 rows),
+    the job's four of them averaged into one update of 1,024; IMPALA's stack, central in a group."""
+    from drlmpi.algos.ppo import PPO
+    from drlmpi.topologies.groups import Groups
+    from tests.pool_worker import compose
+
+    cfg = compose(["+experiment=ppo_breakout_groups4", "device=cpu"])
+    settings = Groups.settings_of(cfg.topology)
+    assert (cfg.world_size, settings.learners, settings.group_wiring) == (64, 4, "central")
+    job_envs = Groups.env_ranks(cfg.world_size, settings) * cfg.env.num_envs
+    job = PPO.job_options(cfg.algo, job_envs)
+    assert (job_envs, job) == (480, {"rollout_steps": 15360, "batch_size": 1024})
+    one_gpu = compose(["+experiment=ppo_breakout_16", "device=cpu"]).algo
+    per_learner = Groups.batch_rule(settings, {**PPO.settings_of(cfg.algo).as_dict(), **job}, 64).values
+    assert (per_learner["rollout_steps"], per_learner["batch_size"]) == (3840, 256) == (
+        PPO.job_options(one_gpu, 15 * 8)["rollout_steps"], one_gpu.batch_size)
+    assert (per_learner["encoder"], tuple(per_learner["hidden"])) == ("impala", (256,))
+
+
+def test_the_four_gpu_breakout_preset_runs_on_cpu(runs):
+    """The preset's wiring on 4 CPU ranks (two groups): each learner acts for its simulator's
+    Breakout frames, stores its own group's rollout (32 steps x 2 games = 64 rows, in minibatches
+    of 4: the job's 128 / 15 split between 2 learners) and both run the same updates with their
+    gradients averaged, ending with identical parameters."""
+    summary = runs.get(GROUPS4_RUN).summary()
+    stats = summary["topology_stats"]
+    assert (summary["env_id"], summary["topology_label"]) == ("ALE/Breakout-v5", "groups[2xcentral]")
+    assert stats["per_rank_algo"] == {"rollout_steps": 64, "batch_size": 4}
+    learners = stats["per_learner"]
+    assert len(learners) == 2 and all(r["updates"] == summary["updates"] >= 16 for r in learners)
+    assert all(r["serves"] > 0 for r in learners)  # each learner acted for its own simulator
+    assert stats["param_checksums_per_rank"][0] == stats["param_checksums_per_rank"][1]
+
+
 def test_the_breakout_preset_learns_with_impalas_stack():
     """The preset's network: IMPALA's residual stack into one hidden layer of 256."""
     from drlmpi.algos.ppo import PPO

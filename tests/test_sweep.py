@@ -493,6 +493,7 @@ PRESETS = {
     "learning_matrix": (["seed=0", "+experiment/pair=dqn_cartpole,ppo_pendulum"], 14, 14, {}, 126),
     "ddp_cartpole": (["device=cpu"], 6, 6, {}, 6),  # on CPU: allgather's backend auto is mpi
     "ppo_breakout_16": (["device=cpu"], 1, 1, {}, 1),  # one central run of 16 ranks, not a sweep
+    "ppo_breakout_groups4": (["device=cpu"], 1, 1, {}, 1),  # one run of 64 ranks (4 groups), not a sweep
     "soak_async": ([], 1, 1, {}, 1),  # one job of 9 ranks, checked by the report (test_report_checks)
     "td3_mujoco": (["seed=0"], 2, 2, {}, 6),  # HalfCheetah and Hopper x 3 seeds, star on 8 ranks
     "dqn_lunarlander_ttt": (["seed=0"], 2, 2, {}, 6),  # sequential and star 16 x 3 seeds

@@ -154,6 +154,12 @@ STEPS: dict[str, list[Step]] = {
         sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=80 topology.overlap=on",
               "algo.autocast=bfloat16 algo.channels_last=true topology.env_groups=2,4 algo.epochs=4,3"),
         report("report", "ceiling", "central")],
+    "breakout_groups4": [  # a 4-GPU host: the ceiling on 64 ranks, one group alone, the four groups
+        ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling world_size=64 run.max_train_seconds=90"),
+        sweep("one_group", "+experiment=ppo_breakout_groups4 topology.learners=1 world_size=16",
+              "run.max_train_seconds=90"),
+        sweep("four_groups", "+experiment=ppo_breakout_groups4 run.max_train_seconds=90"),
+        report("report", "ceiling", "one_group", "four_groups")],
     "breakout_layouts": [
         *(sweep(layout, BREAKOUT, "+experiment/breakout=ceiling,central run.max_train_seconds=40",
                 "world_size={} env.num_envs={} env.num_threads={}".format(*layout.split("x")))
