@@ -33,6 +33,7 @@ CASES = {
     "parameter_server": (3, signal.SIGUSR1, 1),
     "groups": (4, signal.SIGTERM, 3),
     "central": (3, signal.SIGUSR1, 2),
+    "groups[central]": (4, signal.SIGUSR1, 1),  # a simulator of group 0, central inside each group
 }
 #: no periodic checkpoint: the one resumed from is the stop's; rows flushed every 0.2 s; the
 #: learners report the state they resume with (tests/resume_probe.py)
@@ -76,7 +77,9 @@ def wait_for_episodes(proc: subprocess.Popen, run_dir: Path, count: int = 20, ti
 def test_a_signal_stops_with_a_checkpoint_and_resume_finishes(pool, topology, tmp_path):
     ranks, signum, target = CASES[topology]
     run_dir = tmp_path / "run"
-    extra = [f"topology={topology}", f"run.max_env_steps={NEVER_REACHED}", *SIGNAL_RUN]
+    base, _, wiring = topology.rstrip("]").partition("[")
+    extra = [f"topology={base}", *([f"topology.group_wiring={wiring}"] if wiring else []),
+             f"run.max_env_steps={NEVER_REACHED}", *SIGNAL_RUN]
     if topology == "async":
         extra.append("topology.max_policy_lag=64")
     proc = start(ranks, extra, run_dir, stdout=subprocess.PIPE)
@@ -102,7 +105,7 @@ def test_a_signal_stops_with_a_checkpoint_and_resume_finishes(pool, topology, tm
     assert (run_dir / "policy.pt").is_file() and not (run_dir / "stop_request").exists()
     meta = read_meta(run_dir)
     assert meta["generation"] == 1 and meta["env_steps"] == summary["env_steps"]
-    assert sorted(meta["ranks_with_state"]) == holders(topology, ranks)
+    assert sorted(meta["ranks_with_state"]) == holders(base, ranks)
     assert all(rank_file(run_dir, r, 1).is_file() for r in meta["ranks_with_state"])
     assert meta["metrics_rows"] == len(episode_rows(run_dir))  # no evaluation rows in this run
 
@@ -112,7 +115,8 @@ def test_a_signal_stops_with_a_checkpoint_and_resume_finishes(pool, topology, tm
                 extra=[f"run.max_env_steps={budget}"]).result()
     # every rank's networks, optimizer and random states; central's learner acts for the simulators
     # (epsilon-greedy draws on numpy's generator) before its first new update
-    assert_restored(saved, probe, generation=1, advanced=("rng.numpy",) if topology == "central" else ())
+    acts = "central" in (base, wiring)
+    assert_restored(saved, probe, generation=1, advanced=("rng.numpy",) if acts else ())
     resumed = json.loads((run_dir / "summary.json").read_text())
     assert resumed["stop_reason"] == "max_env_steps" and resumed["env_steps"] >= budget
     assert summary["resumes"] == 0 and resumed["resumes"] == 1
