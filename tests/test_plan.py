@@ -72,6 +72,24 @@ def test_central_acting_beside_its_updates_is_paced_by_the_slower_of_host_and_de
     assert host_bound.env_steps_per_s == pytest.approx(60 / 0.3, rel=1e-3)
 
 
+def test_groups_with_the_central_wiring_serve_in_every_group():
+    """Central inside each group: the simulators only step (the probe's step without acting), and
+    each learner serves its own group's rows. A serve that binds one central learner (3 ms a pass
+    of 4 rows: a group of 2 games from each of 2 simulators; updates and all-reduces almost free)
+    binds each of the groups' learners alike, so 2 groups on 6 ranks step twice what central
+    steps on 3; star's wiring, where the simulators act (1 ms a step), is paced by them instead."""
+    from drlmpi.topologies.groups import Groups
+
+    p = probe(num_envs=4, act_s={1: 3e-3, 256: 3e-3}, sim_step_s=1e-3, env_step_s=1e-5,
+              update_s={8: 1e-9, 128: 1e-9}, learner_update_s=1e-9, allreduce_s={2: 1e-9, 16: 1e-9})
+    one = predict(Central, 3, p, cfg("central"))
+    assert one.env_steps_per_s == pytest.approx(4 / 3e-3, rel=1e-3) and one.bound == "learner"
+    two = predict(Groups, 6, p, cfg("groups", learners=2, group_wiring="central"))
+    assert two.env_steps_per_s == pytest.approx(2 * one.env_steps_per_s, rel=0.01)
+    star_wired = predict(Groups, 6, p, cfg("groups", learners=2, group_wiring="star"))
+    assert star_wired.env_steps_per_s == pytest.approx(4 / 1e-3, rel=0.05)  # 4 simulators, 1 ms a step
+
+
 def test_a_single_learner_caps_star_async_and_p2p():
     """Simulators add throughput until the learner's 2 ms per update (1 per step) binds."""
     p = probe()

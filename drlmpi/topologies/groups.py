@@ -139,7 +139,9 @@ class Groups(DataParallelTopology):
     @classmethod
     def pace(cls, ranks: int, p: Probe, settings: GroupsSettings) -> Pace:
         """L learners, each fed by its group's simulators, averaging gradients every update:
-        max(s/(N-L), c/L + rho (u(batch/L) + all-reduce(L) + straggler(L))) + round messages."""
+        max(s/(N-L), c/L + rho (u(batch/L) + all-reduce(L) + straggler(L))) + round messages.
+        A wiring whose learner acts for its simulators (``GroupWiring.serving``: central's): they
+        only step, and each learner also serves its group's rows (over L learners at once)."""
         learners, f = max(1, settings.learners), p.slowdown_at(ranks)
         sims, group, rows = max(1, ranks - learners), ranks // learners, sync_rows(p, settings.sync_every)
         rule = settings.batch_rule
@@ -150,6 +152,11 @@ class Groups(DataParallelTopology):
         comm = ((group - 1) * p.message_s(rows * p.row_bytes)
                 + max(1, log2(group)) * p.message_s(p.weight_bytes))
         c = p.ingest_row_s * f / learners
+        served = WIRINGS[settings.group_wiring].serving(p, settings, group - 1, f * device_turns(p, learners))
+        if served is not None:  # the simulators only step; each learner serves its own group
+            sim, per_row = served
+            return Pace(sim=sim / learners, learn=c + per_row / learners + rho * per_update,
+                        learn_warm=c + per_row / learners)
         return Pace(sim=p.sim_step_s * f / sims, learn=c + rho * per_update, comm=comm / (sims * rows),
                     learn_warm=c, start=first_round(p, settings.sync_every, f))
 

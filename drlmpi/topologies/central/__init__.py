@@ -84,6 +84,22 @@ class CentralSettings(EnvGroupsFields, scopes.TopologySettings):
                 "overlaps; off: wait for each batch of updates)", "auto", "on", "off")
 
 
+def serving(p: Probe, sims: int, env_groups_setting: int, f: float) -> tuple[float, float]:
+    """(the simulators' seconds per step they make together, the learner's seconds per row it
+    serves) for one learner acting for ``sims`` simulators of ``p.num_envs`` games in
+    ``env_groups_setting`` groups: a serve's forward pass shared by its rows and two messages per
+    group step; with one group a simulator also waits out each serve (nothing steps meanwhile)."""
+    e = p.num_envs
+    groups = max(1, min(env_groups_setting, e))
+    serve_rows, per_message = max(1, sims * e // groups), max(1, e // groups)
+    per_row = (p.act_at(serve_rows) * f / serve_rows
+               + 2 * p.message_s(per_message * p.row_bytes) / per_message)
+    sim = p.env_step_s * f / sims
+    if groups == 1:  # no other group steps while one waits for its actions
+        sim += per_row * serve_rows / (sims * e)
+    return sim, per_row
+
+
 class Central(Topology):
     """Rank 0 acts for every simulator and learns; ranks 1..N only step environments."""
 
@@ -126,14 +142,8 @@ class Central(Topology):
         Acting beside the updates (``topology.overlap`` on a CUDA learner), the device runs the
         updates while the host stores rows and serves: the learner's side is the slower of the
         two, max(c + a serve per row, rho u)."""
-        sims, e, f = ranks - 1, p.num_envs, p.slowdown_at(ranks)
-        groups = max(1, min(settings.env_groups, e))
-        serve_rows, per_message = max(1, sims * e // groups), max(1, e // groups)
-        per_row = (p.act_at(serve_rows) * f / serve_rows
-                   + 2 * p.message_s(per_message * p.row_bytes) / per_message)
-        sim = p.env_step_s * f / sims
-        if groups == 1:  # no other group steps while one waits for its actions
-            sim += per_row * serve_rows / (sims * e)
+        f = p.slowdown_at(ranks)
+        sim, per_row = serving(p, ranks - 1, settings.env_groups, f)
         learn, warm = learner_side(p, f, per_row)
         on_cuda = p.device.startswith("cuda")  # on the CPU nothing runs beside the updates
         if on_cuda and cls.acts_beside_updates(settings.overlap, "cuda", p.deterministic):

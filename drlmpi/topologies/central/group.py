@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from drlmpi.mpi.wire import Control
-from drlmpi.topologies.central import Central
+from drlmpi.topologies.central import Central, serving
 from drlmpi.topologies.central.simulator import simulate
 from drlmpi.topologies.central.wire import EnvGroupsFields, Group, StepWire, env_groups
 from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.pace import Probe
 from drlmpi.topologies.core.reports import RankReport
 from drlmpi.topologies.core.wiring import GroupLearner, GroupWiring
 
@@ -37,6 +38,11 @@ class CentralWiring(GroupWiring):
     fields = EnvGroupsFields
     #: the steps of the messages taken in at the stop, after the last meeting: the job's are the sum
     summed_stats = ("steps_after_stop",)
+
+    @classmethod
+    def serving(cls, p: Probe, settings: EnvGroupsFields, sims: int, f: float) -> tuple[float, float]:
+        """Central's: the simulators only step, the learner serves (``central.serving``)."""
+        return serving(p, sims, settings.env_groups, f)
 
     @classmethod
     def simulate(cls, ctx: RunContext, settings: EnvGroupsFields) -> RankReport:

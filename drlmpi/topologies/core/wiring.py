@@ -24,6 +24,7 @@ from drlmpi.config.settings import Settings
 from drlmpi.roles.learner import Learner
 from drlmpi.topologies.core.base import SyncFields, Topology
 from drlmpi.topologies.core.context import RunContext
+from drlmpi.topologies.core.pace import Probe
 from drlmpi.topologies.core.reports import RankReport
 
 if TYPE_CHECKING:
@@ -74,6 +75,13 @@ class GroupWiring(ABC):
         """Refuse what a group of this wiring cannot run (``plan``: one group's world;
         ``settings``: groups' settings): by default its topology's rank rules."""
         cls.topology.check_world(plan)
+
+    @classmethod
+    def serving(cls, p: Probe, settings: Settings, sims: int, f: float) -> tuple[float, float] | None:
+        """For the planner: where the group's learner acts for its ``sims`` simulators, (their
+        seconds per step they make together, the learner's serving seconds per row) from probe
+        ``p`` at slowdown ``f``; ``None`` (the default) where the simulators act themselves."""
+        return None
 
     @classmethod
     @abstractmethod
