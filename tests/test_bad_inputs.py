@@ -169,6 +169,10 @@ CASES = [
     ("allreduce-repeats-0", "drlmpi.bench.allreduce", ["--repeats", "0"], {},
      "python -m drlmpi.bench.allreduce: error: argument --repeats: a whole number >= 1 is needed, got 0",
      "drlmpi.mpi.timed.TimedComm"),
+    ("allreduce-td3-images", "drlmpi.bench.allreduce", ["--algo", "td3", "--obs", "atari"], {},
+     "python -m drlmpi.bench.allreduce: error: --obs atari and atari_impala take --algo dqn or ppo "
+     "(TD3 has no image networks)",
+     "drlmpi.mpi.timed.TimedComm"),
     # (before: --envs 0 crashed the process with a segmentation fault; --steps 0 measured nothing)
     ("atari-envs-0", "drlmpi.bench.atari", ["--envs", "0"], {},
      "python -m drlmpi.bench.atari: error: argument --envs: a whole number >= 1 is needed, got 0",
