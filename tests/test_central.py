@@ -185,6 +185,15 @@ def test_one_serve_answers_each_group_with_the_actions_of_its_own_observations()
         assert group.version == 7 and group.extras is None
 
 
+def test_a_learner_acting_for_simulators_trains_a_few_updates_between_serves():
+    """Central's learner and each group's learner of groups[central] run at most
+    ``updates_per_serve`` of the owed updates before serving again - so a PPO rollout's 60 updates
+    do not stall the simulators for all of them - and every owed update once they pass the limit."""
+    from drlmpi.topologies.central import updates_now
+
+    assert [updates_now(owed, 8, 120) for owed in (0, 5, 8, 60, 120, 121, 500)] == [0, 5, 8, 8, 8, 121, 500]
+
+
 class BusyLearner:
     """A learner as a simulator meets it, when step messages exceed MPI's eager limit: it takes a
     message (the send completes) only inside its own MPI calls, here while the simulator waits in

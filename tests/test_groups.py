@@ -110,10 +110,11 @@ def test_groups_settings_inherit_the_wirings_fields():
             "sync_unit")] == ["publish_every", "max_policy_lag", "max_pending_updates", "slots"]
     assert options["reduce"] is options_of(AveragingFields)["reduce"] and "utd_mode" not in options
     assert not {"round_rows", "ramp_from"} & set(options)
-    # central's env_groups, declared once for both; not its overlap nor its serving cadence (the
-    # meetings decide the updates)
-    assert options["env_groups"] is options_of(Central.settings_class)["env_groups"]
-    assert not {"overlap", "updates_per_serve"} & set(options)
+    # central's env_groups and updates_per_serve, declared once for both; not its overlap (the
+    # updates exchange gradients as they run) nor its max_pending_updates (async's key in a group)
+    central = options_of(Central.settings_class)
+    assert all(options[key] is central[key] for key in ("env_groups", "updates_per_serve"))
+    assert "overlap" not in options and options["max_pending_updates"] is not central["max_pending_updates"]
     assert (options["sync_every"].default, async_options["sync_every"].default) == (64, 64)
     settings = Groups.settings_of({"group_wiring": "async", "slots": 3})
     assert isinstance(settings, WIRINGS["async"].fields) and settings.slots == 3

@@ -47,7 +47,7 @@ from drlmpi.roles.actor import episode_stats
 from drlmpi.topologies.asynchronous.group import AsyncWiring
 from drlmpi.topologies.asynchronous.settings import AsyncChunkFields
 from drlmpi.topologies.central.group import CentralWiring
-from drlmpi.topologies.central.wire import EnvGroupsFields
+from drlmpi.topologies.central.wire import CentralFields
 from drlmpi.topologies.core.base import SyncFields, control_message
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.data_parallel.backend import check_backend
@@ -81,7 +81,7 @@ class GroupSplit(SyncFields, TopologySettings):
 
 
 @dataclass(frozen=True)
-class GroupsSettings(EnvGroupsFields, AsyncChunkFields, BatchRuleFields, AveragingFields, GroupSplit):
+class GroupsSettings(CentralFields, AsyncChunkFields, BatchRuleFields, AveragingFields, GroupSplit):
     """groups' settings, composed: its own (:class:`GroupSplit`), its learners' (they average
     gradients: :class:`AveragingFields`, and share the job's batch: :class:`BatchRuleFields`) and
     the fields each wiring of :data:`WIRINGS` reads inside a group (``GroupWiring.fields``: star's

@@ -52,7 +52,7 @@ from drlmpi.topologies.central.simulator import simulate
 from drlmpi.topologies.central.wire import (
     LEARNER_RANK,
     STEP_COLUMNS,
-    EnvGroupsFields,
+    CentralFields,
     Group,
     StepWire,
     env_groups,
@@ -68,12 +68,10 @@ QUEUED_BATCHES = 2
 
 
 @dataclass(frozen=True)
-class CentralSettings(EnvGroupsFields, scopes.TopologySettings):
+class CentralSettings(CentralFields, scopes.TopologySettings):
     scope: ClassVar[str] = "topology/central"
     _target_: str = scopes.target("drlmpi.topologies.central.Central")
     name: str = scopes.label("central", "topology")
-    updates_per_serve: int = integer(
-        8, "updates the learner runs between two serves of the simulators while updates are owed")
     max_pending_updates: int | None = integer(
         None, "owed updates above which the learner trains them all before serving again (null: twice one "
               "PPO rollout's updates, else twice updates_per_serve)", nullable=True)
@@ -82,6 +80,12 @@ class CentralSettings(EnvGroupsFields, scopes.TopologySettings):
                 "the updates queued since run on the default one, the copy refreshed after each batch of "
                 "them (auto: on a CUDA learner unless run.deterministic; on: also on the CPU, where nothing "
                 "overlaps; off: wait for each batch of updates)", "auto", "on", "off")
+
+
+def updates_now(owed: int, per_serve: int, limit: int) -> int:
+    """The updates a learner that acts for its simulators runs before serving again: at most
+    ``per_serve`` of the ``owed`` ones, all of them once more than ``limit`` are owed."""
+    return owed if owed > limit else min(owed, per_serve)
 
 
 def serving(p: Probe, sims: int, env_groups_setting: int, f: float) -> tuple[float, float]:
@@ -197,7 +201,7 @@ class Central(Topology):
             owed = learner.pending_updates
             # (nothing owed: no call at all - a call for none would wait for the queued batches)
             if owed and (owed > limit or self._room(learner, queue)):
-                self._train(learner, acting, owed if owed > limit else per_serve, queue)
+                self._train(learner, acting, updates_now(owed, per_serve, limit), queue)
             after()
         self._shut_down(comm, groups, requests, ready, learner, wire)
         learner.finish()

@@ -6,9 +6,11 @@ the rows for the learners' meeting and trains what the meeting agreed.
 
 Every pass of the learner's loop is one meeting (the learners meet in lockstep: a learner with
 nothing to serve still meets), so the groups' learners run the same updates at the same time,
-each averaging their gradients. The learner waits for each batch of updates (central's
-``topology.overlap`` is not an option of a group: the updates exchange gradients with the other
-learners as they run). At the stop, each simulator group's next message is taken in and answered
+each averaging their gradients: at most ``topology.updates_per_serve`` of the agreed updates a
+pass, as central's learner runs them between serves, and all of them once more than twice a PPO
+rollout's (else twice ``updates_per_serve``) are owed. The learner waits for each batch of updates
+(central's ``topology.overlap`` is not an option of a group: the updates exchange gradients with
+the other learners as they run). At the stop, each simulator group's next message is taken in and answered
 with the stop flag, as central does; the steps of those messages come after the last meeting, so
 they are not stored but counted as ``steps_after_stop`` (what async's groups drop at the stop).
 """
@@ -21,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from drlmpi.mpi.wire import Control
-from drlmpi.topologies.central import Central, serving
+from drlmpi.topologies.central import Central, serving, updates_now
 from drlmpi.topologies.central.simulator import simulate
-from drlmpi.topologies.central.wire import EnvGroupsFields, Group, StepWire, env_groups
+from drlmpi.topologies.central.wire import CentralFields, Group, StepWire, env_groups
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Probe
 from drlmpi.topologies.core.reports import RankReport
@@ -35,17 +37,17 @@ class CentralWiring(GroupWiring):
 
     name = "central"
     topology = Central
-    fields = EnvGroupsFields
+    fields = CentralFields
     #: the steps of the messages taken in at the stop, after the last meeting: the job's are the sum
     summed_stats = ("steps_after_stop",)
 
     @classmethod
-    def serving(cls, p: Probe, settings: EnvGroupsFields, sims: int, f: float) -> tuple[float, float]:
+    def serving(cls, p: Probe, settings: CentralFields, sims: int, f: float) -> tuple[float, float]:
         """Central's: the simulators only step, the learner serves (``central.serving``)."""
         return serving(p, sims, settings.env_groups, f)
 
     @classmethod
-    def simulate(cls, ctx: RunContext, settings: EnvGroupsFields) -> RankReport:
+    def simulate(cls, ctx: RunContext, settings: CentralFields) -> RankReport:
         return simulate(ctx, settings.env_groups)
 
     @classmethod
@@ -112,6 +114,10 @@ class GroupCentralLearner:
         acting = learner.acting_for_simulators(len(groups) * max(g.n for g in groups))
         learner.successive_rows()  # every row is built here, each game's in step order
         storing = _Storing(owner)
+        # as central's learner: a few updates between serves, all of them once far behind (every
+        # learner decides alike from what the meeting agreed, so they stay in step)
+        per_serve = owner.cfg.updates_per_serve
+        limit = 2 * (learner.rollout_updates() or per_serve)
         stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // max(1, comm.size - 1)}
         while True:
@@ -128,7 +134,7 @@ class GroupCentralLearner:
             if control[Control.STOP]:
                 break
             if updates:
-                owner.train(updates)
+                owner.train(updates_now(updates, per_serve, limit))
             owner.after_round(control)
         # every group was answered: each one's next message is taken in and answered with the stop
         storing.stopped = True

@@ -3,8 +3,8 @@
 its previous step did, the final observations of ended episodes - packed as one message and
 read back on the learner), :class:`Group` (one group of one simulator as the learner holds it: its
 receive buffer, its pending request, its answer), :func:`env_groups` (a simulator's
-environments split into the groups that take turns) and :class:`EnvGroupsFields` (the option
-that sets how many)."""
+environments split into the groups that take turns) and :class:`CentralFields` (the options
+a central simulator and its learner read)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,15 @@ STEP_COLUMNS = ("reward", "terminated", "truncated", "episode_return", "episode_
 
 
 @dataclass(frozen=True)
-class EnvGroupsFields(Settings):
-    """``env_groups``: what a central simulator and its learner read (``topology=central``, and
-    ``topology=groups`` with ``group_wiring=central``)."""
+class CentralFields(Settings):
+    """What a central simulator and its learner read, in ``topology=central`` and in each group of
+    ``topology=groups`` with ``group_wiring=central``: ``env_groups`` and ``updates_per_serve``."""
 
     env_groups: int = integer(
         2, "groups each simulator's environments step in, taking turns (2: one group steps while the "
            "learner acts for the other; at most env.num_envs, and 8)", high=8)
+    updates_per_serve: int = integer(
+        8, "updates the learner runs between two serves of the simulators while updates are owed")
 
 
 class StepWire:
