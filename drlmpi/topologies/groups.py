@@ -143,20 +143,21 @@ class Groups(DataParallelTopology):
         A wiring whose learner acts for its simulators (``GroupWiring.serving``: central's): they
         only step, and each learner also serves its group's rows (over L learners at once)."""
         learners, f = max(1, settings.learners), p.slowdown_at(ranks)
-        sims, group, rows = max(1, ranks - learners), ranks // learners, sync_rows(p, settings.sync_every)
+        sims, group = max(1, ranks - learners), ranks // learners
         rule = settings.batch_rule
         per_update = (p.learner_update_at(batch_share(p.batch_size, learners, rule)) * f
                       * device_turns(p, learners)
                       + p.allreduce_at(learners) + p.straggler_s(learners, f))
         rho = p.updates_per_step if rule == "global" else p.updates_per_step / learners
-        comm = ((group - 1) * p.message_s(rows * p.row_bytes)
-                + max(1, log2(group)) * p.message_s(p.weight_bytes))
         c = p.ingest_row_s * f / learners
         served = WIRINGS[settings.group_wiring].serving(p, settings, group - 1, f * device_turns(p, learners))
         if served is not None:  # the simulators only step; each learner serves its own group
             sim, per_row = served
             return Pace(sim=sim / learners, learn=c + per_row / learners + rho * per_update,
                         learn_warm=c + per_row / learners)
+        rows = sync_rows(p, settings.sync_every)
+        comm = ((group - 1) * p.message_s(rows * p.row_bytes)
+                + max(1, log2(group)) * p.message_s(p.weight_bytes))
         return Pace(sim=p.sim_step_s * f / sims, learn=c + rho * per_update, comm=comm / (sims * rows),
                     learn_warm=c, start=first_round(p, settings.sync_every, f))
 

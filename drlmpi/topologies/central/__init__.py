@@ -55,7 +55,7 @@ from drlmpi.topologies.central.wire import (
     CentralFields,
     Group,
     StepWire,
-    env_groups,
+    simulator_groups,
 )
 from drlmpi.topologies.core.base import Topology
 from drlmpi.topologies.core.context import RunContext
@@ -80,6 +80,12 @@ class CentralSettings(CentralFields, scopes.TopologySettings):
                 "the updates queued since run on the default one, the copy refreshed after each batch of "
                 "them (auto: on a CUDA learner unless run.deterministic; on: also on the CPU, where nothing "
                 "overlaps; off: wait for each batch of updates)", "auto", "on", "off")
+
+
+def pending_limit(setting: int | None, learner: Learner, per_serve: int) -> int:
+    """``max_pending_updates`` resolved: as set, else (null) twice a PPO rollout's updates, else
+    twice ``per_serve``."""
+    return setting if setting is not None else 2 * (learner.rollout_updates() or per_serve)
 
 
 def updates_now(owed: int, per_serve: int, limit: int) -> int:
@@ -164,15 +170,10 @@ class Central(Topology):
         learner = ctx.make_learner()
         comm, layout = ctx.comm, learner.layout
         wire = StepWire(layout)
-        n_envs = ctx.cfg.env.num_envs
-        groups = [Group(source, g, count, source * n_envs + first, wire)
-                  for source in range(1, comm.size)
-                  for g, (first, count) in enumerate(env_groups(n_envs, self.cfg.env_groups))]
+        groups = simulator_groups(comm.size, ctx.rank, ctx.cfg.env.num_envs, self.cfg.env_groups, wire)
         requests = [group.post(comm) for group in groups]
         per_serve = self.cfg.updates_per_serve
-        limit = self.cfg.max_pending_updates
-        if limit is None:  # null: twice a PPO rollout's updates, else twice a serve's
-            limit = 2 * (learner.rollout_updates() or per_serve)
+        limit = pending_limit(self.cfg.max_pending_updates, learner, per_serve)
         acting = learner.acting_for_simulators(len(groups) * max(g.n for g in groups),
                                                self._overlaps(ctx, learner))
         queue = {"settle": not acting.beside_updates, "ahead": QUEUED_BATCHES}

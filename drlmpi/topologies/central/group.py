@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from drlmpi.mpi.wire import Control
-from drlmpi.topologies.central import Central, serving, updates_now
+from drlmpi.topologies.central import Central, pending_limit, serving, updates_now
 from drlmpi.topologies.central.simulator import simulate
-from drlmpi.topologies.central.wire import CentralFields, Group, StepWire, env_groups
+from drlmpi.topologies.central.wire import CentralFields, StepWire, simulator_groups
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Probe
 from drlmpi.topologies.core.reports import RankReport
@@ -102,11 +102,8 @@ class GroupCentralLearner:
     def __init__(self, owner: GroupLearner) -> None:
         self.owner, self.comm, self.learner = owner, owner.sub.comm, owner.learner
         self.wire = StepWire(self.learner.layout)
-        n_envs = owner.sub.cfg.env.num_envs
-        parts = env_groups(n_envs, owner.cfg.env_groups)
-        # stream ids by job rank (the learner's, then its simulators'), unique across the groups
-        self.groups = [Group(source, g, count, (owner.sub.rank + source) * n_envs + first, self.wire)
-                       for source in range(1, self.comm.size) for g, (first, count) in enumerate(parts)]
+        self.groups = simulator_groups(self.comm.size, owner.sub.rank, owner.sub.cfg.env.num_envs,
+                                       owner.cfg.env_groups, self.wire)
 
     def run(self) -> dict[str, Any]:
         owner, comm, learner, groups, wire = self.owner, self.comm, self.learner, self.groups, self.wire
@@ -117,7 +114,7 @@ class GroupCentralLearner:
         # as central's learner: a few updates between serves, all of them once far behind (every
         # learner decides alike from what the meeting agreed, so they stay in step)
         per_serve = owner.cfg.updates_per_serve
-        limit = 2 * (learner.rollout_updates() or per_serve)
+        limit = pending_limit(None, learner, per_serve)  # (max_pending_updates is async's key in a group)
         stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // max(1, comm.size - 1)}
         while True:

@@ -2,7 +2,8 @@
 :class:`StepWire` (what a simulator sends for one group - the observations to act on next, what
 its previous step did, the final observations of ended episodes - packed as one message and
 read back on the learner), :class:`Group` (one group of one simulator as the learner holds it: its
-receive buffer, its pending request, its answer), :func:`env_groups` (a simulator's
+receive buffer, its pending request, its answer; :func:`simulator_groups`: all of a learner's),
+:func:`env_groups` (a simulator's
 environments split into the groups that take turns) and :class:`CentralFields` (the options
 a central simulator and its learner read)."""
 
@@ -116,6 +117,15 @@ class Group:
         if actions is not None:
             self.reply[1:] = actions.reshape(-1)
         self.send = comm.Isend(self.reply, dest=self.source, tag=Tag.ACTIONS + self.index, kind="actions")
+
+
+def simulator_groups(comm_size: int, learner_rank: int, n_envs: int, groups: int,
+                     wire: StepWire) -> list[Group]:
+    """The learner's :class:`Group` of every environment group of its simulators (ranks 1..
+    ``comm_size`` - 1 of its communicator), stream ids numbered by job rank (the learner's is
+    ``learner_rank``), so they stay unique across the groups of ``topology=groups``."""
+    return [Group(source, g, count, (learner_rank + source) * n_envs + first, wire)
+            for source in range(1, comm_size) for g, (first, count) in enumerate(env_groups(n_envs, groups))]
 
 
 def env_groups(n_envs: int, groups: int) -> list[tuple[int, int]]:
