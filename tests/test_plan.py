@@ -208,6 +208,45 @@ def test_the_calibration_compares_a_real_job_with_the_model(tmp_path, monkeypatc
                               "sim_step_s": pytest.approx(1.5e-3)}
 
 
+def test_the_calibration_takes_the_pace_of_the_jobs_second_half_and_its_warm_up(tmp_path, monkeypatch):
+    """A 20 s job at 100 env steps/s for 10 s, then 400 (a learner capturing its graphs first):
+    star's model says 500 a second once learning, so the load is x0.8 (400 / 500, not the whole
+    job's 250 / 500) and the 7.4 s the job spent beyond the loaded model is its warm-up. A
+    prediction for the same 20 s gives the job's own 250 steps/s; a 60 s run, whose first
+    seconds weigh less, 350."""
+    from drlmpi.planner import calibration
+
+    def fake_launch(jobs, timeout_s):
+        for job in jobs:
+            run_dir = tmp_path / "runs" / job["run_dir"].rsplit("/", 1)[-1]
+            run_dir.mkdir(parents=True)
+            rows = ["kind,train_seconds,wall_seconds,env_steps,updates,return,return_std,length,rank"]
+            rows += [f"episode,{t},{t},{100 * t if t <= 10 else 1000 + 400 * (t - 10)},0,1,,10,1"
+                     for t in range(1, 21)]
+            (run_dir / "metrics.csv").write_text("\n".join(rows) + "\n")
+            (run_dir / "summary.json").write_text(json.dumps({
+                "env_steps_per_s": 250.0, "env_steps": 5_000, "train_seconds": 20.0, "per_rank": []}))
+            job["run_dir"] = str(run_dir)
+        return [job["run_dir"] for job in jobs]
+
+    monkeypatch.setattr(calibration, "launch", fake_launch)
+    monkeypatch.setattr(calibration, "sizes_to_calibrate", lambda cfgs, why: {"star": 16})
+    monkeypatch.setattr(calibration, "topology_class", lambda c: Star)
+    star = calibration.calibrate({"star": cfg("star")}, [], {("star", 16): None}, probe(), 1.0,
+                                 tmp_path)["star"]
+    assert star["measured"] == pytest.approx(400) and star["modelled"] == pytest.approx(500)
+    assert star["load"] == pytest.approx(0.8) and star["job_rate"] == 250.0
+    assert star["warmup_s"] == pytest.approx(20 - (0.064 + 5000 * 2e-3) / 0.8)
+    for seconds, rate in ((20, 250), (60, 350)):
+        timed = OmegaConf.merge(cfg("star"), {"run": {"max_train_seconds": seconds}})
+        assert predict(Star, 16, probe(), timed, star).env_steps_per_s == pytest.approx(rate, rel=1e-3)
+    # half the warm-up and the load's square root on 4 ranks (log 4 / log 16)
+    four = predict(Star, 4, probe(), OmegaConf.merge(cfg("star"), {"run": {"max_train_seconds": 60}}), star)
+    assert four.load == pytest.approx(0.8 ** 0.5)
+    assert calibration.job_seconds(1.0, image=False) == 4.0
+    assert calibration.job_seconds(1.0, image=True) == 30.0
+
+
 def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():
     from drlmpi.planner.compare import comparison
     from drlmpi.planner.model import recommended

@@ -3,17 +3,22 @@
 A full job loads the machine in ways one process does not: ranks waiting inside MPI poll, every
 core busy lowers the clock, caches and memory bandwidth are shared, and a collective waits for its
 slowest rank. For each topology the calibration runs ONE short real job (``4 x --seconds`` of
-training whatever the config's step budget, no evaluation) at the largest size asked for, all
-of them in a single MPI launch
-(:mod:`drlmpi.planner.jobs`), and compares its measured env steps/s with the model's prediction
-at that size from the probe alone. The ratio is the topology's load factor at that size; the
-model spreads it over the smaller sizes (:func:`drlmpi.planner.model.load_at`). What the job's
-ranks spent per update and per step is kept beside it (``plan.json``, "calibration"), so a
-user can see where the load went.
+training whatever the config's step budget, at least :data:`IMAGE_JOB_SECONDS` for image
+observations; no evaluation) at the largest size asked for, all of them in a single MPI launch
+(:mod:`drlmpi.planner.jobs`), and compares its env steps/s over the job's second half (its
+``metrics.csv``: :func:`steady`) with the model's over the same steps. The ratio is the
+topology's load factor at that size; the model spreads it over the smaller sizes
+(:func:`drlmpi.planner.model.load_at`). The job's seconds beyond what the loaded model gives its
+steps are its warm-up (graphs captured, kernels chosen, the first rollout or round:
+``warmup_s``), which every prediction of that topology pays once. A job's first seconds can run
+at a third of its later pace (PPO Breakout, central on 16 ranks), so a load measured over the
+whole of a short job mistook the warm-up for the pace. What the job's ranks spent per update and
+per step is kept beside it (``plan.json``, "calibration"), so a user can see where the load went.
 """
 
 from __future__ import annotations
 
+import csv
 import sys
 import time
 from pathlib import Path
@@ -21,11 +26,44 @@ from typing import Any
 
 from drlmpi.planner.cells import topology_class
 from drlmpi.planner.jobs import calibration_jobs, launch
-from drlmpi.planner.model import predict
+from drlmpi.planner.model import LOAD_BOUNDS, model_seconds
 from drlmpi.sweep.jobs import read_summary
 
 #: seconds of training of each calibration job, per --seconds
 SECONDS_PER_JOB = 4.0
+#: the least seconds of training of a calibration job for image observations: a CNN learner's
+#: first seconds capture its graphs and let cuDNN choose kernels at each batch size (PPO Breakout
+#: on 16 ranks: 2,100 env steps/s over its first 6 s, 7,000-8,800 later)
+IMAGE_JOB_SECONDS = 30.0
+
+
+def job_seconds(seconds: float, image: bool) -> float:
+    """Seconds of training of each calibration job at ``--seconds`` (``image``: the config's
+    observations are images)."""
+    return max(SECONDS_PER_JOB * seconds, IMAGE_JOB_SECONDS if image else 0.0)
+
+
+def steady(run_dir: Path, summary: dict[str, Any]) -> tuple[float, float]:
+    """(env steps/s over the job's second half, the job-wide env steps where that half began)
+    from the episode rows of its ``metrics.csv``; the whole job's rate and 0 where the rows do not
+    span it (fewer than two, or less than a quarter of the job between the last row at half time
+    and the last row). The rows count as the learner counts, so the second half's rate is the
+    whole job's scaled by the rows' late rate over their overall rate."""
+    total, seconds = float(summary["env_steps"]), float(summary.get("train_seconds") or 0.0)
+    whole = float(summary["env_steps_per_s"])
+    rows = []
+    try:
+        with open(run_dir / "metrics.csv", newline="") as f:
+            rows = sorted((float(r["train_seconds"]), float(r["env_steps"])) for r in csv.DictReader(f)
+                          if r.get("kind") == "episode")
+    except (OSError, KeyError, ValueError):
+        pass
+    early = [r for r in rows if r[0] <= seconds / 2]
+    if seconds <= 0 or not early or rows[-1][0] - early[-1][0] < seconds / 4 or rows[-1][1] <= early[-1][1]:
+        return whole, 0.0
+    (t0, s0), (t1, s1) = early[-1], rows[-1]
+    overall = s1 / t1
+    return whole * ((s1 - s0) / (t1 - t0)) / overall, min(total, s0 * whole / overall)
 
 
 def sizes_to_calibrate(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None]) -> dict[str, int]:
@@ -59,14 +97,17 @@ def in_job_costs(summary: dict[str, Any]) -> dict[str, float]:
 
 def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, int], str | None], p: Any,
               seconds: float, root: Path) -> dict[str, dict[str, Any]]:
-    """Per topology: ``{"ranks", "measured", "modelled", "load", "seconds", "in_job"}`` (or
-    ``{"ranks", "error"}`` where its job did not finish)."""
+    """Per topology: ``{"ranks", "measured", "modelled", "load", "warmup_s", "job_rate",
+    "job_seconds", "seconds", "env_steps", "in_job"}`` (``measured`` and ``modelled``: env steps/s
+    over the job's second half; ``job_rate`` over the whole job), or ``{"ranks", "error"}``
+    where its job did not finish."""
 
     sizes = sizes_to_calibrate(cfgs, why)
-    jobs = calibration_jobs(overrides, sizes, SECONDS_PER_JOB * seconds, root)
+    train_s = job_seconds(seconds, bool(getattr(p, "image", False)))
+    jobs = calibration_jobs(overrides, sizes, train_s, root)
     started = time.perf_counter()
     try:
-        done = set(launch(jobs, timeout_s=120 + 90 * len(jobs)))
+        done = set(launch(jobs, timeout_s=120 + (90 + train_s) * len(jobs)))
     except RuntimeError as exc:
         print(f"drlmpi.plan: calibration failed: {exc}", file=sys.stderr, flush=True)
         return {name: {"ranks": n, "error": str(exc)} for name, n in sizes.items()}
@@ -77,10 +118,16 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
         if not summary or not summary.get("env_steps_per_s"):
             out[name] = {"ranks": n, "error": "the calibration job did not finish"}
             continue
-        modelled = predict(topology_class(cfgs[name]), n, p, cfgs[name],
-                           budget=int(summary["env_steps"])).env_steps_per_s
-        measured = float(summary["env_steps_per_s"])
+        cls = topology_class(cfgs[name])
+        model = cls.pace(n, p, cls.settings_of(cfgs[name].topology))
+        total = float(summary["env_steps"])
+        measured, begun = steady(Path(job["run_dir"]), summary)
+        since = model_seconds(model, p, begun) if begun else 0.0  # the whole job: its start too
+        modelled = (total - begun) / max(1e-12, model_seconds(model, p, total) - since)
+        load = min(max(measured / modelled, LOAD_BOUNDS[0]), LOAD_BOUNDS[1])
+        job_s = float(summary.get("train_seconds") or 0.0)
         out[name] = {"ranks": n, "measured": measured, "modelled": modelled, "load": measured / modelled,
-                     "seconds": took, "env_steps": int(summary["env_steps"]),
-                     "in_job": in_job_costs(summary)}
+                     "warmup_s": max(0.0, job_s - model_seconds(model, p, total) / load),
+                     "job_rate": float(summary["env_steps_per_s"]), "job_seconds": job_s,
+                     "seconds": took, "env_steps": int(total), "in_job": in_job_costs(summary)}
     return out

@@ -57,7 +57,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                              "to plan each topology and size with (default: the config's own)")
     parser.add_argument("--seconds", type=float, default=1.0,
                         help="seconds per measured quantity (the probe takes about 6x this, the "
-                             "calibration 4x this per topology, plus start-up)")
+                             "calibration 4x this per topology, at least 30 s for image "
+                             "observations, plus start-up)")
     parser.add_argument("--no-calibrate", dest="calibrate", action="store_false",
                         help="skip the calibration jobs at the largest size (the model from the "
                              "probe alone)")
@@ -305,8 +306,8 @@ def probe_lines(p: Any) -> list[str]:
 
 
 def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
-    """The calibration's jobs: each topology's measured and modelled env steps/s at its largest
-    size, and the load factor between them."""
+    """The calibration's jobs: each topology's measured and modelled env steps/s over the second
+    half of its job at its largest size, the load factor between them, and its warm-up."""
     if not calibrations:
         return ["Calibration: none (--no-calibrate, or no topology runs on more than one rank here)."]
     seconds = sum(c.get('seconds', 0) for c in calibrations.values())
@@ -317,10 +318,12 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
             failed += wrapped(why, 2, 2)
         else:
             rows.append([name, str(c["ranks"]), fmt_rate(c["measured"]), fmt_rate(c["modelled"]),
-                         f"x{c['load']:.2f}"])
-    lines = [f"Calibration ({seconds:.0f} s, one short job per topology at its largest size; env steps/s):"]
+                         f"x{c['load']:.2f}", f"{c.get('warmup_s', 0.0):.1f} s"])
+    lines = [f"Calibration ({seconds:.0f} s, one short job per topology at its largest size; env steps/s "
+             "over each job's second half, and the seconds its start cost beyond that pace):"]
     if rows:
-        lines += aligned(["topology", "ranks", "measured", "modelled", "load"], rows, right={1, 2, 3, 4})
+        lines += aligned(["topology", "ranks", "measured", "modelled", "load", "warm-up"], rows,
+                         right={1, 2, 3, 4, 5})
     return lines + failed
 
 

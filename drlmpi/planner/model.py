@@ -5,11 +5,13 @@
 Every topology writes itself as the seconds its job spends per job-wide environment step, once
 updates run (``learn``) and before ``learning_starts`` (``warm``); a run of ``B`` steps then takes
 ``start + L * warm + (B - L) * learn`` seconds (``start``: the learner's wait for its first
-round). What the probe cannot see in one process - how a full job slows its own ranks down - a
-calibration (:mod:`drlmpi.planner.calibration`) measures in a short real job at the largest size:
-its ratio of measured to modelled throughput is the topology's load factor there, spread over the
-sizes in between geometrically in the number of ranks (none at one rank, all of it at the
-calibrated size).
+round); a run of ``T`` seconds of training steps at those paces for what is left of ``T``. What
+the probe cannot see in one process - how a full job slows its own ranks down, and what its first
+moments cost - a calibration (:mod:`drlmpi.planner.calibration`) measures in a short real job at
+the largest size: its ratio of measured to modelled throughput over the job's second half is the
+topology's load factor there, spread over the sizes in between geometrically in the number of
+ranks (none at one rank, all of it at the calibrated size), and its seconds beyond the loaded
+model are a warm-up every run of that topology pays, spread the same way.
 """
 
 from __future__ import annotations
@@ -72,45 +74,80 @@ def modelled(cls: type) -> bool:
     return callable(getattr(cls, "pace", None))
 
 
+def _share(ranks: int, calibration: dict[str, Any] | None) -> float:
+    """How much of a calibration at N ranks a cell of ``ranks`` takes: ``log n / log N``, all
+    of it at N and beyond, none at one rank (and none without a usable calibration)."""
+    if not calibration or "load" not in calibration or int(calibration.get("ranks", 1)) <= 1:
+        return 0.0
+    return min(1.0, math.log(max(ranks, 1)) / math.log(int(calibration["ranks"])))
+
+
 def load_at(ranks: int, calibration: dict[str, Any] | None) -> float:
     """The load factor at ``ranks`` from a calibration ``{"ranks": N, "load": r}``: ``r **
     (log n / log N)`` up to N (1 at one rank), ``r`` beyond."""
-    if not calibration or "load" not in calibration or int(calibration.get("ranks", 1)) <= 1:
+    share = _share(ranks, calibration)
+    if not share:
         return 1.0
-    n_cal, load = int(calibration["ranks"]), float(calibration["load"])
-    load = min(max(load, LOAD_BOUNDS[0]), LOAD_BOUNDS[1])
-    share = min(1.0, math.log(max(ranks, 1)) / math.log(n_cal))
+    load = min(max(float(calibration["load"]), LOAD_BOUNDS[0]), LOAD_BOUNDS[1])
     return load ** share
 
 
-def rates(model: Pace, p: Probe, budget: int | None) -> tuple[float, float]:
-    """(env steps/s, updates/s) of a run of ``budget`` steps under ``model`` (the first
-    ``learning_starts`` without updates); a run without budget or updates at the learning pace."""
-    learning = model.step_s(True)
-    if budget is None or p.updates_per_step == 0:
-        return 1.0 / learning, p.updates_per_step / learning
-    warm = min(int(budget), p.learning_starts)
-    seconds = model.start + warm * model.step_s(False) + (int(budget) - warm) * learning
-    return float(budget) / seconds, p.updates_per_step * (int(budget) - warm) / seconds
+def warmup_at(ranks: int, calibration: dict[str, Any] | None) -> float:
+    """The seconds a run at ``ranks`` loses to its first moments, from a calibration's
+    ``warmup_s`` (its job's seconds beyond the steady pace), spread as the load is."""
+    return float((calibration or {}).get("warmup_s") or 0.0) * _share(ranks, calibration)
+
+
+def model_seconds(model: Pace, p: Probe, steps: float) -> float:
+    """The model's seconds for a run's first ``steps`` env steps: the learner's wait for its first
+    round, the steps before ``learning_starts`` at the stepping pace, the rest at the learning
+    pace (a run without updates: every step at its pace, no wait)."""
+    if p.updates_per_step == 0:
+        return steps * model.step_s(True)
+    warm = min(steps, p.learning_starts)
+    return model.start + warm * model.step_s(False) + (steps - warm) * model.step_s(True)
+
+
+def rates(model: Pace, p: Probe, budget: int | None, seconds: float | None = None, load: float = 1.0,
+          warmup_s: float = 0.0) -> tuple[float, float]:
+    """(env steps/s, updates/s) of a run of ``budget`` steps, else of ``seconds`` seconds of
+    training, else at the learning pace: the model's seconds divided by the calibrated ``load``,
+    plus the calibration's ``warmup_s``. A run without updates steps at its pace."""
+    learning = model.step_s(True) / load
+    rho = p.updates_per_step
+    if rho == 0 or (budget is None and not seconds):
+        return 1.0 / learning, rho / learning
+    if budget is not None:
+        warm = min(int(budget), p.learning_starts)
+        total = model_seconds(model, p, int(budget)) / load + warmup_s
+        return float(budget) / total, rho * (int(budget) - warm) / total
+    left = max(0.0, float(seconds) - warmup_s - model.start / load)  # training at the model's paces
+    warm_pace = model.step_s(False) / load
+    warm = min(float(p.learning_starts), left / warm_pace)
+    steps = warm + (left - warm * warm_pace) / learning
+    return steps / float(seconds), rho * (steps - warm) / float(seconds)
 
 
 def predict(cls: type, ranks: int, p: Probe, cfg: DictConfig, calibration: dict[str, Any] | None = None,
             budget: int | None = -1) -> Prediction:
-    """The cell of topology ``cls`` on ``ranks`` ranks for ``cfg`` (``run.max_env_steps`` steps
-    unless ``budget`` is given), with its range from ``p.spread`` and the calibrated load."""
+    """The cell of topology ``cls`` on ``ranks`` ranks for ``cfg`` (``run.max_env_steps`` steps,
+    else ``run.max_train_seconds`` of training, unless ``budget`` is given), with its range from
+    ``p.spread`` and the calibrated load and warm-up."""
     name = str(cls.name)
     if not modelled(cls):
         return Prediction(name, ranks, refused="not modelled (the topology has no pace model)")
+    seconds = None
     if budget == -1:
-        budget = RunSettings.coerce(cfg.run).max_env_steps
-    load = load_at(ranks, calibration)
+        run = RunSettings.coerce(cfg.run)
+        budget, seconds = run.max_env_steps, run.max_train_seconds
+    load, warmup = load_at(ranks, calibration), warmup_at(ranks, calibration)
     settings = cls.settings_of(cfg.topology)  # the typed settings each pace model reads
     model = cls.pace(ranks, p, settings)
-    env_rate, update_rate = rates(model, p, budget)
+    env_rate, update_rate = rates(model, p, budget, seconds, load, warmup)
     spread = max(p.spread.values(), default=0.0)
-    ends = [rates(cls.pace(ranks, p.scaled(factor), settings), p, budget)[0] * load
+    ends = [rates(cls.pace(ranks, p.scaled(factor), settings), p, budget, seconds, load, warmup)[0]
             for factor in (1 + spread, max(1 - spread, CHEAPEST_END))]
-    return Prediction(name, ranks, env_steps_per_s=env_rate * load, updates_per_s=update_rate * load,
+    return Prediction(name, ranks, env_steps_per_s=env_rate, updates_per_s=update_rate,
                       bound=model.bound(), low=min(ends), high=max(ends), load=load)
 
 

@@ -304,7 +304,7 @@ def probe(cfgs: dict[str, Any], seconds: float = 1.0) -> Probe:
         notes.append(f"message costs {source}")
     gpus = torch.cuda.device_count() if str(ctx.device).startswith("cuda") else 0
     return Probe(cores=cores, device=str(ctx.device), gpus=max(1, gpus), num_envs=ctx.cfg.env.num_envs,
-                 deterministic=RunSettings.coerce(cfg.run).deterministic,
+                 deterministic=RunSettings.coerce(cfg.run).deterministic, image=bool(ctx.spec.image),
                  sim_step_s=sim_step, env_step_s=env_step, act_s=act_s, update_s=update_s,
                  update_jitter_s=jitter,
                  learner_update_s=learner_update or update_s.get(batch or 0, 0.0),

@@ -58,6 +58,8 @@ class Probe:
     gpus: int = 1
     #: the config's ``run.deterministic`` (a deterministic run serialises what would overlap)
     deterministic: bool = False
+    #: the observations are images (a calibration job then trains longer: its warm-up is long)
+    image: bool = False
     notes: list[str] = field(default_factory=list)
     #: relative half-width of each measured figure's spread between repeats (``sim_step_s``,
     #: ``update_s``): a cell's range is the model at the low and the high ends
