@@ -247,6 +247,32 @@ def test_the_calibration_takes_the_pace_of_the_jobs_second_half_and_its_warm_up(
     assert calibration.job_seconds(1.0, image=True) == 30.0
 
 
+def test_one_job_on_one_rank_calibrates_every_one_rank_cell(monkeypatch):
+    """Sequential runs only on one rank: it is calibrated there (the others at their largest
+    size), and its load is every one-rank cell's - allgather on one rank is the same process
+    stepping and learning in turn - and no larger cell's."""
+    from drlmpi.planner import calibration
+    from drlmpi.planner import cells as cells_module
+    from drlmpi.planner.calibration import sizes_to_calibrate
+    from drlmpi.planner.cells import plan_cells
+
+    classes = {"sequential": Sequential, "allgather": Allgather, "star": Star}
+    for module in (calibration, cells_module):
+        monkeypatch.setattr(module, "topology_class", lambda c: classes[c.topology.name])
+    cfgs = {"sequential": cfg("sequential"), "allgather": cfg("allgather"), "star": cfg("star")}
+    why = {("sequential", 1): None, ("sequential", 4): "exactly 1 rank", ("allgather", 1): None,
+           ("allgather", 4): None, ("star", 1): "2 or more", ("star", 4): None}
+    assert sizes_to_calibrate(cfgs, why) == {"sequential": 1, "allgather": 4, "star": 4}
+    calibrations = {"sequential": {"ranks": 1, "load": 0.8}, "allgather": {"ranks": 4, "load": 0.5}}
+    cells = {(c.topology, c.ranks): c for c in plan_cells(cfgs, why, probe(), calibrations)}
+    bare = {(c.topology, c.ranks): c for c in plan_cells(cfgs, why, probe(), {})}
+    for one in ("sequential", "allgather"):
+        assert cells[(one, 1)].load == pytest.approx(0.8)
+        assert cells[(one, 1)].env_steps_per_s == pytest.approx(0.8 * bare[(one, 1)].env_steps_per_s)
+    assert cells[("allgather", 4)].load == pytest.approx(0.5)
+    assert cells[("star", 4)].load == 1.0  # no calibration of its own; one rank's is not its
+
+
 def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():
     from drlmpi.planner.compare import comparison
     from drlmpi.planner.model import recommended

@@ -81,9 +81,12 @@ def cell_refusals(cfgs: dict[str, Any], refused: dict[str, str],
 def plan_cells(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None], probe: Any,
                calibrations: dict[str, dict] | None = None) -> list[Prediction]:
     """Every cell of ``why`` (:func:`cell_refusals`): refused with its reason, or predicted."""
+    from drlmpi.planner.calibration import one_rank
     from drlmpi.planner.model import predict
 
     calibrations = calibrations or {}
+    single = one_rank(calibrations)  # every one-rank cell's (one process stepping and learning)
     return [Prediction(name, n, refused=reason) if reason is not None
-            else predict(topology_class(cfgs[name]), n, probe, cfgs[name], calibrations.get(name))
+            else predict(topology_class(cfgs[name]), n, probe, cfgs[name],
+                         single if n == 1 and single else calibrations.get(name))
             for (name, n), reason in why.items()]

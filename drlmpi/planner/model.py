@@ -76,9 +76,12 @@ def modelled(cls: type) -> bool:
 
 def _share(ranks: int, calibration: dict[str, Any] | None) -> float:
     """How much of a calibration at N ranks a cell of ``ranks`` takes: ``log n / log N``, all
-    of it at N and beyond, none at one rank (and none without a usable calibration)."""
-    if not calibration or "load" not in calibration or int(calibration.get("ranks", 1)) <= 1:
+    of it at N and beyond, none at one rank (and none without a usable calibration); a
+    calibration on one rank is all of a one-rank cell's and none of any other's."""
+    if not calibration or "load" not in calibration:
         return 0.0
+    if int(calibration.get("ranks", 1)) <= 1:  # a job of one rank: for one rank only
+        return 1.0 if ranks == 1 else 0.0
     return min(1.0, math.log(max(ranks, 1)) / math.log(int(calibration["ranks"])))
 
 
