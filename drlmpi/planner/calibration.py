@@ -70,7 +70,8 @@ def sizes_to_calibrate(cfgs: dict[str, Any], why: dict[tuple[str, int], str | No
     """Each modelled topology's largest size that it accepts (``why``: each cell's refusal,
     :func:`drlmpi.planner.cells.cell_refusals`), if more than one rank; and a topology that runs
     only on one rank (sequential) there, once: its job calibrates every cell of one rank
-    (:func:`one_rank`), which is one process stepping and learning in turn whatever its topology."""
+    (:func:`drlmpi.planner.model.one_rank`), which is one process stepping and learning in turn
+    whatever its topology."""
     from drlmpi.planner.model import modelled
 
     sizes = {}
@@ -83,11 +84,6 @@ def sizes_to_calibrate(cfgs: dict[str, Any], why: dict[tuple[str, int], str | No
         elif fits and 1 not in sizes.values():
             sizes[name] = 1
     return sizes
-
-
-def one_rank(calibrations: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The calibration of a job on one rank, if the plan ran one."""
-    return next((c for c in calibrations.values() if c.get("ranks") == 1 and "load" in c), None)
 
 
 def in_job_costs(summary: dict[str, Any]) -> dict[str, float]:

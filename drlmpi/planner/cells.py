@@ -81,8 +81,7 @@ def cell_refusals(cfgs: dict[str, Any], refused: dict[str, str],
 def plan_cells(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None], probe: Any,
                calibrations: dict[str, dict] | None = None) -> list[Prediction]:
     """Every cell of ``why`` (:func:`cell_refusals`): refused with its reason, or predicted."""
-    from drlmpi.planner.calibration import one_rank
-    from drlmpi.planner.model import predict
+    from drlmpi.planner.model import one_rank, predict
 
     calibrations = calibrations or {}
     single = one_rank(calibrations)  # every one-rank cell's (one process stepping and learning)

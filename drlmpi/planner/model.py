@@ -85,6 +85,11 @@ def _share(ranks: int, calibration: dict[str, Any] | None) -> float:
     return min(1.0, math.log(max(ranks, 1)) / math.log(int(calibration["ranks"])))
 
 
+def one_rank(calibrations: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The calibration of a job on one rank, if the plan ran one."""
+    return next((c for c in calibrations.values() if c.get("ranks") == 1 and "load" in c), None)
+
+
 def load_at(ranks: int, calibration: dict[str, Any] | None) -> float:
     """The load factor at ``ranks`` from a calibration ``{"ranks": N, "load": r}``: ``r **
     (log n / log N)`` up to N (1 at one rank), ``r`` beyond."""
