@@ -218,6 +218,9 @@ class BusyLearner:
     def wait(self, request) -> None:
         assert request["taken"], "the simulator waited for a message the learner had not taken yet"
 
+    def test(self, request) -> bool:
+        return request["taken"]  # busy: it takes messages only in the simulator's Recv
+
     def Recv(self, buf, source, tag, kind):  # noqa: N802
         group = tag - int(Tag.ACTIONS)
         for request in self.pending:
@@ -262,6 +265,36 @@ def test_a_simulator_steps_its_next_group_while_the_learner_has_not_taken_the_la
     step_messages = [i for i, (what, _) in enumerate(events) if what == "sent"][2:]
     assert len(step_messages) == 10
     assert all(events[i + 1] == ("answered", 1 - events[i][1]) for i in step_messages)
+
+
+class WaitingLearner(BusyLearner):
+    """A learner waiting for step messages: it takes a message as soon as the simulator's MPI
+    calls move it (here: the simulator's first test of the send), as an MPI whose large
+    transfers progress only inside the sender's calls would."""
+
+    def test(self, request) -> bool:
+        if not request["taken"]:
+            request["taken"] = True
+            self.taken[request["group"]] += 1
+            self.pending.remove(request)
+            self.events.append(("taken", request["group"]))
+        return True
+
+
+def test_a_simulator_moves_its_message_to_a_waiting_learner_before_stepping_on():
+    """Against a learner that takes a message as soon as the simulator's MPI calls move it, each
+    step message is taken before the simulator steps its other group (the bounded test after the
+    ``Isend``), not held until its next MPI call; against a busy one (above) the test gives up."""
+    from drlmpi.algos.dqn import DQN
+
+    layout = DQN(env_spec(make_env("CartPole-v1")), group_config("algo", "dqn"), seed=0).layout
+    actors = [StepCounting(layout, 3), StepCounting(layout, 2)]
+    learner = WaitingLearner(groups=2, rounds=5)
+    step_groups(learner, actors, StepWire(layout))
+    assert [a.steps for a in actors] == [15, 10] and learner.taken == [6, 6]
+    events = learner.events
+    sent = [i for i, (what, _) in enumerate(events) if what == "sent"]
+    assert len(sent) == 12 and all(events[i + 1] == ("taken", events[i][1]) for i in sent)
 
 
 def test_acting_beside_updates_acts_from_the_copy_last_refreshed():
