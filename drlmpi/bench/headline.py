@@ -154,6 +154,12 @@ STEPS: dict[str, list[Step]] = {
         sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=80 topology.overlap=on",
               "algo.autocast=bfloat16 algo.channels_last=true topology.env_groups=2,4 algo.epochs=4,3"),
         report("report", "ceiling", "central")],
+    "breakout_compile": [  # the update captured (CUDA graphs) or compiled (torch.compile, at the first
+        # update, inside the training clock: compare the runs' later seconds), 4 or 3 epochs
+        ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=80"),
+        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=100 topology.overlap=on",
+              "algo.autocast=bfloat16 algo.channels_last=true algo.capture=graph,compile algo.epochs=4,3"),
+        report("report", "ceiling", "central")],
     "breakout_groups4": [  # a 4-GPU host: the ceiling on 64 ranks, one group alone, the four groups
         ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling world_size=64 run.max_train_seconds=90"),
         sweep("one_group", "+experiment=ppo_breakout_groups4 topology.learners=1 world_size=16",
