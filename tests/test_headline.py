@@ -135,6 +135,9 @@ def test_a_sweep_step_replaces_its_own_value_of_a_key_the_overrides_name(tmp_pat
     assert plan.args[plan.args.index("--topologies") + 1] == "central,star"
     assert "topology=central,star" in measured.args and "world_size=8,16" in measured.args
     assert "+experiment=topology_throughput" not in measured.args
+    plan, measured, _ = headline.steps("plan_check", ["seed=3,4", "world_size=1,4"])
+    assert "seed=3" in plan.args and "seed=3,4" not in plan.args
+    assert measured.args.index("seed=3,4") < measured.args.index("world_size=1,4")  # seeds outermost
 
 
 def test_a_ceiling_keeps_its_algorithm_and_topology_while_the_learners_take_the_overrides(tmp_path):

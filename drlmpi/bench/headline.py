@@ -182,13 +182,17 @@ def plan_check(overrides: list[str], breakout: bool = False) -> list[Step]:
     LunarLander (``plan_check``: the topology_throughput preset's jobs, default 1,2 ranks and every
     built-in topology, ``env.sim_cost_ms`` 1), or ``breakout``: the ppo_breakout_16 preset's
     central and star at 4, 8 and 16 ranks and ``env.num_envs=`` games a simulator (default 8: the
-    plan's ``--games``), 40 s of training a measured job."""
+    plan's ``--games``), 40 s of training a measured job. ``seed=0,1,...`` measures every cell once
+    a seed, the seeds in the outer loop (each cell's runs spread over the check's time, their
+    mean compared; the plan takes the first seed): two runs of one config differ by 10-20% on
+    the hosts measured, as much as a cell's tolerance."""
     if breakout:
         chosen = {"world_size": "4,8,16", "topology": "central,star", "env.num_envs": "8"}
     else:
         from drlmpi.topologies.core.registry import built_in  # here: it imports torch
 
         chosen = {"world_size": "1,2", "topology": ",".join(built_in()), "env.sim_cost_ms": "1"}
+    chosen["seed"] = "0"
     rest = [o for o in overrides if o.partition("=")[0] not in chosen]
     chosen.update(o.split("=", 1) for o in overrides if o.partition("=")[0] in chosen)
     # what the plan and the measured sweep share, what only the plan takes, what only the sweep
@@ -201,8 +205,10 @@ def plan_check(overrides: list[str], breakout: bool = False) -> list[Step]:
         planned, measured = [], ["+experiment=topology_throughput"]
     cells = ["--ranks", chosen["world_size"], "--topologies", chosen["topology"]]
     plan = f"{OUT}/plan.json"
-    return [Step(["drlmpi.plan", *config, *cells, *planned, "--seconds", "1", "--out", plan], log="plan.md"),
-            sweep("measured", *measured, *config, f"topology={chosen['topology']}",
+    first_seed = f"seed={chosen['seed'].split(',')[0]}"
+    return [Step(["drlmpi.plan", *config, first_seed, *cells, *planned, "--seconds", "1", "--out", plan],
+                 log="plan.md"),
+            sweep("measured", *measured, f"seed={chosen['seed']}", *config, f"topology={chosen['topology']}",
                   f"world_size={chosen['world_size']} hydra.launcher.timeout_s=300"),
             Step(["drlmpi.plan", "--plan", plan, "--compare", f"{OUT}/measured"], log="compare.md")]
 
