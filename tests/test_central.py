@@ -297,6 +297,43 @@ def test_a_simulator_moves_its_message_to_a_waiting_learner_before_stepping_on()
     assert len(sent) == 12 and all(events[i + 1] == ("taken", events[i][1]) for i in sent)
 
 
+def test_a_simulator_on_a_host_with_more_ranks_than_cores_does_not_spin_on_its_send(monkeypatch):
+    """More ranks than cores (the launcher's ``PMI_SIZE``): testing the send would spin on the
+    core the learner needs, so the simulator leaves each message to its next MPI call, and every
+    message still reaches the learner once."""
+    from drlmpi.algos.dqn import DQN
+    from drlmpi.job_control.process import oversubscribed, usable_cpus
+
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PMI_SIZE", str(len(usable_cpus())))
+    assert not oversubscribed()
+    monkeypatch.setenv("PMI_SIZE", str(len(usable_cpus()) + 1))
+    assert oversubscribed()
+    layout = DQN(env_spec(make_env("CartPole-v1")), group_config("algo", "dqn"), seed=0).layout
+    actors = [StepCounting(layout, 3), StepCounting(layout, 2)]
+    learner = WaitingLearner(groups=2, rounds=5)
+    step_groups(learner, actors, StepWire(layout))
+    assert [a.steps for a in actors] == [15, 10] and learner.taken == [6, 6]
+    assert not any(what == "taken" for what, _ in learner.events)  # never tested: taken in Recv
+
+
+def test_a_learner_serves_from_captured_passes_whatever_captures_its_update(monkeypatch):
+    """The serve's forward pass is replayed from CUDA graphs under every ``algo.capture`` but
+    ``off``: with a compiled update (``compile``) an eager pass of a CNN would launch its kernels
+    one by one at every serve."""
+    from drlmpi.algos.dqn import DQN
+    from drlmpi.roles import learner as learner_module
+
+    algo = DQN(env_spec(make_env("CartPole-v1")), group_config("algo", "dqn"), seed=0)
+    modes = []
+    monkeypatch.setattr(learner_module, "Acting", lambda algo, rows, mode, **kw: modes.append(mode))
+    for capture in ("graph", "fused", "compile", "off"):
+        algo.capture = capture
+        learner_module.simulator_acting(algo, 8)
+    assert modes == ["graph", "graph", "graph", "off"]
+
+
 def test_acting_beside_updates_acts_from_the_copy_last_refreshed():
     """``topology.overlap`` (drlmpi/device/acting.py): the learner acts from a copy of its
     policy, which follows the learning network only when refreshed (on the CPU, published by the

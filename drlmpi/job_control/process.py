@@ -44,6 +44,19 @@ def ends_job_at_first_failure() -> bool:
     return "OMPI_COMM_WORLD_RANK" in os.environ
 
 
+def local_ranks() -> int:
+    """The job's ranks on this host, read from the launcher's variables (1 for a singleton)."""
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") \
+        or os.environ.get("PMI_SIZE")
+    return int(local) if local is not None and local.isdigit() else 1
+
+
+def oversubscribed() -> bool:
+    """Whether the job's ranks on this host exceed the CPUs this process may use: a rank that
+    spins then takes the core another rank needs."""
+    return local_ranks() > len(usable_cpus())
+
+
 def yield_when_oversubscribed() -> None:
     """Ask the MPI library to yield the core while it waits when the job's ranks fill the host,
     and to sleep when they exceed its cores (must run before MPI is initialised).
@@ -63,11 +76,9 @@ def yield_when_oversubscribed() -> None:
     ranks and 2 cores ran 40% slower asleep). ``DRLMPI_YIELD=0`` or ``=1`` forces the choice;
     the libraries' own variables, if set, win.
     """
-    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") \
-        or os.environ.get("PMI_SIZE")
     forced = os.environ.get("DRLMPI_YIELD")
     cores = len(usable_cpus())
-    ranks = int(local) if local is not None and local.isdigit() else 1
+    ranks = local_ranks()
     if forced == "1" or (forced != "0" and ranks >= cores and ranks > 1):
         os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")  # MPICH
         os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")  # Open MPI

@@ -306,12 +306,15 @@ class Learner(Training):
 def simulator_acting(algo: Algorithm, max_rows: int, beside_updates: bool = False) -> Acting | HostActing:
     """``act(observations, env_steps) -> (actions, extras, forward output)``: ``algo`` acting for
     simulators that hold no policy (central inference; the planner's probe times the same). On a
-    CUDA learner with ``algo.capture`` the forward pass is replayed from CUDA graphs
+    CUDA learner with ``algo.capture`` other than ``off`` (``compile`` too) the forward pass is
+    replayed from CUDA graphs
     (:class:`~drlmpi.device.capture.CapturedForward`), exploration finished on the host; an
     algorithm that acts on the host only acts as it does (no forward output). ``beside_updates``:
     from copies of the acting modules, on a stream of their own, while updates queued by
     ``train(settle=False)`` run (:mod:`drlmpi.device.acting`)."""
     if type(algo).act_tensor is Algorithm.act_tensor:
         return HostActing(algo)
-    mode = "graph" if algo.capture in ("graph", "fused") else "off"
+    # a compiled update (algo.capture=compile) still serves from CUDA graphs: an eager pass of a
+    # CNN launches its dozens of kernels one by one from Python at every serve
+    mode = "off" if algo.capture == "off" else "graph"
     return Acting(algo, max_rows, mode, beside_updates=beside_updates and bool(algo.acting_modules))

@@ -18,7 +18,9 @@ learner is doing: on 4 ranks of PPO Breakout with ``Isend`` alone, the learner w
 messages 45% of its training time while its simulators waited for actions
 (docs/results/h200host_plan_check_breakout/). So after each ``Isend`` the simulator tests the
 send for up to :data:`PUSH_S`: a learner waiting for messages takes it within that time, and a busy
-one takes it at the simulator's next MPI call as before.
+one takes it at the simulator's next MPI call as before. Not on a host with more ranks than
+cores: the test would spin on the core the learner needs (on 2 cores with 4 ranks one group of
+groups[central] then stepped 5 env steps to the other's 251).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from drlmpi.job_control.process import oversubscribed
 from drlmpi.mpi.timed import Request
 from drlmpi.mpi.wire import Tag
 from drlmpi.topologies.central.wire import LEARNER_RANK, StepWire, env_groups
@@ -69,16 +72,19 @@ def step_groups(comm: Any, actors: list[ServedActor], wire: StepWire) -> float:
     replies = [np.zeros(1 + actor.n_envs * dim, dtype=np.float32) for actor in actors]
     # each group's message in flight (a request holds its buffer until the send completes)
     sends: list[Request | None] = [None] * len(actors)
+    push_s = 0.0 if oversubscribed() else PUSH_S
 
     def send(g: int, msg: np.ndarray) -> None:
         if sends[g] is not None:
             comm.wait(sends[g])
         request = comm.Isend(msg, dest=LEARNER_RANK, tag=Tag.OBSERVATIONS + g, kind="observations")
         sends[g] = request
-        until = time.perf_counter() + PUSH_S
+        if not push_s:
+            return
+        until = time.perf_counter() + push_s
         while not comm.test(request):  # move it while a waiting learner can take it
             if time.perf_counter() > until:
-                return
+                return  # the learner is busy: it takes the message in a later call
         sends[g] = None
 
     sent_at = []
