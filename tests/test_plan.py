@@ -356,6 +356,20 @@ def test_the_table_stays_narrow_at_many_sizes():
     assert table([c for c in cells if c.ranks < 4], sizes[:2])[0].startswith("Predicted env steps/s (range")
 
 
+def test_the_calibration_lines_show_each_jobs_load_and_warm_up_within_the_width():
+    from drlmpi.planner.cli import WIDTH, calibration_lines
+
+    lines = calibration_lines({
+        "parameter_server": {"ranks": 16, "measured": 8_002.4, "modelled": 6_522.0, "load": 1.227,
+                             "warmup_s": 7.01, "seconds": 45.2},
+        "sequential": {"ranks": 1, "measured": 451.0, "modelled": 574.0, "load": 0.786, "seconds": 9.0},
+        "star": {"ranks": 16, "error": "the calibration job did not finish"}})
+    assert max(map(len, lines)) <= WIDTH
+    row = next(line for line in lines if line.strip().startswith("parameter_server"))
+    assert row.split()[1:] == ["16", "8,002", "6,522", "x1.23", "7.0", "s"]
+    assert any("star on 16 ranks: not calibrated" in line for line in lines)
+
+
 def test_the_plan_goes_under_outputs_or_where_out_says(tmp_path):
     from datetime import datetime
 

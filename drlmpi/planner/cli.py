@@ -319,8 +319,8 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
         else:
             rows.append([name, str(c["ranks"]), fmt_rate(c["measured"]), fmt_rate(c["modelled"]),
                          f"x{c['load']:.2f}", f"{c.get('warmup_s', 0.0):.1f} s"])
-    lines = [f"Calibration ({seconds:.0f} s, one short job per topology at its largest size; env steps/s "
-             "over each job's second half, and the seconds its start cost beyond that pace):"]
+    lines = wrapped(f"Calibration ({seconds:.0f} s, one short job per topology at its largest size; env "
+                    "steps/s over each job's second half, and the seconds its start cost beyond that pace):")
     if rows:
         lines += aligned(["topology", "ranks", "measured", "modelled", "load", "warm-up"], rows,
                          right={1, 2, 3, 4, 5})
