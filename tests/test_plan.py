@@ -209,23 +209,23 @@ def test_the_calibration_compares_a_real_job_with_the_model(tmp_path, monkeypatc
 
 
 def test_the_calibration_takes_the_pace_of_the_jobs_second_half_and_its_warm_up(tmp_path, monkeypatch):
-    """A 20 s job at 100 env steps/s for 10 s, then 400 (a learner capturing its graphs first):
+    """A 20 s job at 100 env steps/s for 10 s, then 400 (a learner capturing its graphs first;
+    its summary's ``second_half`` from the learner's notes of its pace):
     star's model says 500 a second once learning, so the load is x0.8 (400 / 500, not the whole
     job's 250 / 500) and the 7.4 s the job spent beyond the loaded model is its warm-up. A
     prediction for the same 20 s gives the job's own 250 steps/s; a 60 s run, whose first
     seconds weigh less, 350."""
+    from drlmpi.outputs.pace import second_half
     from drlmpi.planner import calibration
 
     def fake_launch(jobs, timeout_s):
         for job in jobs:
             run_dir = tmp_path / "runs" / job["run_dir"].rsplit("/", 1)[-1]
             run_dir.mkdir(parents=True)
-            rows = ["kind,train_seconds,wall_seconds,env_steps,updates,return,return_std,length,rank"]
-            rows += [f"episode,{t},{t},{100 * t if t <= 10 else 1000 + 400 * (t - 10)},0,1,,10,1"
-                     for t in range(1, 21)]
-            (run_dir / "metrics.csv").write_text("\n".join(rows) + "\n")
+            points = [(t, 100 * t if t <= 10 else 1000 + 400 * (t - 10)) for t in range(1, 21)]
             (run_dir / "summary.json").write_text(json.dumps({
-                "env_steps_per_s": 250.0, "env_steps": 5_000, "train_seconds": 20.0, "per_rank": []}))
+                "env_steps_per_s": 250.0, "env_steps": 5_000, "train_seconds": 20.0, "per_rank": [],
+                "second_half": second_half(points, 0.0, 20.0)}))
             job["run_dir"] = str(run_dir)
         return [job["run_dir"] for job in jobs]
 
@@ -271,6 +271,24 @@ def test_one_job_on_one_rank_calibrates_every_one_rank_cell(monkeypatch):
         assert cells[(one, 1)].env_steps_per_s == pytest.approx(0.8 * bare[(one, 1)].env_steps_per_s)
     assert cells[("allgather", 4)].load == pytest.approx(0.5)
     assert cells[("star", 4)].load == 1.0  # no calibration of its own; one rank's is not its
+
+
+def test_the_pace_over_a_runs_second_half_comes_from_the_notes_of_its_episodes():
+    """Notes at most every 0.25 s; the rate between the last note at or before the middle of the
+    launch's training and the last note; none where the notes do not span the second half."""
+    from drlmpi.outputs.pace import PaceNotes, second_half
+
+    notes = PaceNotes()
+    for t, steps in ((1.0, 10), (1.1, 11), (1.3, 13), (5.0, 100), (9.0, 300), (10.0, 400)):
+        notes.note(t, steps)
+    assert notes.points == [(1.0, 10), (1.3, 13), (5.0, 100), (9.0, 300), (10.0, 400)]
+    assert second_half(notes.points, 0.0, 10.0) == {
+        "from_train_seconds": 5.0, "from_env_steps": 100, "train_seconds": 10.0, "env_steps": 400,
+        "env_steps_per_s": 60.0}
+    # a resumed launch from 6 s: its middle is 8 s, and no note of it falls before
+    assert second_half(notes.points, 6.0, 10.0) is None
+    assert second_half(notes.points[:3], 0.0, 10.0) is None  # nothing after 1.3 s of 10
+    assert second_half([], 0.0, 10.0) is None
 
 
 def test_the_comparison_reports_the_share_the_median_and_the_recommended_cell():

@@ -34,7 +34,7 @@ SUMMARY_KEYS = {
     "solved", "train_seconds_to_threshold", "env_steps_to_threshold", "updates_to_threshold",
     "env_steps", "updates", "train_seconds", "wall_seconds", "env_steps_per_s", "updates_per_s",
     "mpi_wait_share", "world_size", "topology", "algo", "env_id", "per_rank", "versions",
-    "best_eval_return", "stop_reason",
+    "best_eval_return", "stop_reason", "second_half",
 }
 #: the cue task (episodes of 8 steps): 7 at best, about 3.5 acting at random
 LEARNED_EVAL = 6.5
@@ -72,6 +72,13 @@ def test_topology_contract(runs, name):
 
     # Every simulator rank contributed episodes; job-wide steps add up.
     rows = run.rows("episode")
+    half = summary["second_half"]  # its ends are episodes the learner logged (the pace's notes)
+    if half is not None:  # (none where the episodes came in rounds too few to span it: star here)
+        for t, steps in ((half["from_train_seconds"], half["from_env_steps"]),
+                         (half["train_seconds"], half["env_steps"])):
+            assert any(int(r["env_steps"]) == steps and abs(float(r["train_seconds"]) - t) < 1e-3
+                       for r in rows)
+        assert half["from_train_seconds"] <= summary["train_seconds"] / 2 <= half["train_seconds"]
     assert {int(r["rank"]) for r in rows} == set(simulators)
     per_rank = {r["rank"]: r for r in summary["per_rank"]}
     simulated = sum(per_rank[r]["env_steps"] for r in simulators)

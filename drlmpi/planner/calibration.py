@@ -6,7 +6,7 @@ slowest rank. For each topology the calibration runs ONE short real job (``4 x -
 training whatever the config's step budget, at least :data:`IMAGE_JOB_SECONDS` for image
 observations; no evaluation) at the largest size asked for, all of them in a single MPI launch
 (:mod:`drlmpi.planner.jobs`), and compares its env steps/s over the job's second half (its
-``metrics.csv``: :func:`steady`) with the model's over the same steps. The ratio is the
+summary's ``second_half``: :func:`steady`) with the model's over the same steps. The ratio is the
 topology's load factor at that size; the model spreads it over the smaller sizes
 (:func:`drlmpi.planner.model.load_at`). The job's seconds beyond what the loaded model gives its
 steps are its warm-up (graphs captured, kernels chosen, the first rollout or round:
@@ -18,7 +18,6 @@ per step is kept beside it (``plan.json``, "calibration"), so a user can see whe
 
 from __future__ import annotations
 
-import csv
 import sys
 import time
 from pathlib import Path
@@ -43,27 +42,14 @@ def job_seconds(seconds: float, image: bool) -> float:
     return max(SECONDS_PER_JOB * seconds, IMAGE_JOB_SECONDS if image else 0.0)
 
 
-def steady(run_dir: Path, summary: dict[str, Any]) -> tuple[float, float]:
-    """(env steps/s over the job's second half, the job-wide env steps where that half began)
-    from the episode rows of its ``metrics.csv``; the whole job's rate and 0 where the rows do not
-    span it (fewer than two, or less than a quarter of the job between the last row at half time
-    and the last row). The rows count as the learner counts, so the second half's rate is the
-    whole job's scaled by the rows' late rate over their overall rate."""
-    total, seconds = float(summary["env_steps"]), float(summary.get("train_seconds") or 0.0)
-    whole = float(summary["env_steps_per_s"])
-    rows = []
-    try:
-        with open(run_dir / "metrics.csv", newline="") as f:
-            rows = sorted((float(r["train_seconds"]), float(r["env_steps"])) for r in csv.DictReader(f)
-                          if r.get("kind") == "episode")
-    except (OSError, KeyError, ValueError):
-        pass
-    early = [r for r in rows if r[0] <= seconds / 2]
-    if seconds <= 0 or not early or rows[-1][0] - early[-1][0] < seconds / 4 or rows[-1][1] <= early[-1][1]:
-        return whole, 0.0
-    (t0, s0), (t1, s1) = early[-1], rows[-1]
-    overall = s1 / t1
-    return whole * ((s1 - s0) / (t1 - t0)) / overall, min(total, s0 * whole / overall)
+def steady(summary: dict[str, Any]) -> tuple[float, float]:
+    """(env steps/s over the job's second half, the env steps where that half began): its
+    ``summary.json``'s ``second_half`` (:func:`drlmpi.outputs.pace.second_half`); the whole job's
+    rate and 0 where its episodes did not span the second half."""
+    half = summary.get("second_half")
+    if not half:
+        return float(summary["env_steps_per_s"]), 0.0
+    return float(half["env_steps_per_s"]), float(half["from_env_steps"])
 
 
 def sizes_to_calibrate(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None]) -> dict[str, int]:
@@ -126,7 +112,7 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
         cls = topology_class(cfgs[name])
         model = cls.pace(n, p, cls.settings_of(cfgs[name].topology))
         total = float(summary["env_steps"])
-        measured, begun = steady(Path(job["run_dir"]), summary)
+        measured, begun = steady(summary)
         since = model_seconds(model, p, begun) if begun else 0.0  # the whole job: its start too
         modelled = (total - begun) / max(1e-12, model_seconds(model, p, total) - since)
         load = min(max(measured / modelled, LOAD_BOUNDS[0]), LOAD_BOUNDS[1])

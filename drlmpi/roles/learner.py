@@ -21,6 +21,7 @@ from drlmpi.data.finite import first_non_finite
 from drlmpi.device.acting import Acting, HostActing
 from drlmpi.device.staging import DeviceSpan
 from drlmpi.job_control.progress import PROGRESS
+from drlmpi.outputs.pace import PaceNotes
 from drlmpi.roles.actor import Actor, episode_stats
 from drlmpi.roles.stopping import TrainingClock
 from drlmpi.roles.training import Training
@@ -89,6 +90,8 @@ class Learner(Training):
         with PROGRESS.paused("start-up: compiling the learner's update"):
             algo.warm_up()  # algo.capture=fused: compile now, before the training clock starts
         self.clock = TrainingClock()
+        #: the pace as episodes end (summary.json's second_half)
+        self.pace = PaceNotes()
         self.env_steps = 0
         self.episodes = 0
         self.pending_updates = 0
@@ -244,6 +247,7 @@ class Learner(Training):
     def record_episode(self, episode_return: float, length: int, source_rank: int) -> None:
         """Count and log one finished training episode run by ``source_rank``."""
         self.episodes += 1
+        self.pace.note(self.clock.elapsed(), self.env_steps)
         self.recent_returns.append(episode_return)
         del self.recent_returns[:-self.recent_window]
         if self.log is not None:

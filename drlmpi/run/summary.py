@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from drlmpi.job_control.stop import STOP
+from drlmpi.outputs.pace import second_half
 from drlmpi.topologies.core.context import RunPlan
 
 
@@ -74,6 +75,8 @@ def build_summary(plan: RunPlan, run_dir: Path, reports: list[dict[str, Any]],
         "wall_seconds": wall_s,
         "env_steps_per_s": learner.env_steps / train_s if train_s > 0 else 0.0,
         "updates_per_s": learner.updates / train_s if train_s > 0 else 0.0,
+        # the pace after the first moments (graphs captured, an update compiled): this launch's
+        "second_half": second_half(learner.pace.points, start["train_seconds"], train_s),
         "mpi_wait_share": float(np.mean(wait_shares)),
         "updates_per_env_step": learner.updates / learner.env_steps if learner.env_steps else 0.0,
         "policy_lag_mean": float(np.mean(learner.policy_lags)) if learner.policy_lags else None,
