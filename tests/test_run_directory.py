@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 from omegaconf import OmegaConf
@@ -59,9 +60,10 @@ def test_a_killed_runs_lock_is_taken_over_with_a_note(tmp_path):
     assert read_lock(run)["pid"] == os.getpid()
     zombie = subprocess.Popen(["true"])  # exits at once, not reaped until wait()
     try:
-        for _ in range(200):
-            if open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
-                break
+        deadline = time.monotonic() + 10.0  # on a loaded machine `true` may take a while to exit
+        while open(f"/proc/{zombie.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child never became a zombie"
+            time.sleep(0.005)
         _plant_lock(run, zombie.pid)
         assert "no longer running" in claim(run)
     finally:
