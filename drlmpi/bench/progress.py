@@ -27,6 +27,8 @@ SMALL, LARGE = 1, 2  # tags
 def delays(comm: Any, nbytes: int, work_s: float, push_s: float, repeats: int) -> list[float] | None:
     """Rank 0 of a 2-rank ``comm`` (an mpi4py communicator): seconds from the small message's
     arrival to the large one's, once a repeat; ``None`` on rank 1, which sends them."""
+    from drlmpi.topologies.central.simulator import push
+
     buf = np.ones(max(1, nbytes // 4), dtype=np.float32)
     small = np.zeros(1, dtype=np.float32)
     out = []
@@ -41,9 +43,8 @@ def delays(comm: Any, nbytes: int, work_s: float, push_s: float, repeats: int) -
         else:
             comm.Send(small, dest=0, tag=SMALL)
             request = comm.Isend(buf, dest=0, tag=LARGE)
-            until = time.perf_counter() + push_s
-            while push_s and not request.Test() and time.perf_counter() < until:
-                pass
+            if push_s:
+                push(request.Test, push_s)  # as central's simulators do
             until = time.perf_counter() + work_s
             while time.perf_counter() < until:  # work without an MPI call
                 pass

@@ -25,7 +25,7 @@ from typing import Any
 
 from drlmpi.planner.cells import topology_class
 from drlmpi.planner.jobs import calibration_jobs, launch
-from drlmpi.planner.model import LOAD_BOUNDS, model_seconds
+from drlmpi.planner.model import bounded, model_seconds
 from drlmpi.sweep.jobs import read_summary
 
 #: seconds of training of each calibration job, per --seconds
@@ -94,7 +94,7 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
     where its job did not finish."""
 
     sizes = sizes_to_calibrate(cfgs, why)
-    train_s = job_seconds(seconds, bool(getattr(p, "image", False)))
+    train_s = job_seconds(seconds, p.image)
     jobs = calibration_jobs(overrides, sizes, train_s, root)
     started = time.perf_counter()
     try:
@@ -113,12 +113,12 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
         model = cls.pace(n, p, cls.settings_of(cfgs[name].topology))
         total = float(summary["env_steps"])
         measured, begun = steady(summary)
+        whole = model_seconds(model, p, total)
         since = model_seconds(model, p, begun) if begun else 0.0  # the whole job: its start too
-        modelled = (total - begun) / max(1e-12, model_seconds(model, p, total) - since)
-        load = min(max(measured / modelled, LOAD_BOUNDS[0]), LOAD_BOUNDS[1])
+        modelled = (total - begun) / max(1e-12, whole - since)
         job_s = float(summary.get("train_seconds") or 0.0)
         out[name] = {"ranks": n, "measured": measured, "modelled": modelled, "load": measured / modelled,
-                     "warmup_s": max(0.0, job_s - model_seconds(model, p, total) / load),
+                     "warmup_s": max(0.0, job_s - whole / bounded(measured / modelled)),
                      "job_rate": float(summary["env_steps_per_s"]), "job_seconds": job_s,
                      "seconds": took, "env_steps": int(total), "in_job": in_job_costs(summary)}
     return out

@@ -90,14 +90,18 @@ def one_rank(calibrations: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     return next((c for c in calibrations.values() if c.get("ranks") == 1 and "load" in c), None)
 
 
+def bounded(load: float) -> float:
+    """A load factor kept within :data:`LOAD_BOUNDS` (beyond them the job was disturbed)."""
+    return min(max(load, LOAD_BOUNDS[0]), LOAD_BOUNDS[1])
+
+
 def load_at(ranks: int, calibration: dict[str, Any] | None) -> float:
     """The load factor at ``ranks`` from a calibration ``{"ranks": N, "load": r}``: ``r **
     (log n / log N)`` up to N (1 at one rank), ``r`` beyond."""
     share = _share(ranks, calibration)
     if not share:
         return 1.0
-    load = min(max(float(calibration["load"]), LOAD_BOUNDS[0]), LOAD_BOUNDS[1])
-    return load ** share
+    return bounded(float(calibration["load"])) ** share
 
 
 def warmup_at(ranks: int, calibration: dict[str, Any] | None) -> float:

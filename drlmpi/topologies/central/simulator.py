@@ -26,6 +26,7 @@ groups[central] then stepped 5 env steps to the other's 251).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -64,6 +65,16 @@ def simulate(ctx: RunContext, groups: int) -> RankReport:
                       extra={"round_trip_ms": round_trip_ms})
 
 
+def push(done: Callable[[], bool], seconds: float) -> bool:
+    """Test a posted send (``done``: its test) until it completes or ``seconds`` pass, moving it
+    while a waiting receiver can take it; whether it completed."""
+    until = time.perf_counter() + seconds
+    while not done():
+        if time.perf_counter() > until:
+            return False
+    return True
+
+
 def step_groups(comm: Any, actors: list[ServedActor], wire: StepWire) -> float:
     """Step ``actors`` (one a group, group ``g`` on tags ``OBSERVATIONS + g`` and ``ACTIONS + g``)
     until the learner answers each with the stop flag; the mean round trip in ms (a group's
@@ -79,13 +90,8 @@ def step_groups(comm: Any, actors: list[ServedActor], wire: StepWire) -> float:
             comm.wait(sends[g])
         request = comm.Isend(msg, dest=LEARNER_RANK, tag=Tag.OBSERVATIONS + g, kind="observations")
         sends[g] = request
-        if not push_s:
-            return
-        until = time.perf_counter() + push_s
-        while not comm.test(request):  # move it while a waiting learner can take it
-            if time.perf_counter() > until:
-                return  # the learner is busy: it takes the message in a later call
-        sends[g] = None
+        if push_s and push(lambda: comm.test(request), push_s):
+            sends[g] = None  # taken (a busy learner takes it in a later call)
 
     sent_at = []
     for g, actor in enumerate(actors):
