@@ -386,14 +386,15 @@ def test_updates_per_graph_on_the_device(mode):
     assert_same_state(single, blocked)
 
 
-def ppo_pair(spec, cfg, rows: np.ndarray, rollouts: int = 2, schedule: bool = False):
-    """Eager and captured PPO learners from the same state on the same rollouts: every update of
-    ``rollouts`` rollouts (a fresh table each), the learning rate following a schedule."""
+def ppo_pair(spec, cfg, rows: np.ndarray, rollouts: int = 2, schedule: bool = False, mode: str = "graph"):
+    """Eager and captured (``mode``) PPO learners from the same state on the same rollouts: every
+    update of ``rollouts`` rollouts (a fresh table each), the learning rate following a schedule."""
     results = []
-    for capture in ("off", "graph"):
+    for capture in ("off", mode):
         algo_cfg = cfg.copy()
         algo_cfg.capture = capture
         algo = PPO(spec, algo_cfg, device="cuda", seed=0)
+        algo.warm_up()  # as a learner does before its clock: compiles algo.capture=fused
         metrics = []
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -478,6 +479,42 @@ def test_ppo_impala_graph_learns_what_eager_learns(monkeypatch, autocast, channe
     assert eager.updates == captured.updates == 6
     assert all(math.isfinite(m["policy_loss"]) for m in m_eager)
     assert_same_state(eager, captured, atol=1e-4 if autocast == "off" else 1e-2)
+
+
+@pytest.mark.parametrize("encoder", ["mlp", "impala"])
+def test_ppo_fused_learns_what_eager_learns(monkeypatch, encoder):
+    """algo.capture=fused: PPO's loss gradient compiled by inductor (for IMPALA's stack under
+    bfloat16 autocast with channels-last activations, the Breakout setting) and the compiled
+    clipping + Adam step, replayed in one CUDA graph, learn what eager updates learn; compiled
+    before the first update (warm_up), with no piece falling back."""
+    from drlmpi.bench.learner import ATARI_SPEC
+
+    monkeypatch.setenv("DRLMPI_CUDNN_BENCHMARK", "0")
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    if encoder == "impala":
+        spec = ATARI_SPEC
+        cfg = cfg_for("ppo", rollout_steps=96, batch_size=32, epochs=1, hidden=[64], activation="relu",
+                      encoder="impala", autocast="bfloat16", channels_last=True, lr_schedule="linear")
+    else:
+        spec = probe_spec("CartPole-v1")
+        cfg = cfg_for("ppo", rollout_steps=520, batch_size=64, epochs=2, lr_schedule="linear",
+                      clip_schedule="linear")
+    rows = random_rows(PPO(spec, cfg, device="cpu", seed=0, learner=False), cfg.rollout_steps)
+    rows[:, PPO.experience_layout(spec).slices["log_prob"]] = -1.4 if encoder == "impala" else -0.7
+    eager, fused, m_eager, m_fused = ppo_pair(spec, cfg, rows, schedule=True, mode="fused")
+    assert fused.capture == "fused" and fused._gradient.fused
+    assert fused._gradient.program.compiled and fused.policy._fused_step.compiled
+    assert_same_state(eager, fused, atol=1e-4 if encoder == "mlp" else 1e-2)
+    for a, b in zip(m_eager, m_fused):
+        assert a["value_loss"] == pytest.approx(b["value_loss"], rel=1e-2 if encoder == "impala" else 1e-4,
+                                                abs=1e-5)
+
+
+def test_ppo_auto_captures_graphs_and_fuses_when_asked():
+    spec = probe_spec("CartPole-v1")
+    assert PPO(spec, cfg_for("ppo"), device="cuda").capture == "graph"  # auto: fused not measured ahead
+    assert PPO(spec, cfg_for("ppo", capture="fused"), device="cuda").capture == "fused"
 
 
 def test_ppo_learning_rate_tensor_survives_a_checkpoint():

@@ -1,6 +1,6 @@
 """``algo.capture=fused``'s gradient on the CPU: the functional gradient over the flat parameter
 buffer (:class:`~drlmpi.algos.gradients.LossGradient`) run uncompiled - the same function inductor
-compiles on a GPU - against the eager backward, for DQN and TD3 from the same state and batch.
+compiles on a GPU - against the eager backward, for DQN, TD3 and PPO from the same state and batch.
 
 tests/test_capture.py checks the compiled and captured updates on a GPU.
 """
@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 from drlmpi.algos.dqn import DQN
 from drlmpi.algos.gradients import LossGradient
+from drlmpi.algos.ppo import PPO
 from drlmpi.algos.td3 import TD3
 from drlmpi.device.capture import resolve_capture
 from drlmpi.device.compiled import Compiled
@@ -206,7 +208,7 @@ def test_fused_is_the_off_policy_default_on_cuda_only():
     assert resolve_capture("auto", cuda, fusable=False) == "graph"
     assert resolve_capture("auto", cpu, fusable=True) == "off"
     with pytest.raises(ValueError, match="'fused'"):
-        resolve_capture("fused", cuda, fusable=False)  # PPO's update does not fuse
+        resolve_capture("fused", cuda, fusable=False)  # an update that cannot fuse
 
 
 def test_the_benchmark_measures_each_target_pass_other_than_the_default():
@@ -283,3 +285,155 @@ def test_auto_stacks_the_critics_on_cuda_only_and_a_checkpoint_keeps_its_layout(
     twin.load_state_dict(stacked.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(twin.state_dict().values(), stacked.state_dict().values()))
     TD3(pendulum, cfg_for("td3"), learner=False).load_state_dict(stacked.state_dict())  # an actor alone
+
+
+# -- PPO ------------------------------------------------------------------------------------------
+def ppo_rows(algo, n: int, seed: int = 0) -> np.ndarray:
+    """Random rows for ``algo`` with behaviour log-probabilities spread around -0.7 (ratios
+    on both sides of the clip once the policy moves)."""
+    rows = random_rows(algo, n, seed)
+    rng = np.random.default_rng(seed + 1)
+    rows[:, algo.layout.slices["log_prob"]] = -0.7 + 0.3 * rng.normal(size=(n, 1))
+    return rows
+
+
+def ppo_batch(algo, rows):
+    """A full minibatch of ``rows``' first rollout, as an update reads it (a copy)."""
+    algo.observe(rows)
+    algo.updates_due(len(rows))
+    algo.stage_block(1)
+    return {k: v.clone() for k, v in algo.next_batch().items()}
+
+
+def ppo_spec(name, cartpole, pendulum):
+    from drlmpi.bench.learner import ATARI_SPEC
+
+    return {"discrete": cartpole, "box": pendulum, "impala": ATARI_SPEC}[name]
+
+
+def ppo_cfg(name, **overrides):
+    images = {"encoder": "impala", "hidden": [16], "activation": "relu"} if name == "impala" else {}
+    return cfg_for("ppo", rollout_steps=64 if name != "impala" else 16,
+                   batch_size=16 if name != "impala" else 8, epochs=2, **images, **overrides)
+
+
+@pytest.mark.parametrize("name,vtrace", [("discrete", True), ("discrete", False), ("box", True),
+                                         ("box", False), ("impala", True)])
+def test_ppo_functional_gradient_equals_eager_backward(name, vtrace, cartpole, pendulum):
+    """PPO's loss over the flat buffer (``torch.func.functional_call`` of the actor-critic, the
+    Gaussian's ``log_std`` among the views) gives the eager backward's gradient and metrics."""
+    algo = PPO(ppo_spec(name, cartpole, pendulum), ppo_cfg(name, vtrace=vtrace, max_grad_norm=None), seed=5)
+    batch = ppo_batch(algo, ppo_rows(algo, algo.rollout_steps))
+    with torch.no_grad():  # a policy apart from the one that computed the rollout's targets
+        algo.policy.flat.params.mul_(1.3)
+    inputs = algo._loss_inputs(batch)
+    assert (inputs[6] is not None) == vtrace
+    g_eager, g_fused, m_eager, m_fused = gradient_pair(algo.policy, algo.loss, inputs, inputs)
+    assert g_eager.abs().max() > 0 and torch.allclose(g_eager, g_fused, atol=1e-6, rtol=1e-5)
+    if name == "box":  # the Gaussian's log_std has a gradient, and it came through the views
+        log_std = algo.policy.flat.views(g_fused)["log_std"]
+        assert log_std.abs().max() > 0
+    assert len(m_fused) == 6 + vtrace  # the loss, then the metrics update() reports
+    for a, b in zip(m_eager, m_fused):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_the_actor_critics_training_pass_equals_its_distributions(cartpole, pendulum):
+    """``ActorCritic.forward`` (plain arithmetic the compiled gradient traces) gives what the
+    acting path's ``torch.distributions`` give: log-probabilities, entropies, values."""
+    for spec in (cartpole, pendulum):
+        algo = PPO(spec, ppo_cfg("discrete", log_std_init=-0.4), seed=2)
+        obs = torch.randn(9, spec.obs_dim)
+        actions = (torch.randint(0, 2, (9, 1)).float() if spec.discrete else torch.randn(9, 1))
+        log_prob, entropy, value = algo.net(obs, actions)
+        dist, value_ref = algo.net.distribution_value(obs)
+        log_prob_ref, entropy_ref = algo.net.log_prob_entropy(dist, actions)
+        assert torch.allclose(log_prob, log_prob_ref, atol=1e-6)
+        assert torch.allclose(entropy, entropy_ref, atol=1e-6)
+        assert torch.equal(value, value_ref)
+
+
+def ppo_twins(spec, cfg, rows):
+    eager, fused = PPO(spec, cfg, seed=2), PPO(spec, cfg, seed=2)
+    fused.fuse(compiler=uncompiled)
+    return eager, fused
+
+
+@pytest.mark.parametrize("name", ["discrete", "box"])
+def test_a_fused_ppo_update_learns_what_an_eager_update_learns(name, cartpole, pendulum):
+    """The functional gradient and the clipping with the Adam step, uncompiled, over two
+    rollouts with the learning rate and clip annealed: the same parameters, optimizer state and
+    metrics as eager updates, update for update."""
+    spec = ppo_spec(name, cartpole, pendulum)
+    cfg = ppo_cfg(name, max_grad_norm=0.5, lr_schedule="linear", clip_schedule="linear")
+    eager, fused = ppo_twins(spec, cfg, None)
+    updates = 0
+    for rollout in range(2):
+        rows = ppo_rows(eager, cfg.rollout_steps, seed=rollout)
+        for algo in (eager, fused):
+            algo.observe(rows)
+            due = algo.updates_due(len(rows))
+        for _ in range(due):
+            for algo in (eager, fused):
+                algo.set_progress(updates / 16)
+            m_eager, m_fused = dict(eager.update()), dict(fused.update())
+            assert m_eager == pytest.approx(m_fused, rel=1e-4, abs=1e-6)
+            updates += 1
+    assert updates == 16 and fused._gradient.fused and fused.policy._fused_step is not None
+    assert float(fused.clip) < cfg.clip_range  # the clip a schedule refilled reached the loss
+    a, b = eager.state_dict(), fused.state_dict()
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-5, rtol=1e-4), key
+    sa = eager.policy.optimizer.state_dict()["state"][0]
+    sb = fused.policy.optimizer.state_dict()["state"][0]
+    assert float(sa["step"]) == float(sb["step"]) == 16
+    assert torch.allclose(sa["exp_avg_sq"], sb["exp_avg_sq"], atol=1e-8, rtol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:drlmpi. capture=graph failed")  # capturing needs CUDA
+def test_warming_up_ppo_changes_no_state_and_stages_into_the_update_buffer(cartpole):
+    """PPO compiles its fused update before any rollout exists: on a zero-filled buffer shaped
+    as every full minibatch's (the one :meth:`stage_block` then gathers into, so the compiled
+    program's guards hold), without a draw from any generator or a change of state."""
+    cfg = ppo_cfg("discrete", max_grad_norm=0.5)
+    eager, fused = PPO(cartpole, cfg, seed=2), PPO(cartpole, cfg, seed=2)
+    fused.capture = "fused"  # as built on a GPU with algo.capture=fused, before the warm-up
+    before = {k: v.clone() for k, v in fused.state_dict().items()}
+    generator, rng = fused._generator.get_state(), fused.rng.bit_generator.state
+    torch.manual_seed(11)
+    default = torch.get_rng_state()
+    fused.warm_up(compiler=uncompiled)
+    assert torch.equal(default, torch.get_rng_state())
+    for key, value in fused.state_dict().items():
+        assert torch.equal(before[key], value), key
+    assert torch.equal(generator, fused._generator.get_state()) and rng == fused.rng.bit_generator.state
+    assert not fused.policy.optimizer.state and fused._gradient.fused
+    staged = fused._staged
+    assert staged.shape == (cfg.batch_size, sum(fused.table_widths().values()))
+    rows = ppo_rows(eager, cfg.rollout_steps)
+    for algo in (eager, fused):
+        algo.observe(rows)
+        algo.updates_due(len(rows))
+    for _ in range(4):
+        assert dict(eager.update()) == pytest.approx(dict(fused.update()), rel=1e-4, abs=1e-6)
+    assert fused._staged is staged  # the warm-up's buffer is the one the updates read
+    assert list(fused.store.current.views) == list(fused.table_widths())  # its columns, in order
+
+
+def test_the_fused_ppo_gradient_traces_as_one_graph_on_images():
+    """The IMPALA stack under bfloat16 autocast with channels-last activations (the Breakout
+    setting ``algo.capture=fused`` is for) traces as ONE graph - no graph break, which inductor
+    with ``fullgraph`` would refuse on a GPU - through torch.func.grad of the whole loss. Dynamo's
+    tracing with the eager backend, as inductor's front end does, without its C++ on a CPU
+    (about 2 s: the residual stack's forward and backward traced once)."""
+    from drlmpi.bench.learner import ATARI_SPEC
+
+    cfg = ppo_cfg("impala", autocast="bfloat16", channels_last=True, max_grad_norm=0.5)
+    algo = PPO(ATARI_SPEC, cfg, seed=1)
+    batch = ppo_batch(algo, ppo_rows(algo, algo.rollout_steps))
+    algo._gradient.fuse(compiler=lambda fn, **kw: torch.compile(fn, backend="eager", **kw))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fall-back to the uncompiled function warns: fail on it
+        metrics = algo._gradient(*algo._loss_inputs(batch))
+    assert algo._gradient.program.compiled and algo._gradient.program.failure is None
+    assert all(torch.isfinite(m) for m in metrics) and algo.policy.flat.grads.abs().max() > 0

@@ -17,6 +17,8 @@ from drlmpi.data.layout import ExperienceLayout
 from drlmpi.envs.spec import EnvSpec
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+#: log(sqrt(2 pi)): a Gaussian's log-density and entropy constant
+HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 class ActorCritic(nn.Module):
@@ -101,6 +103,23 @@ class ActorCritic(nn.Module):
         if self.discrete:
             return dist.log_prob(actions[:, 0].long())
         return dist.log_prob(actions).sum(-1)
+
+    def forward(self, obs: torch.Tensor,
+                actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """What a PPO update differentiates: the log-probabilities ``(B,)`` of ``actions``
+        ``(B, action_dim)``, the entropies ``(B,)`` and the values ``(B,)`` of ``obs``, the trunk
+        run once. Plain tensor arithmetic (no ``torch.distributions`` object), so that the same
+        function runs eagerly, under :func:`torch.func.functional_call` and compiled whole
+        (``algo.capture=fused``); the values equal :meth:`log_prob_entropy`'s."""
+        out, value = self.heads(obs)
+        if self.discrete:
+            log_probs = out.log_softmax(dim=-1)
+            taken = log_probs.gather(1, actions[:, :1].long()).squeeze(1)
+            return taken, -(log_probs.exp() * log_probs).sum(-1), value
+        log_std = self.log_std.expand_as(out)
+        z = (actions - out) * torch.exp(-log_std)
+        log_prob = (-0.5 * z * z - log_std - HALF_LOG_2PI).sum(-1)
+        return log_prob, (0.5 + HALF_LOG_2PI + log_std).sum(-1), value
 
     def log_prob_entropy(self, dist: Categorical | Normal,
                          actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -49,7 +49,7 @@ the last minibatch of the last epoch. Observations and rewards are not normalise
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -59,9 +59,10 @@ from drlmpi.algos.actor_critic import ACTIVATIONS, ActorCritic, clipped_surrogat
 from drlmpi.algos.base import Algorithm
 from drlmpi.algos.encoders import CONV_STACKS, resolve_encoder
 from drlmpi.algos.exchange import GradientExchange
+from drlmpi.algos.gradients import LossGradient, forward
 from drlmpi.algos.params import ParamGroup
 from drlmpi.algos.rollout_targets import RolloutTargets
-from drlmpi.algos.rollouts import RolloutStore
+from drlmpi.algos.rollouts import RolloutStore, table_views
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.scopes import PPOSettings
 from drlmpi.envs.spec import EnvSpec
@@ -86,7 +87,7 @@ class PPO(RolloutTargets, Algorithm):
     kind = "on_policy"
     settings_class = PPOSettings
     acting_modules = ("net",)
-    capturable = True
+    capturable = fusable = True
     extra_columns = (("log_prob", 1),)
     storage_option = "rollout_steps"
     metric_names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
@@ -183,6 +184,11 @@ class PPO(RolloutTargets, Algorithm):
         self._batch: dict[str, torch.Tensor] = {}
         self._norms = self.grad_norms()
         self.metric_names = (*self.metric_names, *self._norms)
+        #: the gradient of :meth:`loss` (functional and compiled with ``algo.capture=fused``)
+        self._gradient = LossGradient(self.policy, self.loss, "ppo policy")
+        self._fused = False
+        if self.capture == "fused" and cfg.capture == "auto":
+            self.capture = "graph"  # auto: a central run has not measured the fused update ahead (ask for it)
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
@@ -306,8 +312,7 @@ class PPO(RolloutTargets, Algorithm):
             if full:
                 self._staged = staged
         torch.index_select(rollout.table, 0, index, out=staged)
-        self._batch = {name: staged[:, cols] if name in ("obs", "action") else staged[:, cols.start]
-                       for name, cols in rollout.views.items()}
+        self._batch = self._views(staged, rollout.views)
         self.store.advance()
         return full
 
@@ -319,30 +324,85 @@ class PPO(RolloutTargets, Algorithm):
               synced: tuple[str, ...] = ("policy",)) -> torch.Tensor:
         """One gradient step on a minibatch with ``obs``, ``action``, ``log_prob`` (the
         behaviour's, or with V-trace the proximal policy's), ``advantage``, ``return``, ``value``
-        (the rollout's ``V(obs)``) and, with V-trace, ``weight`` (``min(rho_clip, pi_prox/mu)``)."""
-        dist, values = self.net.distribution_value(batch["obs"])
-        log_prob, entropy = self.net.log_prob_entropy(dist, batch["action"])
-        advantages = batch["advantage"]
+        (the rollout's ``V(obs)``) and, with V-trace, ``weight`` (``min(rho_clip, pi_prox/mu)``):
+        the gradient of :meth:`loss` (compiled with ``algo.capture=fused``), then ``exchange``."""
+        _, *metrics = self._gradient(*self._loss_inputs(batch))
+        exchange("policy", self.policy)
+        return torch.stack((*metrics, *self._norms.values()))
+
+    def _loss_inputs(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor | None, ...]:
+        return (batch["obs"], batch["action"], batch["log_prob"], batch["advantage"], batch["return"],
+                batch["value"], batch.get("weight"), self.clip)
+
+    def loss(self, params: Mapping[str, torch.Tensor] | None, obs: torch.Tensor, action: torch.Tensor,
+             log_prob: torch.Tensor, advantage: torch.Tensor, returns: torch.Tensor, value: torch.Tensor,
+             weight: torch.Tensor | None,
+             clip: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """The minibatch loss (the module docstring's ``L``) with the network's own parameters
+        (``params`` ``None``) or ``params`` in their place (the fused gradient: views into a flat
+        tensor), and the detached metrics ``policy_loss, value_loss, entropy, approx_kl,
+        clip_fraction`` (and with V-trace the mean weight). ``clip``: the ratio's clip now
+        (:attr:`clip`, a device scalar a schedule refills)."""
+        new_log_prob, entropy, values = forward(self.net, params, obs, action)
+        advantages = advantage
         if self.normalize_advantage and advantages.numel() > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         # Bounded before exp: a row whose action pi_prox held nearly impossible (a stale
         # behaviour's, weighted ~0 by V-trace) may drift past exp's float32 range, and inf * 0
         # is NaN; at e^20 the row is far outside the clip either way.
-        log_ratio = (log_prob - batch["log_prob"]).clamp(max=LOG_RATIO_MAX)
+        log_ratio = (new_log_prob - log_prob).clamp(max=LOG_RATIO_MAX)
         ratio = log_ratio.exp()
-        weight = batch.get("weight")
-        policy_loss = clipped_surrogate_loss(ratio, advantages, self.clip, weight)
-        value_loss = clipped_value_loss(values, batch["return"], batch["value"], self.clip_range_vf)
+        policy_loss = clipped_surrogate_loss(ratio, advantages, clip, weight)
+        value_loss = clipped_value_loss(values, returns, value, self.clip_range_vf)
         entropy_mean = entropy.mean()
         loss = policy_loss + self.vf_coef * value_loss - self.ent_coef * entropy_mean
-        self.policy.backward(loss)
-        exchange("policy", self.policy)
         with torch.no_grad():
             approx_kl = ((ratio - 1.0) - log_ratio).mean()  # k3 estimator, >= 0
-            clip_fraction = ((ratio - 1.0).abs() > self.clip).float().mean()
+            clip_fraction = ((ratio - 1.0).abs() > clip).float().mean()
             extra = ()
             if self.vtrace:  # mean truncated importance weight (1: on-policy)
                 extra = (ratio.new_ones(()) if weight is None else weight.mean(),)
-            values_out = torch.stack((policy_loss.detach(), value_loss.detach(), entropy_mean.detach(),
-                                      approx_kl, clip_fraction, *extra, *self._norms.values()))
-        return values_out
+        return loss, (policy_loss.detach(), value_loss.detach(), entropy_mean.detach(), approx_kl,
+                      clip_fraction, *extra)
+
+    # -- algo.capture=fused -------------------------------------------------------------------
+    def prepare_capture(self) -> None:
+        """With ``algo.capture=fused``, :meth:`fuse` the update once (before its first capture)."""
+        if self.capture == "fused" and not self._fused:
+            self._fused = True
+            self.fuse()
+
+    def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        """Compile the update's pieces (``algo.capture=fused``; tests pass an identity
+        ``compiler``): the loss's gradient (:meth:`loss`: the trunk's forward and backward, the
+        loss and its metrics as one generated program) and the clipping with the Adam step."""
+        self._gradient.fuse(compiler)
+        self.policy.fuse(compiler)
+
+    def warm_up(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        """With ``algo.capture=fused``, :meth:`fuse` and compile every piece now (a learner calls
+        this before its training clock starts): on the buffer every full minibatch is gathered
+        into (:meth:`stage_block`), zero-filled, with the views an update takes, so the compiled
+        program's guards hold for the real minibatches. No parameter, optimizer state or
+        generator changes."""
+        if self.capture != "fused" or self.policy.optimizer is None or self._fused:
+            return
+        self._fused = True
+        self.fuse(compiler)
+        widths = self.table_widths()
+        self._staged = torch.zeros((self.batch_size, sum(widths.values())), device=self.device)
+        self._gradient(*self._loss_inputs(self._views(self._staged, table_views(widths))))
+        self.policy.warm_up()
+        self.synchronize()
+
+    def table_widths(self) -> dict[str, int]:
+        """The minibatch table's columns in order, each its width (:meth:`_start` builds it)."""
+        widths = {"obs": self.layout.obs_slots, "action": self.spec.action_dim, "log_prob": 1,
+                  "advantage": 1, "return": 1, "value": 1}
+        return {**widths, "weight": 1} if self.vtrace else widths
+
+    @staticmethod
+    def _views(staged: torch.Tensor, views: Mapping[str, slice]) -> dict[str, torch.Tensor]:
+        """A minibatch's tensors: views of the buffer ``staged`` (``obs``, ``action`` 2-D)."""
+        return {name: staged[:, cols] if name in ("obs", "action") else staged[:, cols.start]
+                for name, cols in views.items()}

@@ -43,7 +43,7 @@ import torch
 
 from drlmpi.algos.actor_critic import ActorCritic
 from drlmpi.algos.advantages import gae_tensor, stream_order_tensor, vtrace_tensor
-from drlmpi.algos.rollouts import Rollout, RolloutStore
+from drlmpi.algos.rollouts import Rollout, RolloutStore, table_views
 from drlmpi.data.layout import ExperienceLayout
 
 #: rows per forward pass when a rollout's values are computed (images: bounded activations)
@@ -112,11 +112,7 @@ class RolloutTargets:
         if weight is not None:
             parts["weight"] = weight
         rollout.table = torch.cat(list(parts.values()), dim=1)
-        offset = 0
-        for name, part in parts.items():
-            width = part.shape[1]
-            rollout.views[name] = slice(offset, offset + width)
-            offset += width
+        rollout.views = table_views({name: part.shape[1] for name, part in parts.items()})
         n = rows.shape[0]
         per_epoch = rollout.n_updates // self.epochs
         if not self._generator_seeded:  # from rng, which a topology may reseed per rank

@@ -142,3 +142,12 @@ def boundary_count(marks: np.ndarray) -> int:
     it or were truncated: the count of :func:`drlmpi.algos.rollout_targets.boundary_positions`."""
     order, last_of_stream = stream_order(marks[:, 0])
     return int(np.count_nonzero(last_of_stream | (marks[order, 1] > 0)))
+
+
+def table_views(widths: Mapping[str, int]) -> dict[str, slice]:
+    """The columns of a minibatch table whose parts have ``widths`` (in order), each a slice."""
+    views, offset = {}, 0
+    for name, width in widths.items():
+        views[name] = slice(offset, offset + width)
+        offset += width
+    return views

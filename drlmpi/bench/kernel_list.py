@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--algo", default="dqn", choices=("dqn", "td3", "ppo"))
     parser.add_argument("--batch", type=positive_int, default=64)
     parser.add_argument("--capture", default="fused", choices=("off", "graph", "fused"),
-                        help="algo.capture of the update (fused: DQN and TD3 only)")
+                        help="algo.capture of the update")
     parser.add_argument("--precision", default="highest", choices=("highest", *sorted(PRECISION_LABELS)),
                         help="run.matmul_precision: highest (float32), high (TF32), medium (bfloat16)")
     args = parser.parse_args(argv)

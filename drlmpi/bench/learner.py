@@ -12,8 +12,8 @@ In ONE invocation, for every algorithm and batch size, it measures updates/s of
   its updates include the values and advantages of every rollout but not the copy of its rows);
 * on each accelerator in ``--device``: ``eager`` (device storage, no capture), ``graph`` (the
   whole update captured in CUDA graphs) and ``compile`` (``torch.compile(mode="reduce-overhead")``),
-  each when it is available, and for DQN and TD3 ``fused`` (the loss and its gradient compiled by
-  inductor, replayed in CUDA graphs); ``--kernels`` adds each row's device operations per update;
+  each when it is available, and ``fused`` (the loss and its gradient compiled by inductor,
+  replayed in CUDA graphs); ``--kernels`` adds each row's device operations per update;
 
 and prints a table whose last columns are the ratios to the bare CPU loop and to drlmpi's CPU
 path. Timings use ``--threads`` CPU threads (default 1, as a rank with one core) and end with a
@@ -155,7 +155,7 @@ def drlmpi_step(name: str, batch: int, device: str, capture: str | None,
 def modes_for(device: str, algo: str = "ppo") -> list[str]:
     if device == "cpu":
         return ["drlmpi"]
-    return ["eager", "graph", "compile"] + (["fused"] if algo in ("dqn", "td3") else [])
+    return ["eager", "graph", "compile", "fused"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,8 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="measure every row this many times, interleaved, and keep the best "
                              "(a shared machine's noise)")
     parser.add_argument("--modes", nargs="+", default=None,
-                        help="device modes to run (default: eager graph compile, and fused for "
-                             "dqn and td3)")
+                        help="device modes to run (default: eager graph compile fused)")
     parser.add_argument("--kernels", action="store_true",
                         help="also count each device row's kernels per update (drlmpi/bench/kernels.py)")
     parser.add_argument("--updates-per-graph", nargs="+", type=positive_int, default=[],

@@ -54,9 +54,6 @@ class TopologySettings(Settings):
     name: str = label("", "topology")
 
 
-_CAPTURE_DOC = "device learner: auto (CUDA graphs on CUDA, eager on cpu) | graph | compile | off"
-
-
 def fused_capture() -> Any:
     """``capture`` of an algorithm whose update can be fused (DQN, TD3)."""
     return choice("auto", "device learner: auto (fused on CUDA, graph for a CNN, eager on cpu) | fused "
@@ -298,7 +295,10 @@ class PPOSettings(AlgoSettings):
         1.0, "V-trace rho bar: truncation of pi/mu in the TD errors and the policy loss weight")
     vtrace_c_clip: float = positive(
         1.0, "V-trace c bar: truncation of pi/mu in the traces (times gae_lambda)")
-    capture: str = choice("auto", _CAPTURE_DOC, "auto", "graph", "compile", "off")
+    capture: str = choice("auto", "device learner: auto (CUDA graphs on CUDA, eager on cpu) | fused (the "
+                                  "loss and its gradient compiled by inductor before the training clock, "
+                                  "replayed in CUDA graphs) | graph | compile | off",
+                          "auto", "fused", "graph", "compile", "off")
     autocast: str = choice(
         "off", "image observations: the shared trunk (encoder and hidden layers) runs under torch.autocast "
                "in bfloat16 - its convolutions and matrix products; weights, heads, losses and Adam stay "
