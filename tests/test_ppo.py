@@ -8,8 +8,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from drlmpi.algos.actor_critic import clipped_surrogate_loss
 from drlmpi.algos.advantages import compute_gae
-from drlmpi.algos.ppo import PPO, clipped_surrogate_loss
+from drlmpi.algos.ppo import PPO
 from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import make_env, probe_spec
 from drlmpi.roles.actor import Actor

@@ -334,8 +334,9 @@ def target_forwards(args: argparse.Namespace, algo: str) -> list[str]:
 
 def blocked_modes(args: argparse.Namespace, algo: str) -> list[str]:
     """The captured modes ``--updates-per-graph`` measures in blocks of K: graph, and fused
-    where ``algo`` has it, narrowed to ``--modes`` when given."""
-    return [m for m in ("graph", "fused") if m in modes_for("cuda", algo) and m in (args.modes or (m,))]
+    for the replay-based algorithms (DQN, TD3), narrowed to ``--modes`` when given."""
+    captured = ("graph",) if algo == "ppo" else ("graph", "fused")
+    return [m for m in captured if m in (args.modes or (m,))]
 
 
 def precisions_of(args: argparse.Namespace) -> list[str]:
