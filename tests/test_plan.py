@@ -143,6 +143,25 @@ def test_a_short_run_pays_the_learners_wait_for_the_first_round():
     assert cell.env_steps_per_s == pytest.approx(1000 / (0.064 + 1000 * 2e-3), rel=1e-3)
 
 
+@pytest.mark.parametrize("budget", ["steps", "seconds"])
+def test_simulators_that_set_the_pace_step_through_the_learners_first_wait(budget):
+    """star on 16 ranks, simulators the slower side (45 ms a step: 3 ms a job-wide step against
+    the learner's 2 ms): the learner's 2.9 s wait for its first round of 64 steps is not lost -
+    its rows count when they arrive - so a run of 10,000 steps (or of 30 s) goes at the
+    simulators' pace; only a learner-paced run adds the wait (above). Measured on an H200 host
+    (PPO Breakout, star 16, rounds of 256 steps): a 12 s wait, then 30,720 rows at once, the job
+    at 2,257 env steps/s where the wait added to every step's time predicted 1,623."""
+    p = probe(sim_step_s=45e-3)
+    steady = predict(Star, 16, p, cfg("star"), budget=None).env_steps_per_s  # the pace alone
+    assert 1 / steady == pytest.approx(3e-3, rel=1e-2)
+    run = (cfg("star", max_env_steps=10_000) if budget == "steps"
+           else OmegaConf.merge(cfg("star"), {"run": {"max_train_seconds": 30}}))
+    assert predict(Star, 16, p, run).env_steps_per_s == pytest.approx(steady, rel=1e-6)
+    short = OmegaConf.merge(cfg("star"), {"run": {"max_train_seconds": 4}})  # the wait outlasts the lead
+    learner_paced = (4 - 64 * 45e-3) / 2e-3 / 4  # after the wait, the learner's 2 ms a step
+    assert predict(Star, 16, p, short).env_steps_per_s == pytest.approx(learner_paced, rel=2e-2)
+
+
 def test_a_full_machine_slows_compute_by_the_measured_factor():
     p = probe(slowdown={8: 1.0, 16: 1.5})
     assert predict(Star, 16, p, cfg("star")).env_steps_per_s == pytest.approx(500 / 1.5, rel=1e-3)

@@ -25,7 +25,7 @@ from typing import Any
 
 from drlmpi.planner.cells import topology_class
 from drlmpi.planner.jobs import calibration_jobs, launch
-from drlmpi.planner.model import bounded, model_seconds
+from drlmpi.planner.model import bounded, model_seconds, paced_seconds
 from drlmpi.sweep.jobs import read_summary
 
 #: seconds of training of each calibration job, per --seconds
@@ -114,8 +114,11 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
         total = float(summary["env_steps"])
         measured, begun = steady(summary)
         whole = model_seconds(model, p, total)
-        since = model_seconds(model, p, begun) if begun else 0.0  # the whole job: its start too
-        modelled = (total - begun) / max(1e-12, whole - since)
+        if begun:  # the job's second half: its pace, no wait for a first round in it
+            paced = paced_seconds(model, p, total) - paced_seconds(model, p, begun)
+            modelled = (total - begun) / max(1e-12, paced)
+        else:  # the whole job: its start too
+            modelled = total / max(1e-12, whole)
         job_s = float(summary.get("train_seconds") or 0.0)
         out[name] = {"ranks": n, "measured": measured, "modelled": modelled, "load": measured / modelled,
                      "warmup_s": max(0.0, job_s - whole / bounded(measured / modelled)),

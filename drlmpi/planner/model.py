@@ -4,8 +4,9 @@
 
 Every topology writes itself as the seconds its job spends per job-wide environment step, once
 updates run (``learn``) and before ``learning_starts`` (``warm``); a run of ``B`` steps then takes
-``start + L * warm + (B - L) * learn`` seconds (``start``: the learner's wait for its first
-round); a run of ``T`` seconds of training steps at those paces for what is left of ``T``. What
+``L * warm + (B - L) * learn`` seconds, or where longer the learner's wait for its first round
+(``start``) plus its own seconds for those steps; a run of ``T`` seconds of training reaches the
+steps whose seconds are ``T`` (:func:`model_steps`). What
 the probe cannot see in one process - how a full job slows its own ranks down, and what its first
 moments cost - a calibration (:mod:`drlmpi.planner.calibration`) measures in a short real job at
 the largest size: its ratio of measured to modelled throughput over the job's second half is the
@@ -111,13 +112,39 @@ def warmup_at(ranks: int, calibration: dict[str, Any] | None) -> float:
 
 
 def model_seconds(model: Pace, p: Probe, steps: float) -> float:
-    """The model's seconds for a run's first ``steps`` env steps: the learner's wait for its first
-    round, the steps before ``learning_starts`` at the stepping pace, the rest at the learning
-    pace (a run without updates: every step at its pace, no wait)."""
+    """The model's seconds for a run's first ``steps`` env steps: the steps before
+    ``learning_starts`` at the stepping pace, the rest at the learning pace - or, where the
+    learner is the slower side, its wait for the first round (:attr:`Pace.start`) and then its own
+    pace, whichever is longer. Simulators that set the pace step through that wait, and its rows
+    count when they arrive: star on 16 ranks with rounds of 256 steps waits 12 s for its first
+    round of 30,720 rows, which a wait added to every step's time counted as lost (a run without
+    updates: every step at its pace, no wait)."""
     if p.updates_per_step == 0:
         return steps * model.step_s(True)
     warm = min(steps, p.learning_starts)
-    return model.start + warm * model.step_s(False) + (steps - warm) * model.step_s(True)
+    learner = model.start + warm * model.learner_s(False) + (steps - warm) * model.learner_s(True)
+    return max(paced_seconds(model, p, steps), learner)
+
+
+def paced_seconds(model: Pace, p: Probe, steps: float) -> float:
+    """The seconds of a run's first ``steps`` env steps at the model's paces alone (no wait for a
+    first round): what a stretch of a run after its start-up takes per step."""
+    if p.updates_per_step == 0:
+        return steps * model.step_s(True)
+    warm = min(steps, p.learning_starts)
+    return warm * model.step_s(False) + (steps - warm) * model.step_s(True)
+
+
+def model_steps(model: Pace, p: Probe, seconds: float) -> float:
+    """The env steps a run's first ``seconds`` model seconds reach: :func:`model_seconds`
+    inverted (it grows with the steps; bisection to a millionth of a step's share)."""
+    if seconds <= 0:
+        return 0.0
+    low, high = 0.0, seconds / min(model.step_s(True), model.step_s(False)) + 1.0
+    for _ in range(80):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if model_seconds(model, p, middle) <= seconds else (low, middle)
+    return low
 
 
 def rates(model: Pace, p: Probe, budget: int | None, seconds: float | None = None, load: float = 1.0,
@@ -133,10 +160,8 @@ def rates(model: Pace, p: Probe, budget: int | None, seconds: float | None = Non
         warm = min(int(budget), p.learning_starts)
         total = model_seconds(model, p, int(budget)) / load + warmup_s
         return float(budget) / total, rho * (int(budget) - warm) / total
-    left = max(0.0, float(seconds) - warmup_s - model.start / load)  # training at the model's paces
-    warm_pace = model.step_s(False) / load
-    warm = min(float(p.learning_starts), left / warm_pace)
-    steps = warm + (left - warm * warm_pace) / learning
+    steps = model_steps(model, p, max(0.0, float(seconds) - warmup_s) * load)  # at the model's paces
+    warm = min(float(p.learning_starts), steps)
     return steps / float(seconds), rho * (steps - warm) / float(seconds)
 
 

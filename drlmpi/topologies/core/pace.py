@@ -146,6 +146,13 @@ class Pace:
         core = self.sim + learner if self.serial else max(self.sim, learner)
         return core + self.comm
 
+    def learner_s(self, learning: bool = True) -> float:
+        """The learner's own seconds per job-wide step (the simulators' too where they take
+        turns): what follows :attr:`start`, which only the learner waits out - the simulators'
+        steps during it count once their first rows arrive."""
+        learner = self.learn if learning else self.learn_warm
+        return (self.sim + learner if self.serial else learner) + self.comm
+
     def bound(self) -> str:
         if self.comm > 0.25 * self.step_s():
             return "exchange"
