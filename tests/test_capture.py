@@ -514,7 +514,8 @@ def test_ppo_fused_learns_what_eager_learns(monkeypatch, encoder):
 def test_ppo_auto_captures_graphs_and_fuses_when_asked():
     spec = probe_spec("CartPole-v1")
     assert PPO(spec, cfg_for("ppo"), device="cuda").capture == "graph"  # auto: fused not measured ahead
-    assert PPO(spec, cfg_for("ppo", capture="fused"), device="cuda").capture == "fused"
+    with pytest.warns(UserWarning, match="experimental"):  # it hung in central runs: says so at the start
+        assert PPO(spec, cfg_for("ppo", capture="fused"), device="cuda").capture == "fused"
 
 
 def test_ppo_learning_rate_tensor_survives_a_checkpoint():

@@ -49,6 +49,7 @@ the last minibatch of the last epoch. Observations and rewards are not normalise
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -186,6 +187,11 @@ class PPO(RolloutTargets, PPOUpdate, Algorithm):
         self._fused = False
         if self.capture == "fused" and cfg.capture == "auto":
             self.capture = "graph"  # auto: a central run has not measured the fused update ahead (ask for it)
+        elif self.capture == "fused":
+            warnings.warn("drlmpi: algo.capture=fused for PPO is experimental: in central Breakout runs "
+                          "on an H200 the learner hung after 40-80 s "
+                          "(docs/results/h200host_ppo_breakout_fused/); algo.capture=graph is the "
+                          "measured setting", stacklevel=2)
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
