@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -108,6 +108,7 @@ class Algorithm(TrainingState, UpdatePath, Configured, ABC):
         #: reads (a captured block advances it itself; each block starts from :attr:`updates`).
         self.update_number = torch.zeros((), dtype=torch.int64, device=self.device)
         self._captures: dict[tuple, CapturedUpdate] = {}
+        self._fused = False  # whether fuse() ran (algo.capture=fused: fuse_once)
 
     def set_progress(self, fraction: float) -> None:
         """The share of the run's budget used so far (0 to 1), given before each batch of
@@ -279,6 +280,20 @@ class Algorithm(TrainingState, UpdatePath, Configured, ABC):
 
     def prepare_capture(self) -> None:
         """Host work due before the first capture (seeding a sampler)."""
+
+    def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
+        """Compile the update's pieces (``algo.capture=fused``): a ``fusable`` algorithm's own."""
+        raise NotImplementedError(f"{type(self).__name__} has no fused update")
+
+    def fuse_once(self, compiler: Callable[..., Any] = torch.compile) -> bool:
+        """:meth:`fuse` with ``compiler`` under ``algo.capture=fused``, once: at the warm-up before
+        the training clock or the first capture, whichever comes first. Whether it fused now."""
+        if self.capture != "fused" or self._fused:
+            return False
+        self._fused = True
+        self.fuse(compiler)
+        return True
+
     def warm_up(self) -> None:
         """Compile what updates will run (``algo.capture=fused``), before the training clock."""
 

@@ -52,7 +52,6 @@ class OffPolicyAlgorithm(Algorithm):
         self.replay = (ReplayBuffer(self.layout, cfg.buffer_size, self.device, seed)
                        if learner else None)
         self._sampler_seeded = False
-        self._fused = False
         #: the losses whose gradients :meth:`learn` takes (:class:`~drlmpi.algos.gradients.LossGradient`)
         self.gradients: tuple[LossGradient, ...] = ()
 
@@ -110,9 +109,7 @@ class OffPolicyAlgorithm(Algorithm):
         if not self._sampler_seeded:
             self.replay.generator.manual_seed(int(self.rng.integers(2**62)))
             self._sampler_seeded = True
-        if self.capture == "fused" and not self._fused:
-            self._fused = True
-            self.fuse()
+        self.fuse_once()
 
     def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
         """Compile the update's pieces (``algo.capture=fused``; tests pass an identity
@@ -129,10 +126,8 @@ class OffPolicyAlgorithm(Algorithm):
         this before its training clock starts: compiling takes seconds, once per process), on
         the tensors the updates will use or scratch copies of those they write; no state
         changes, no random draw. The first updates then find the compiled programs."""
-        if self.capture != "fused" or self.replay is None or self._fused:
+        if self.replay is None or not self.fuse_once(compiler):
             return
-        self._fused = True
-        self.fuse(compiler)
         batch = self.replay.warm_up(self.batch_size)
         for group in self.groups.values():
             group.warm_up()

@@ -184,7 +184,6 @@ class PPO(RolloutTargets, PPOUpdate, Algorithm):
         self.metric_names = (*self.metric_names, *self._norms)
         #: the gradient of :meth:`loss` (functional and compiled with ``algo.capture=fused``)
         self._gradient = LossGradient(self.policy, self.loss, "ppo policy")
-        self._fused = False
         if self.capture == "fused" and cfg.capture == "auto":
             self.capture = "graph"  # auto: a central run has not measured the fused update ahead (ask for it)
         elif self.capture == "fused":

@@ -25,7 +25,7 @@ LOG_RATIO_MAX = 20.0
 
 class PPOUpdate:
     """The update half of :class:`~drlmpi.algos.ppo.PPO` (a mixin: it reads the attributes below,
-    which PPO sets, and :attr:`_gradient`, :attr:`_fused` and :attr:`_staged`)."""
+    which PPO sets, and :attr:`_gradient` and :attr:`_staged`)."""
 
     net: ActorCritic
     policy: ParamGroup
@@ -33,7 +33,6 @@ class PPOUpdate:
     batch_size: int
     clip: torch.Tensor
     _gradient: LossGradient
-    _fused: bool
     _staged: torch.Tensor | None
     _norms: dict[str, torch.Tensor]
 
@@ -85,9 +84,7 @@ class PPOUpdate:
     # -- algo.capture=fused -------------------------------------------------------------------
     def prepare_capture(self) -> None:
         """With ``algo.capture=fused``, :meth:`fuse` the update once (before its first capture)."""
-        if self.capture == "fused" and not self._fused:
-            self._fused = True
-            self.fuse()
+        self.fuse_once()
 
     def fuse(self, compiler: Callable[..., Any] = torch.compile) -> None:
         """Compile the update's pieces (``algo.capture=fused``; tests pass an identity
@@ -102,10 +99,8 @@ class PPOUpdate:
         into (:meth:`stage_block`), zero-filled, with the views an update takes, so the compiled
         program's guards hold for the real minibatches. No parameter, optimizer state or
         generator changes."""
-        if self.capture != "fused" or self.policy.optimizer is None or self._fused:
+        if self.policy.optimizer is None or not self.fuse_once(compiler):
             return
-        self._fused = True
-        self.fuse(compiler)
         widths = self.table_widths()
         self._staged = torch.zeros((self.batch_size, sum(widths.values())), device=self.device)
         self._gradient(*self._loss_inputs(self._views(self._staged, table_views(widths))))

@@ -119,11 +119,11 @@ def model_seconds(model: Pace, p: Probe, steps: float) -> float:
     count when they arrive: star on 16 ranks with rounds of 256 steps waits 12 s for its first
     round of 30,720 rows, which a wait added to every step's time counted as lost (a run without
     updates: every step at its pace, no wait)."""
+    paced = paced_seconds(model, p, steps)
     if p.updates_per_step == 0:
-        return steps * model.step_s(True)
+        return paced
     warm = min(steps, p.learning_starts)
-    learner = model.start + warm * model.learner_s(False) + (steps - warm) * model.learner_s(True)
-    return max(paced_seconds(model, p, steps), learner)
+    return max(paced, model.start + warm * model.learner_s(False) + (steps - warm) * model.learner_s(True))
 
 
 def paced_seconds(model: Pace, p: Probe, steps: float) -> float:
