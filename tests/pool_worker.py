@@ -134,9 +134,11 @@ def experiment(comm: Any, overrides: list[str], run_dir: str) -> str:
     if comm.Get_rank() == 0:
         _write_hydra_files(cfg, overrides, path)
     # a run on the stamped task keeps a ledger of its rows (tests/row_ledger.py)
-    ledger = recording(path, comm.Get_rank()) if STAMPED_CUE in overrides else contextlib.nullcontext()
-    with ledger:
+    stamped = STAMPED_CUE in overrides
+    with recording(path, comm.Get_rank()) if stamped else contextlib.nullcontext():
         run_experiment(cfg, comm, path, hang_exit=HANG_EXIT)
+    if stamped:  # every rank's ledger is written before rank 0 reports the run done (and a test reads
+        comm.Barrier()  # them): a slow rank's file was once still missing under load
     return run_dir
 
 
