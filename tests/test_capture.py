@@ -539,7 +539,7 @@ def test_captured_acting_gives_what_eager_acting_gives(name):
     TD3's actions are eager's; PPO's sampled actions come with the log-probabilities eager
     evaluation gives them."""
     from drlmpi.bench.learner import ATARI_SPEC
-    from drlmpi.device.capture import CapturedForward
+    from drlmpi.device.forward import CapturedForward
 
     cls = {"dqn": DQN, "ppo": PPO, "ppo_cnn": PPO, "td3": TD3}[name]
     spec = ATARI_SPEC if name == "ppo_cnn" else probe_spec("Pendulum-v1" if name == "td3" else "CartPole-v1")
@@ -561,6 +561,21 @@ def test_captured_acting_gives_what_eager_acting_gives(name):
             actions, log_prob = algo.finish_act(out, 0, True)
             assert np.allclose(log_prob, algo.extras_for(obs, actions), atol=1e-4)
     assert set(forward.slots) == {8, 16, 56, 64}  # 50 rows pad to 56
+    # captured ahead at every size (sharing one memory pool), the same outputs, no capture later
+    ahead = CapturedForward(lambda x: algo.act_tensor(x, True), layout.obs_shape, dtype, algo.device, 64,
+                            "graph", name)
+    assert ahead.prepare() == len(ahead.sizes()) == 8 and ahead.failure is None
+    slots = dict(ahead.slots)
+    for n in (3, 50, 64):
+        obs = (rng.integers(0, 256, (n, *layout.obs_shape), dtype=np.uint8) if layout.packed
+               else rng.normal(size=(n, *layout.obs_shape)).astype(np.float32))
+        out = ahead(obs)
+        if name in ("dqn", "td3"):
+            assert np.allclose(out, algo.act_tensor(algo.obs_tensor(obs), True).cpu().numpy(), atol=1e-5)
+        else:
+            actions, log_prob = algo.finish_act(out, 0, True)
+            assert np.allclose(log_prob, algo.extras_for(obs, actions), atol=1e-4)
+    assert ahead.slots == slots
 
 
 def test_rows_built_in_the_staging_buffer_reach_the_device_as_they_are():

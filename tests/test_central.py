@@ -17,6 +17,7 @@ from drlmpi.envs.spec import env_spec
 from drlmpi.mpi.wire import Tag
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
+from drlmpi.roles.stopping import TrainingClock
 from drlmpi.topologies.central import Central
 from drlmpi.topologies.central.simulator import step_groups
 from drlmpi.topologies.central.wire import Group, StepWire, env_groups
@@ -34,6 +35,7 @@ class Taking:
 
     def __init__(self, algo) -> None:
         self.algo, self.layout, self.updates = algo, algo.layout, 0
+        self.clock = TrainingClock()
         self.ingested: list[tuple[np.ndarray, list]] = []
 
     def ingest_parts(self, rows, parts):
@@ -115,7 +117,7 @@ def test_padded_buckets_and_the_eager_forward_on_the_cpu():
     import torch
 
     from drlmpi.algos.dqn import DQN
-    from drlmpi.device.capture import CapturedForward
+    from drlmpi.device.forward import CapturedForward
 
     sizes = (1, 8, 9, 16, 17, 32, 33, 41, 64, 65, 100, 128, 129, 240)
     assert [CapturedForward.bucket(n) for n in sizes] == [8, 8, 16, 16, 24, 32, 40, 48, 64, 80, 112, 128,
@@ -127,6 +129,8 @@ def test_padded_buckets_and_the_eager_forward_on_the_cpu():
     forward = CapturedForward(lambda x: algo.act_tensor(x, True), (4,), torch.float32, algo.device, 64,
                               "graph", "dqn act")
     assert forward.mode == "off"  # a CPU learner: nothing to capture
+    assert forward.sizes() == sorted({CapturedForward.bucket(n) for n in range(1, 65)})
+    assert forward.prepare() == 0 and not forward.slots  # nothing captured ahead either
     obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
     assert np.array_equal(algo.finish_act(forward(obs), 10**9, False)[0], algo.act(obs, 10**9, False)[0])
 
@@ -451,3 +455,27 @@ def test_a_queued_refresh_is_not_replaced_by_a_later_one():
     acting.refresh()  # nothing pending: the latest parameters into the other copy
     acting(obs, 0)
     assert acting.published_at == 7
+
+
+def test_acting_passes_are_captured_before_the_training_clock_starts(monkeypatch):
+    """A central learner's acting passes are captured at every serve size before training starts:
+    the seconds that takes are start-up, off the training clock (a GPU learner captures a dozen
+    graphs there; here a prepare that takes 0.3 s stands for them)."""
+    import time
+
+    import drlmpi.roles.learner as learner_module
+
+    class Slow:
+        prepared = 0
+
+        def prepare(self):
+            time.sleep(0.3)
+            Slow.prepared += 1
+            return 12
+
+    monkeypatch.setattr(learner_module, "simulator_acting", lambda algo, rows, beside=False: Slow())
+    from drlmpi.algos.dqn import DQN
+
+    taking = Taking(DQN(env_spec(make_env("CartPole-v1")), group_config("algo", "dqn"), seed=0))
+    assert isinstance(taking.acting_for_simulators(64), Slow) and Slow.prepared == 1
+    assert taking.clock.startup_s >= 0.3 and taking.clock.elapsed() < 0.1

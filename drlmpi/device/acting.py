@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from drlmpi.device.capture import CapturedForward
+from drlmpi.device.forward import CapturedForward
 
 
 def _tensors(module: torch.nn.Module) -> list[torch.Tensor]:
@@ -48,6 +48,9 @@ class HostActing:
 
     def refresh(self) -> None:
         pass
+
+    def prepare(self) -> int:
+        return 0
 
     def __call__(self, obs: np.ndarray, env_steps: int) -> tuple[Any, Any, Any]:
         return (*self.algo.act(obs, env_steps, explore=True), None)
@@ -103,6 +106,11 @@ class Acting:
         finally:
             for key, module in saved.items():
                 setattr(algo, key, module)
+
+    def prepare(self) -> int:
+        """Capture every pass at every batch size it may serve, before the run serves
+        (:meth:`CapturedForward.prepare`); the number of graphs captured."""
+        return sum(forward.prepare() for forward in self._forwards)
 
     @property
     def beside_updates(self) -> bool:

@@ -2,10 +2,9 @@
 once (a CUDA graph, or ``torch.compile(mode="reduce-overhead")``) and replays it for every
 later update, falling back to eager execution with one warning line if capturing fails; an
 update whose gradients cross ranks through a host exchange is replayed as segments around it;
-:class:`CapturedForward` replays a batched forward pass (a central learner acting for its
-simulators) at padded batch sizes. Nothing here knows an algorithm; on ``device=cpu`` both run
-eagerly (``algo.capture=auto``). ``fused`` is captured as ``graph`` (its body runs kernels that
-:mod:`drlmpi.device.compiled` generated).
+a batched forward pass is replayed by :mod:`drlmpi.device.forward`. Nothing here knows an
+algorithm; on ``device=cpu`` an update runs eagerly (``algo.capture=auto``). ``fused`` is
+captured as ``graph`` (its body runs kernels that :mod:`drlmpi.device.compiled` generated).
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 CAPTURE_MODES = ("auto", "fused", "graph", "compile", "off")
@@ -273,78 +271,3 @@ class CapturedUpdate:
             except Exception:  # noqa: BLE001 (an error left by the capture; the body will tell)
                 pass
         return self.body(sync)
-
-
-class CapturedForward:
-    """A batched forward pass ``fn(x)`` (``x`` a ``(n, *shape)`` tensor on ``device``, the result
-    ``(n, k)``) for batches of any size up to ``max_rows``, returned on the host as numpy.
-
-    ``mode="graph"`` (CUDA): the batch is padded to a bucket size (:meth:`bucket`) and the
-    pass is replayed from a CUDA graph captured once per bucket - input copied in through a
-    pinned buffer, output copied out through another, one synchronisation per call; the padding
-    rows are computed on stale input and dropped. Random draws inside ``fn`` come from torch's
-    default CUDA generator, which every replay advances. A failed capture warns once; later calls
-    run eagerly. ``mode="off"`` (the CPU, or no capture): ``fn`` on the batch as it is. ``stream``:
-    every pass runs on that CUDA stream (acting beside queued updates: :mod:`drlmpi.device.acting`)."""
-
-    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype,
-                 device: torch.device, max_rows: int, mode: str, name: str, warmup: int = 2,
-                 stream: torch.cuda.Stream | None = None) -> None:
-        self.fn, self.shape, self.dtype, self.device = fn, tuple(shape), dtype, torch.device(device)
-        self.max_rows, self.name, self.warmup = int(max_rows), name, warmup
-        self.mode = mode if self.device.type == "cuda" else "off"
-        #: the CUDA stream every pass runs on (``None``: the current one)
-        self.stream = stream
-        self.failure: str | None = None
-        #: bucket size -> (graph, device input, device output, pinned input, pinned output)
-        self.slots: dict[int, tuple[Any, ...]] = {}
-
-    @staticmethod
-    def bucket(n: int) -> int:
-        """The padded size of ``n`` rows: 8, then four sizes an octave (multiples of 8 to 64, of
-        16 to 128, ...): padding under a quarter past 32 rows, where a power of two doubles."""
-        n = max(8, int(n))
-        step = max(8, 1 << ((n - 1).bit_length() - 3))
-        return -(-n // step) * step
-
-    def __call__(self, batch: np.ndarray) -> np.ndarray:
-        if self.stream is None:
-            return self._call(batch)
-        with torch.cuda.stream(self.stream):
-            return self._call(batch)
-
-    def _call(self, batch: np.ndarray) -> np.ndarray:
-        n = batch.shape[0]
-        if self.mode != "graph" or self.failure is not None or n > self.max_rows:
-            return self._eager(batch)
-        size = self.bucket(n)
-        slot = self.slots.get(size)
-        if slot is None:
-            try:
-                slot = self.slots[size] = self._capture(size)
-            except Exception as exc:  # noqa: BLE001 (any failure: eager from now on, never a crash)
-                self.failure = first_line(exc)
-                warnings.warn(f"drlmpi: capturing the forward pass of {self.name} failed ({self.failure}); "
-                              f"acting eagerly", stacklevel=2)
-                return self._eager(batch)
-        graph, dev_in, dev_out, host_in, host_out = slot
-        host_in[:n].copy_(torch.from_numpy(np.ascontiguousarray(batch)))
-        dev_in.copy_(host_in, non_blocking=True)
-        graph.replay()
-        host_out.copy_(dev_out, non_blocking=True)
-        torch.cuda.current_stream(self.device).synchronize()
-        return host_out.numpy()[:n].copy()
-
-    def _eager(self, batch: np.ndarray) -> np.ndarray:
-        return self.fn(torch.as_tensor(batch, dtype=self.dtype, device=self.device)).float().cpu().numpy()
-
-    def _capture(self, size: int) -> tuple[Any, ...]:
-        dev_in = torch.zeros((size, *self.shape), dtype=self.dtype, device=self.device)
-        for _ in range(self.warmup):
-            on_side_stream(self.device, lambda: self.fn(dev_in))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            dev_out = self.fn(dev_in).float()
-        host_in = torch.empty(dev_in.shape, dtype=self.dtype, pin_memory=True)
-        host_out = torch.empty(dev_out.shape, dtype=torch.float32, pin_memory=True)
-        return graph, dev_in, dev_out, host_in, host_out

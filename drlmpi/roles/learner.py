@@ -296,8 +296,15 @@ class Learner(Training):
         return self.algo.row_buffer(n)
 
     def acting_for_simulators(self, max_rows: int, beside_updates: bool = False) -> Acting | HostActing:
-        """:func:`simulator_acting` of this learner's algorithm."""
-        return simulator_acting(self.algo, max_rows, beside_updates)
+        """:func:`simulator_acting` of this learner's algorithm, its passes captured at every batch
+        size it may serve (:meth:`~drlmpi.device.acting.Acting.prepare`) before training starts:
+        the capturing is start-up, off the training clock, and no capture waits for queued
+        updates once the run serves."""
+        acting = simulator_acting(self.algo, max_rows, beside_updates)
+        with PROGRESS.paused("start-up: capturing the acting pass"):
+            acting.prepare()
+        self.clock.starts_now()
+        return acting
 
     def extras_of(self, out: Any, obs: np.ndarray, actions: np.ndarray) -> np.ndarray | None:
         """The extra columns (PPO: log-probabilities, values) of ``actions`` other than the ones
@@ -312,7 +319,7 @@ def simulator_acting(algo: Algorithm, max_rows: int, beside_updates: bool = Fals
     simulators that hold no policy (central inference; the planner's probe times the same). On a
     CUDA learner with ``algo.capture`` other than ``off`` (``compile`` too) the forward pass is
     replayed from CUDA graphs
-    (:class:`~drlmpi.device.capture.CapturedForward`), exploration finished on the host; an
+    (:class:`~drlmpi.device.forward.CapturedForward`), exploration finished on the host; an
     algorithm that acts on the host only acts as it does (no forward output). ``beside_updates``:
     from copies of the acting modules, on a stream of their own, while updates queued by
     ``train(settle=False)`` run (:mod:`drlmpi.device.acting`)."""
