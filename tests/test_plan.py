@@ -69,7 +69,38 @@ def test_central_acting_beside_its_updates_is_paced_by_the_slower_of_host_and_de
     slow_host = probe(device="cuda", num_envs=8, act_s={1: 0.3, 256: 0.3}, sim_step_s=1e-4,
                       env_step_s=1e-4)
     host_bound = predict(Central, 16, slow_host, cfg("central"))
-    assert host_bound.env_steps_per_s == pytest.approx(60 / 0.3, rel=1e-3)
+    # (the simulators wait out each 0.3 s serve: 120 steps a 0.3 s trip, twice the learner's pace,
+    # which the coupling of the two sides lowers by 1.5%: test_a_round_trip_...)
+    learner, sims = 60 / 0.3, 120 / (0.3 + 0.4e-3 + 1e-3)
+    assert host_bound.env_steps_per_s == pytest.approx(coupled(learner, sims), rel=1e-3)
+
+
+def coupled(*rates: float) -> float:
+    """The rate of two sides that wait for each other (Pace.coupled): the 4-norm of their times."""
+    return sum(r ** -4.0 for r in rates) ** -0.25
+
+
+def test_a_round_trip_outlasting_the_other_groups_steps_paces_centrals_few_simulators():
+    """Central on 4 ranks: 3 simulators of 4 games in 2 groups step 2 games (0.2 ms) while the
+    other group waits for its actions: a 1 ms forward pass, and, acting beside 4 ms updates on a
+    CUDA learner, half an update more. The group's 1 or 3 ms round trip outlasts the other
+    group's 0.2 ms, so the simulators step 12 games a 1.2 or 3.2 ms period, not a 0.4 ms one;
+    beside the updates they bind, under the learner's 0.2 ms a step (one update per 20 steps).
+    The two sides combine as a 4-norm of their times (at equal paces 2**(1/4) the time of one)."""
+    p = probe(device="cuda", num_envs=4, act_s={1: 1e-3, 256: 1e-3}, env_step_s=1e-4, sim_step_s=1e-4,
+              update_s={8: 4e-3, 128: 4e-3}, learner_update_s=4e-3, updates_per_step=0.05)
+    waiting = predict(Central, 4, p, cfg("central", overlap="off"))  # the serve's pass after updates
+    assert waiting.env_steps_per_s == pytest.approx(coupled(1 / (0.2e-3 + 1e-3 / 6), 12 / 1.2e-3), rel=1e-3)
+    beside = predict(Central, 4, p, cfg("central"))
+    assert beside.env_steps_per_s == pytest.approx(coupled(1 / 0.2e-3, 12 / 3.2e-3), rel=1e-3)
+    assert beside.bound == "simulators"
+    many = predict(Central, 16, p, cfg("central"))  # 15 simulators: 60 games a 3.2 ms period
+    assert many.env_steps_per_s == pytest.approx(coupled(1 / 0.2e-3, 60 / 3.2e-3), rel=1e-3)
+    assert many.env_steps_per_s > 0.99 / 0.2e-3 > 1.3 * beside.env_steps_per_s
+    from drlmpi.topologies.core.pace import Pace
+
+    assert Pace(sim=1.0, learn=1.0, coupled=True).step_s() == pytest.approx(2 ** 0.25)
+    assert Pace(sim=1.0, learn=1.0).step_s() == 1.0  # uncoupled: the slower side
 
 
 def test_groups_with_the_central_wiring_serve_in_every_group():
@@ -83,7 +114,9 @@ def test_groups_with_the_central_wiring_serve_in_every_group():
     p = probe(num_envs=4, act_s={1: 3e-3, 256: 3e-3}, sim_step_s=1e-3, env_step_s=1e-5,
               update_s={8: 1e-9, 128: 1e-9}, learner_update_s=1e-9, allreduce_s={2: 1e-9, 16: 1e-9})
     one = predict(Central, 3, p, cfg("central"))
-    assert one.env_steps_per_s == pytest.approx(4 / 3e-3, rel=1e-3) and one.bound == "learner"
+    # (the simulators step 8 games a 3.02 ms period: a group's 2 games, then its 3 ms round trip)
+    assert one.env_steps_per_s == pytest.approx(coupled(4 / 3e-3, 8 / 3.02e-3), rel=1e-3)
+    assert one.bound == "learner"
     two = predict(Groups, 6, p, cfg("groups", learners=2, group_wiring="central"))
     assert two.env_steps_per_s == pytest.approx(2 * one.env_steps_per_s, rel=0.01)
     star_wired = predict(Groups, 6, p, cfg("groups", learners=2, group_wiring="star"))

@@ -154,7 +154,7 @@ class Groups(DataParallelTopology):
         if served is not None:  # the simulators only step; each learner serves its own group
             sim, per_row = served
             return Pace(sim=sim / learners, learn=c + per_row / learners + rho * per_update,
-                        learn_warm=c + per_row / learners)
+                        learn_warm=c + per_row / learners, coupled=True)
         rows = sync_rows(p, settings.sync_every)
         comm = ((group - 1) * p.message_s(rows * p.row_bytes)
                 + max(1, log2(group)) * p.message_s(p.weight_bytes))
