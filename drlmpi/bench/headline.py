@@ -166,6 +166,13 @@ STEPS: dict[str, list[Step]] = {
         sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=100 topology.overlap=on",
               "algo.autocast=bfloat16 algo.channels_last=true algo.capture=fused algo.epochs=4,3"),
         report("report", "ceiling", "central")],
+    "breakout_fused_groups": [  # the fused update with every serve size captured before the clock,
+        # 4 game groups a simulator (a shorter round trip to hide), 4 or 3 epochs
+        ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=80"),
+        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=100 topology.overlap=on",
+              "algo.autocast=bfloat16 algo.channels_last=true algo.capture=fused topology.env_groups=4",
+              "algo.epochs=4,3"),
+        report("report", "ceiling", "central")],
     "breakout_groups4": [  # a 4-GPU host: the ceiling on 64 ranks, one group alone, the four groups
         ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling world_size=64 run.max_train_seconds=90"),
         sweep("one_group", "+experiment=ppo_breakout_groups4 topology.learners=1 world_size=16",
