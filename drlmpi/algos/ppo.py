@@ -187,9 +187,10 @@ class PPO(RolloutTargets, PPOUpdate, Algorithm):
         if self.capture == "fused" and cfg.capture == "auto":
             self.capture = "graph"  # auto: a central run has not measured the fused update ahead (ask for it)
         elif self.capture == "fused":
-            warnings.warn("drlmpi: algo.capture=fused for PPO is experimental: in central Breakout runs "
-                          "on an H200 the learner hung after 40-80 s "
-                          "(docs/results/h200host_ppo_breakout_fused/); algo.capture=graph is the "
+            warnings.warn("drlmpi: algo.capture=fused for PPO is experimental: central Breakout runs "
+                          "on an H200 hung after 40-80 s while capturing an acting pass mid-run, and "
+                          "ran 2 x 100 s once every serve size was captured ahead "
+                          "(docs/results/h200host_ppo_breakout_fused*/); algo.capture=graph is the "
                           "measured setting", stacklevel=2)
 
     @classmethod
