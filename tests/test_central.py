@@ -19,6 +19,7 @@ from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
 from drlmpi.roles.stopping import TrainingClock
 from drlmpi.topologies.central import Central
+from drlmpi.topologies.central.rows import RowBuilder
 from drlmpi.topologies.central.simulator import step_groups
 from drlmpi.topologies.central.wire import Group, StepWire, env_groups
 
@@ -74,7 +75,7 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
 
     def arrive(msg):
         comm.posted[-1][: len(msg)] = msg  # the message lands where the receive was posted
-        Central._ingest([group], learner, wire)
+        Central._ingest([group], learner, RowBuilder(wire))
         group.post(comm)  # the next receive, into the buffer not holding the kept observations
         rows, ((count, source, lag),) = learner.ingested[-1]
         assert count == len(rows)
@@ -108,6 +109,71 @@ def test_learner_rebuilds_the_actors_rows_bit_for_bit(forced):
         assert np.array_equal(got.view(np.uint32), rows.view(np.uint32))  # every bit, NaN slots too
         ends += int(wire.ended(rows, layout.slices).sum())
     assert ends == 6 and np.isnan(got[:, layout.slices["obs"]]).any()
+
+
+def test_groups_arriving_together_are_rebuilt_in_one_array_bit_for_bit():
+    """Three groups of 3, 2 and 3 environments (episodes of 3, 2 and 4 steps: ends in different
+    groups at different steps) arrive at every step together; one ingest builds all their rows in
+    one array (:class:`RowBuilder`): exactly the rows their actors pack, group after group, the
+    forced action of the middle group's second environment with its own log-probability."""
+    spec = env_spec(make_env(IMAGE, episode_steps=3, noise=255))
+    cfg = group_config("algo", "ppo")
+    cfg.hidden = [16]
+    algo = PPO(spec, cfg, seed=0)
+    wire, layout, learner = StepWire(algo.layout), algo.layout, Taking(algo)
+    sizes, lengths = (3, 2, 3), (3, 2, 4)
+    actors = [Actor([make_env(IMAGE, episode_steps=k, noise=255) for _ in range(n)], algo,
+                    stream_base=10 * i, seed=i) for i, (n, k) in enumerate(zip(sizes, lengths))]
+    groups = [Group(source=i + 1, index=0, n_envs=n, stream_base=10 * i, wire=wire)
+              for i, n in enumerate(sizes)]
+
+    class Posting:
+        def Irecv(self, buf, source, tag, kind):  # noqa: N802 (MPI name)
+            self.buf = buf
+
+    comm, builder, posted = Posting(), RowBuilder(wire), []
+    for group in groups:
+        group.post(comm)
+        posted.append(comm.buf)
+
+    def arrive(msgs):
+        for buf, msg in zip(posted, msgs):
+            buf[: len(msg)] = msg
+        Central._ingest(groups, learner, builder)
+        posted.clear()
+        for group in groups:
+            group.post(comm)
+            posted.append(comm.buf)
+        return learner.ingested[-1]
+
+    rows, parts = arrive([wire.first(actor.obs) for actor in actors])
+    assert rows.shape[0] == 0 and [count for count, _, _ in parts] == [0, 0, 0]
+    ends = forced_seen = 0
+    for step in range(6):
+        expected, msgs = [], []
+        for i, (group, actor) in enumerate(zip(groups, actors)):
+            acted_on = actor.obs.copy()
+            out = algo.act_tensor(algo.obs_tensor(acted_on), True).numpy()
+            actions, extras = algo.finish_act(out, 0, True)
+            group.extras, group.out, group.version = extras, None, 0
+            taken, taken_extras = actions, extras
+            if i == 1 and step % 2:  # the environment took another action than the one sent
+                taken = actions.copy()
+                taken[1, 0] = 1 - actions[1, 0]
+                taken_extras = algo.extras_for(acted_on, taken)
+                forced_seen += 1
+            packed, _ = actor.step(taken, taken_extras)
+            expected.append(packed)
+            msgs.append(wire.pack(packed, actor.obs, actions))
+            ends += int(wire.ended(packed, layout.slices).sum())
+        got, parts = arrive(msgs)
+        want = np.concatenate(expected)
+        assert [(count, source) for count, source, _ in parts] == [(3, 1), (2, 2), (3, 3)]
+        log_prob = layout.slices["log_prob"]
+        assert np.allclose(got[:, log_prob], want[:, log_prob], atol=1e-6)
+        got[:, log_prob] = want[:, log_prob]  # (one row's forward pass may round differently)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))  # every bit, NaN slots too
+    assert ends == 3 * 2 + 2 * 3 + 3 * 1 and forced_seen == 3  # episodes ended in every group
 
 
 def test_padded_buckets_and_the_eager_forward_on_the_cpu():

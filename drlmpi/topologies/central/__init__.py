@@ -48,10 +48,10 @@ from drlmpi.device.acting import Acting
 from drlmpi.mpi.timed import Request, TimedComm
 from drlmpi.outputs.figures import fmt, percent, table
 from drlmpi.roles.learner import Learner
+from drlmpi.topologies.central.rows import RowBuilder
 from drlmpi.topologies.central.simulator import simulate
 from drlmpi.topologies.central.wire import (
     LEARNER_RANK,
-    STEP_COLUMNS,
     CentralFields,
     Group,
     StepWire,
@@ -186,6 +186,7 @@ class Central(Topology):
         learner = ctx.make_learner()
         comm, layout = ctx.comm, learner.layout
         wire = StepWire(layout)
+        builder = RowBuilder(wire)
         groups = simulator_groups(comm.size, ctx.rank, ctx.cfg.env.num_envs, self.cfg.env_groups, wire)
         requests = [group.post(comm) for group in groups]
         per_serve = self.cfg.updates_per_serve
@@ -207,7 +208,7 @@ class Central(Topology):
                 ready = [comm.waitany(requests), *comm.testsome(requests)]
             arrived = [groups[i] for i in ready]
             t0 = time.perf_counter()
-            self._ingest(arrived, learner, wire)
+            self._ingest(arrived, learner, builder)
             stats["ingest_s"] += time.perf_counter() - t0
             learner.maybe_evaluate()
             if learner.stop_reason() is not None:
@@ -220,7 +221,7 @@ class Central(Topology):
             if owed and (owed > limit or self._room(learner, queue)):
                 self._train(learner, acting, updates_now(owed, per_serve, limit), queue)
             after()
-        self._shut_down(comm, groups, requests, ready, learner, wire)
+        self._shut_down(comm, groups, requests, ready, learner, builder)
         learner.finish()
         stats["rows_per_serve"] = stats["rows_served"] / max(1, stats["serves"])
         stats["update_s"] = learner.part_learn_s
@@ -255,41 +256,15 @@ class Central(Topology):
             acting.refresh()
 
     @staticmethod
-    def _ingest(arrived: list[Group], learner: Learner, wire: StepWire) -> None:
-        """The experience rows of the arrived groups' step messages, built in one array and
-        stored as one chunk."""
+    def _ingest(arrived: list[Group], learner: Learner, builder: RowBuilder) -> None:
+        """The experience rows of the arrived groups' step messages, built in one array
+        (:class:`~drlmpi.topologies.central.rows.RowBuilder`) and stored as one chunk."""
         counts = [group.n if group.obs is not None else 0 for group in arrived]
         rows = learner.row_buffer(sum(counts))  # a device learner's pinned staging rows
-        start, parts = 0, []
-        for group, count in zip(arrived, counts):
-            parts.append((count, group.source, learner.updates - group.version))
-            Central._take(group, learner, wire, rows[start : start + count])
-            start += count
+        parts = [(count, group.source, learner.updates - group.version)
+                 for group, count in zip(arrived, counts)]
+        builder.build(arrived, learner, rows)
         learner.ingest_parts(rows, parts)
-
-    @staticmethod
-    def _take(group: Group, learner: Learner, wire: StepWire, rows: np.ndarray) -> None:
-        """Fill ``rows`` (a group's count, none the first time) with the experience of its step
-        message and of what was held from its last serve; keep the observations to act on next
-        (a view of the buffer the message arrived in)."""
-        msg, n, layout = group.buffer, group.n, wire.layout
-        if group.obs is not None:
-            rows[:, layout.slices["obs"]] = group.obs
-            for name in ("action", *STEP_COLUMNS):
-                rows[:, layout.slices[name]] = msg[:n, wire.slices[name]]
-            rows[:, layout.slices["next_obs"]] = msg[:n, wire.slices["obs"]]
-            ended = np.nonzero(wire.ended(msg[:n], wire.slices))[0]
-            rows[ended, layout.slices["next_obs"]] = msg[n : n + len(ended), wire.slices["obs"]]
-            rows[:, layout.slices["stream"]] = group.streams[:, None]
-            if group.extras is not None:
-                rows[:, layout.extras_slice] = group.extras
-                forced = np.nonzero(msg[:n, wire.slices["forced"]][:, 0])[0]
-                if len(forced):  # from the forward pass's output if it has them, else another pass
-                    taken = rows[forced][:, layout.slices["action"]]
-                    out = None if group.out is None else group.out[forced]
-                    rows[forced, layout.extras_slice] = learner.extras_of(
-                        out, layout.obs_array(rows[forced]), taken)
-        group.obs = msg[:n, wire.slices["obs"]]
 
     @staticmethod
     def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, acting: Acting,
@@ -313,7 +288,7 @@ class Central(Topology):
 
     @staticmethod
     def _shut_down(comm: TimedComm, groups: list[Group], requests: list[Request], ready: list[int],
-                   learner: Learner, wire: StepWire) -> None:
+                   learner: Learner, builder: RowBuilder) -> None:
         """Every group gets exactly one stop: the ones just arrived now, the others when their
         next message arrives (taken in, as every step is counted). Then every reply is sent."""
         for i in ready:
@@ -323,7 +298,7 @@ class Central(Topology):
         while outstanding:
             index = comm.waitany([requests[i] for i in outstanding])
             i = outstanding.pop(index)
-            Central._ingest([groups[i]], learner, wire)
+            Central._ingest([groups[i]], learner, builder)
             groups[i].answer(comm, None)
         for group in groups:
             if group.send is not None:

@@ -24,6 +24,7 @@ import numpy as np
 
 from drlmpi.mpi.wire import Control
 from drlmpi.topologies.central import Central, pending_limit, serving, updates_now
+from drlmpi.topologies.central.rows import RowBuilder
 from drlmpi.topologies.central.simulator import simulate
 from drlmpi.topologies.central.wire import CentralFields, StepWire, simulator_groups
 from drlmpi.topologies.core.context import RunContext
@@ -102,11 +103,12 @@ class GroupCentralLearner:
     def __init__(self, owner: GroupLearner) -> None:
         self.owner, self.comm, self.learner = owner, owner.sub.comm, owner.learner
         self.wire = StepWire(self.learner.layout)
+        self.rows = RowBuilder(self.wire)
         self.groups = simulator_groups(self.comm.size, owner.sub.rank, owner.sub.cfg.env.num_envs,
                                        owner.cfg.env_groups, self.wire)
 
     def run(self) -> dict[str, Any]:
-        owner, comm, learner, groups, wire = self.owner, self.comm, self.learner, self.groups, self.wire
+        owner, comm, learner, groups = self.owner, self.comm, self.learner, self.groups
         requests = [group.post(comm) for group in groups]
         acting = learner.acting_for_simulators(len(groups) * max(g.n for g in groups))
         learner.successive_rows()  # every row is built here, each game's in step order
@@ -122,7 +124,7 @@ class GroupCentralLearner:
             if ready:
                 arrived = [groups[i] for i in ready]
                 t0 = time.perf_counter()
-                Central._ingest(arrived, storing, wire)
+                Central._ingest(arrived, storing, self.rows)
                 stats["ingest_s"] += time.perf_counter() - t0
                 Central._serve(comm, arrived, learner, acting, stats)
                 for i in ready:
@@ -135,7 +137,7 @@ class GroupCentralLearner:
             owner.after_round(control)
         # every group was answered: each one's next message is taken in and answered with the stop
         storing.stopped = True
-        Central._shut_down(comm, groups, requests, [], storing, wire)
+        Central._shut_down(comm, groups, requests, [], storing, self.rows)
         stats["steps_after_stop"] = storing.after_stop
         stats["rows_per_serve"] = stats["rows_served"] / max(1, stats["serves"])
         return stats
