@@ -198,14 +198,21 @@ class Learner(Training):
         if rows.shape[0] == 0:
             return 0
         due = self.store(rows, [source for count, source, _ in parts for _ in range(count)])
-        start = 0
+        layout = self.algo.layout
+        lengths = layout.column(rows, "episode_length")[:, 0]
+        ends = np.nonzero(lengths)[0]  # one scan for every part's ended episodes (most serves: none)
+        returns = layout.column(rows, "episode_return")[ends, 0]
+        stop, first = 0, 0
         for count, source_rank, policy_lag in parts:
             if count:
+                stop += count
                 self.env_steps += count
                 if policy_lag is not None:
                     self.policy_lags.append(int(policy_lag))
-                self.log_episodes(rows[start : start + count], source_rank)
-                start += count
+                last = int(np.searchsorted(ends, stop)) if len(ends) else 0
+                for k in range(first, last):
+                    self.record_episode(float(returns[k]), int(lengths[ends[k]]), source_rank)
+                first = last
         return due
 
     def store(self, rows: np.ndarray, sources: list[int] | None = None) -> int:
