@@ -255,6 +255,41 @@ def test_one_serve_answers_each_group_with_the_actions_of_its_own_observations()
         assert group.version == 7 and group.extras is None
 
 
+def test_a_launched_serve_answers_with_the_policy_it_was_launched_with():
+    """Central's learner launches a serve's forward pass and takes in the next arrivals while the
+    device runs it (``Central._launch``, later ``_answer``): nothing is sent at the launch, and
+    the answer carries the actions of the policy at the launch and its version, though the
+    learner's weights and update count moved on in between (updates queued meanwhile)."""
+    import torch
+
+    from drlmpi.algos.dqn import DQN
+
+    cfg = group_config("algo", "dqn")
+    cfg.eps_end, cfg.hidden = 0.0, [16]
+    algo = DQN(env_spec(make_env("CartPole-v1")), cfg, seed=0)
+    steps, wire = 10**6, StepWire(algo.layout)
+    groups = [Group(1, index, 4, 0, wire) for index in range(2)]
+    rng = np.random.default_rng(5)
+    for group in groups:
+        group.obs = rng.normal(scale=3.0, size=(4, 4)).astype(np.float32)
+    learner, comm = Taking(algo), Replying()
+    learner.env_steps, learner.updates = steps, 3
+    stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0}
+    before = [algo.act(group.obs, steps, explore=True)[0] for group in groups]
+    acting = learner.acting_for_simulators(8)
+    serving = Central._launch(groups, [0, 1], learner, acting, stats)
+    assert comm.sent == [] and stats["serves"] == 1 and stats["rows_served"] == 8
+    with torch.no_grad():  # an update between the launch and the answer
+        for p in algo.q.parameters():
+            p.neg_()
+    learner.updates = 8
+    assert any(not np.array_equal(algo.act(g.obs, steps, explore=True)[0], b) for g, b in zip(groups, before))
+    Central._answer(comm, serving, acting, stats)
+    assert [(dest, tag) for dest, tag, _ in comm.sent] == [(1, int(Tag.ACTIONS) + g.index) for g in groups]
+    for group, own, (_, _, reply) in zip(groups, before, comm.sent):
+        assert np.array_equal(reply[1:], own.reshape(-1)) and group.version == 3
+
+
 def test_a_learner_acting_for_simulators_trains_a_few_updates_between_serves():
     """Central's learner and each group's learner of groups[central] run at most
     ``updates_per_serve`` of the owed updates before serving again - so a PPO rollout's 60 updates

@@ -10,8 +10,9 @@ its own, so that a serve does not wait for the updates queued on the default str
   and an event recorded after it;
 * each call acts with the *published* copy, first publishing the refreshed one if its event has
   completed (a query: the host never waits for updates here);
-* a refresh only ever writes the unpublished copy. Every forward pass ends in a host
-  synchronisation, so once the host publishes a copy no pass on the other one is in flight.
+* a refresh only ever writes the unpublished copy. A pass is finished (a host synchronisation,
+  :meth:`Acting.finish`) before the next one starts, and copies are published only at a start,
+  so once the host publishes a copy no pass on the other one is in flight.
 
 The policy that acted is then the one of :attr:`Acting.published_at` updates (the learner's
 policy lag counts from it), not necessarily the learner's latest. On the CPU (no streams) a
@@ -54,6 +55,13 @@ class HostActing:
 
     def __call__(self, obs: np.ndarray, env_steps: int) -> tuple[Any, Any, Any]:
         return (*self.algo.act(obs, env_steps, explore=True), None)
+
+    def start(self, obs: np.ndarray, env_steps: int) -> tuple[Any, Any, Any]:
+        return self(obs, env_steps)  # (acting on the host: done at once)
+
+    @staticmethod
+    def finish(started: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
+        return started
 
 
 class Acting:
@@ -145,6 +153,16 @@ class Acting:
         return self._published
 
     def __call__(self, obs: np.ndarray, env_steps: int) -> tuple[Any, Any, Any]:
+        return self.finish(self.start(obs, env_steps))
+
+    def start(self, obs: np.ndarray, env_steps: int) -> tuple[Any, Any, int]:
+        """Queue the forward pass over ``obs`` (:meth:`CapturedForward.start`) with the policy
+        published now; :meth:`finish` gives what a call gives. One pass in flight at a time."""
         forward = self._forwards[self._poll()] if self._copies else self._forwards[0]
-        out = forward(obs)
+        return forward, forward.start(obs), env_steps
+
+    def finish(self, started: tuple[Any, Any, int]) -> tuple[Any, Any, Any]:
+        """``(actions, extras, forward output)`` of the pass :meth:`start` queued."""
+        forward, handle, env_steps = started
+        out = forward.finish(handle)
         return (*self.algo.finish_act(out, env_steps, True), out)

@@ -86,10 +86,26 @@ class CapturedForward:
                       f"acting eagerly", stacklevel=3)
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
-        with self._on_stream():
-            return self._call(batch)
+        return self.finish(self.start(batch))
 
-    def _call(self, batch: np.ndarray) -> np.ndarray:
+    def start(self, batch: np.ndarray) -> Any:
+        """Queue the pass over ``batch``; :meth:`finish` waits for it and returns its output. A
+        captured pass queues the copy in, the replay and the copy out, and records an event
+        (the host goes on meanwhile); an eager one runs at once. One pass at a time: the next
+        :meth:`start` of the same size reuses this one's pinned buffers, so :meth:`finish` first."""
+        with self._on_stream():
+            return self._start(batch)
+
+    @staticmethod
+    def finish(started: Any) -> np.ndarray:
+        """The output of the pass :meth:`start` queued, once it is done."""
+        if isinstance(started, np.ndarray):
+            return started
+        event, host_out, n = started
+        event.synchronize()
+        return host_out.numpy()[:n].copy()
+
+    def _start(self, batch: np.ndarray) -> Any:
         n = batch.shape[0]
         if self.mode != "graph" or self.failure is not None or n > self.max_rows:
             return self._eager(batch)
@@ -106,8 +122,9 @@ class CapturedForward:
         dev_in.copy_(host_in, non_blocking=True)
         graph.replay()
         host_out.copy_(dev_out, non_blocking=True)
-        torch.cuda.current_stream(self.device).synchronize()
-        return host_out.numpy()[:n].copy()
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(self.device))
+        return done, host_out, n
 
     def _eager(self, batch: np.ndarray) -> np.ndarray:
         return self.fn(torch.as_tensor(batch, dtype=self.dtype, device=self.device)).float().cpu().numpy()

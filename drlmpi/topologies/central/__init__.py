@@ -17,9 +17,12 @@ groups step:
 The learner (rank 0) keeps a receive posted for every group of every simulator and serves
 whichever have arrived (``Testsome``; ``Waitany`` when none has and no update is owed): ONE
 batched forward pass of the learning network on its device over every waiting group's
-observations, then the actions back with ``Isend``. It builds experience rows from what it already
-holds - the observations it acted on, its own log-probabilities (PPO) - and the step message,
-so nothing crosses the wire twice and no weights are ever sent. Between serves it runs at most
+observations, then the actions back with ``Isend``. The pass is launched, and while the device
+runs it the learner takes in the groups that arrived meanwhile (builds and stores their rows);
+then it sends the launched serve's actions and launches the next (one pass in flight). It
+builds experience rows from what it already holds - the observations it acted on, its own
+log-probabilities (PPO) - and the step message, so nothing crosses the wire twice and no
+weights are ever sent. Between serves it runs at most
 ``topology.updates_per_serve`` of the updates the data entitles (``algo.updates_per_step``, a
 PPO rollout's minibatches); when more than ``max_pending_updates`` are owed it trains them all
 before serving again, so simulators wait rather than the ratio drifting.
@@ -65,6 +68,17 @@ from drlmpi.topologies.core.reports import RankReport, learner_report
 #: batches of updates a learner acting beside them keeps queued on its device (the oldest is
 #: waited for before queueing more): bounds how far the acting copy lags behind
 QUEUED_BATCHES = 2
+
+
+@dataclass(frozen=True)
+class Serving:
+    """A serve whose forward pass is in flight: its groups (and their indices among the
+    learner's), what :meth:`Acting.start` returned, the policy version it acts with."""
+
+    arrived: list[Group]
+    ready: list[int]
+    started: Any
+    version: int
 
 
 @dataclass(frozen=True)
@@ -198,24 +212,30 @@ class Central(Topology):
         after = ctx.after_round(learner)
         stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // (comm.size - 1)}
+        serving: Serving | None = None  # the serve whose forward pass is in flight
         while True:
             ready = comm.testsome(requests)
-            if not ready and learner.pending_updates > 0 and self._room(learner, queue):
-                self._train(learner, acting, per_serve, queue)  # nothing to serve: train meanwhile
-                after()
-                continue
-            if not ready:
+            if not ready and serving is None:
+                if learner.pending_updates > 0 and self._room(learner, queue):
+                    self._train(learner, acting, per_serve, queue)  # nothing to serve: train meanwhile
+                    after()
+                    continue
                 ready = [comm.waitany(requests), *comm.testsome(requests)]
             arrived = [groups[i] for i in ready]
-            t0 = time.perf_counter()
-            self._ingest(arrived, learner, builder)
-            stats["ingest_s"] += time.perf_counter() - t0
+            if arrived:  # (while the last serve's pass runs on the device)
+                t0 = time.perf_counter()
+                self._ingest(arrived, learner, builder)
+                stats["ingest_s"] += time.perf_counter() - t0
+            if serving is not None:
+                self._answer(comm, serving, acting, stats)
+                for i in serving.ready:
+                    requests[i] = groups[i].post(comm)
+                serving = None
             learner.maybe_evaluate()
             if learner.stop_reason() is not None:
                 break
-            self._serve(comm, arrived, learner, acting, stats)
-            for i in ready:
-                requests[i] = groups[i].post(comm)
+            if arrived:
+                serving = self._launch(arrived, ready, learner, acting, stats)
             owed = learner.pending_updates
             # (nothing owed: no call at all - a call for none would wait for the queued batches)
             if owed and (owed > limit or self._room(learner, queue)):
@@ -270,19 +290,36 @@ class Central(Topology):
     def _serve(comm: TimedComm, arrived: list[Group], learner: Learner, acting: Acting,
                stats: dict[str, Any]) -> None:
         """One batched forward pass over every arrived group's observations; actions back."""
+        Central._answer(comm, Central._launch(arrived, [], learner, acting, stats), acting, stats)
+
+    @staticmethod
+    def _launch(arrived: list[Group], ready: list[int], learner: Learner, acting: Acting,
+                stats: dict[str, Any]) -> Serving:
+        """Queue one batched forward pass over every arrived group's observations (the device
+        computes it while the host takes in the next arrivals); the policy version it acts with
+        is recorded now, before any update queued after it."""
         layout = learner.layout
         slots = np.concatenate([group.obs for group in arrived]) if len(arrived) > 1 else arrived[0].obs
         t0 = time.perf_counter()
-        actions, extras, out = acting(layout.obs_array(slots), learner.env_steps)
+        started = acting.start(layout.obs_array(slots), learner.env_steps)
         stats["inference_s"] += time.perf_counter() - t0
         stats["serves"] += 1
         stats["rows_served"] += slots.shape[0]
+        version = learner.updates if acting.published_at is None else acting.published_at
+        return Serving(arrived, ready, started, version)
+
+    @staticmethod
+    def _answer(comm: TimedComm, serving: Serving, acting: Acting, stats: dict[str, Any]) -> None:
+        """Wait for a launched serve's forward pass; each of its groups gets its actions."""
+        t0 = time.perf_counter()
+        actions, extras, out = acting.finish(serving.started)
+        stats["inference_s"] += time.perf_counter() - t0
         start = 0
-        for group in arrived:
+        for group in serving.arrived:
             part = slice(start, start + group.n)
             group.extras = None if extras is None else extras[part]
             group.out = None if out is None else out[part]
-            group.version = learner.updates if acting.published_at is None else acting.published_at
+            group.version = serving.version
             group.answer(comm, actions[part])
             start += group.n
 
