@@ -212,10 +212,10 @@ class Central(Topology):
         after = ctx.after_round(learner)
         stats = {"serves": 0, "rows_served": 0, "inference_s": 0.0, "ingest_s": 0.0,
                  "env_groups": len(groups) // (comm.size - 1)}
-        serving: Serving | None = None  # the serve whose forward pass is in flight
+        in_flight: Serving | None = None  # the serve whose forward pass is in flight
         while True:
             ready = comm.testsome(requests)
-            if not ready and serving is None:
+            if not ready and in_flight is None:
                 if learner.pending_updates > 0 and self._room(learner, queue):
                     self._train(learner, acting, per_serve, queue)  # nothing to serve: train meanwhile
                     after()
@@ -226,16 +226,16 @@ class Central(Topology):
                 t0 = time.perf_counter()
                 self._ingest(arrived, learner, builder)
                 stats["ingest_s"] += time.perf_counter() - t0
-            if serving is not None:
-                self._answer(comm, serving, acting, stats)
-                for i in serving.ready:
+            if in_flight is not None:
+                self._answer(comm, in_flight, acting, stats)
+                for i in in_flight.ready:
                     requests[i] = groups[i].post(comm)
-                serving = None
+                in_flight = None
             learner.maybe_evaluate()
             if learner.stop_reason() is not None:
                 break
             if arrived:
-                serving = self._launch(arrived, ready, learner, acting, stats)
+                in_flight = self._launch(arrived, ready, learner, acting, stats)
             owed = learner.pending_updates
             # (nothing owed: no call at all - a call for none would wait for the queued batches)
             if owed and (owed > limit or self._room(learner, queue)):
