@@ -173,6 +173,13 @@ STEPS: dict[str, list[Step]] = {
               "algo.autocast=bfloat16 algo.channels_last=true algo.capture=fused topology.env_groups=4",
               "algo.epochs=4,3"),
         report("report", "ceiling", "central")],
+    "breakout_serve": [  # the preset's share of the ceiling after the serve pipeline (rows built per
+        # serve, the next arrivals taken in while a serve's pass runs), as-is and with bf16 + channels-last
+        ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling run.max_train_seconds=80"),
+        sweep("central", "+experiment=ppo_breakout_16 run.max_train_seconds=90"),
+        sweep("central_levers", "+experiment=ppo_breakout_16 run.max_train_seconds=90",
+              "algo.autocast=bfloat16 algo.channels_last=true"),
+        report("report", "ceiling", "central", "central_levers")],
     "breakout_groups4": [  # a 4-GPU host: the ceiling on 64 ranks, one group alone, the four groups
         ceiling("ceiling", BREAKOUT, "+experiment/breakout=ceiling world_size=64 run.max_train_seconds=90"),
         sweep("one_group", "+experiment=ppo_breakout_groups4 topology.learners=1 world_size=16",
