@@ -21,7 +21,7 @@ class CapturedForward:
 
     ``mode="graph"`` (CUDA): the batch is padded to a bucket size (:meth:`bucket`) and the
     pass is replayed from a CUDA graph captured once per bucket - input copied in through a
-    pinned buffer, output copied out through another, one synchronisation per call; the padding
+    pinned buffer, output copied out through another, one wait per call (:meth:`finish`); the padding
     rows are computed on stale input and dropped. Random draws inside ``fn`` come from torch's
     default CUDA generator, which every replay advances. A failed capture warns once; later calls
     run eagerly. ``mode="off"`` (the CPU, or no capture): ``fn`` on the batch as it is. ``stream``:
@@ -67,23 +67,25 @@ class CapturedForward:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         with self._on_stream():
-            for size in self.sizes():
-                if size in self.slots:
-                    continue
-                try:
-                    self.slots[size] = self._capture(size)
-                except Exception as exc:  # noqa: BLE001 (as in a call: eager from now on)
-                    self._failed(exc)
-                    return 0
+            if any(self._slot(size) is None for size in self.sizes()):
+                return 0
         return len(self.slots)
 
     def _on_stream(self) -> Any:
         return nullcontext() if self.stream is None else torch.cuda.stream(self.stream)
 
-    def _failed(self, exc: BaseException) -> None:
-        self.failure = first_line(exc)
-        warnings.warn(f"drlmpi: capturing the forward pass of {self.name} failed ({self.failure}); "
-                      f"acting eagerly", stacklevel=3)
+    def _slot(self, size: int) -> tuple[Any, ...] | None:
+        """The captured pass at bucket ``size``, captured now if it was not; ``None`` when the
+        capture failed (one warning; every later pass runs eagerly, never a crash)."""
+        slot = self.slots.get(size)
+        if slot is None:
+            try:
+                slot = self.slots[size] = self._capture(size)
+            except Exception as exc:  # noqa: BLE001 (any failure: eager from now on)
+                self.failure = first_line(exc)
+                warnings.warn(f"drlmpi: capturing the forward pass of {self.name} failed ({self.failure}); "
+                              f"acting eagerly", stacklevel=4)
+        return slot
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return self.finish(self.start(batch))
@@ -109,14 +111,9 @@ class CapturedForward:
         n = batch.shape[0]
         if self.mode != "graph" or self.failure is not None or n > self.max_rows:
             return self._eager(batch)
-        size = self.bucket(n)
-        slot = self.slots.get(size)
+        slot = self._slot(self.bucket(n))
         if slot is None:
-            try:
-                slot = self.slots[size] = self._capture(size)
-            except Exception as exc:  # noqa: BLE001 (any failure: eager from now on, never a crash)
-                self._failed(exc)
-                return self._eager(batch)
+            return self._eager(batch)
         graph, dev_in, dev_out, host_in, host_out = slot
         host_in[:n].copy_(torch.from_numpy(np.ascontiguousarray(batch)))
         dev_in.copy_(host_in, non_blocking=True)

@@ -185,9 +185,15 @@ class Actor:
 
 def episode_stats(rows: np.ndarray, layout: Any) -> np.ndarray:
     """``(k, 2)`` float32 ``[return, length]`` of the episodes that end in ``rows``."""
+    return episode_ends(rows, layout)[1]
+
+
+def episode_ends(rows: np.ndarray, layout: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The positions in ``rows`` of the rows that end an episode, in order, and their
+    :func:`episode_stats`."""
     lengths = layout.column(rows, "episode_length")[:, 0]
     ends = np.nonzero(lengths)[0]
     out = np.empty((len(ends), 2), dtype=np.float32)
     out[:, 0] = layout.column(rows, "episode_return")[ends, 0]
     out[:, 1] = lengths[ends]
-    return out
+    return ends, out

@@ -22,7 +22,7 @@ from drlmpi.device.acting import Acting, HostActing
 from drlmpi.device.staging import DeviceSpan
 from drlmpi.job_control.progress import PROGRESS
 from drlmpi.outputs.pace import PaceNotes
-from drlmpi.roles.actor import Actor, episode_stats
+from drlmpi.roles.actor import Actor, episode_ends, episode_stats
 from drlmpi.roles.stopping import TrainingClock
 from drlmpi.roles.training import Training
 
@@ -198,10 +198,7 @@ class Learner(Training):
         if rows.shape[0] == 0:
             return 0
         due = self.store(rows, [source for count, source, _ in parts for _ in range(count)])
-        layout = self.algo.layout
-        lengths = layout.column(rows, "episode_length")[:, 0]
-        ends = np.nonzero(lengths)[0]  # one scan for every part's ended episodes (most serves: none)
-        returns = layout.column(rows, "episode_return")[ends, 0]
+        ends, episodes = episode_ends(rows, self.algo.layout)  # one scan for every part's (mostly none)
         stop, first = 0, 0
         for count, source_rank, policy_lag in parts:
             if count:
@@ -210,8 +207,8 @@ class Learner(Training):
                 if policy_lag is not None:
                     self.policy_lags.append(int(policy_lag))
                 last = int(np.searchsorted(ends, stop)) if len(ends) else 0
-                for k in range(first, last):
-                    self.record_episode(float(returns[k]), int(lengths[ends[k]]), source_rank)
+                for episode_return, length in episodes[first:last]:
+                    self.record_episode(float(episode_return), int(length), source_rank)
                 first = last
         return due
 
