@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import time
 
 import gymnasium as gym
@@ -11,6 +12,7 @@ from drlmpi.algos.dqn import DQN
 from drlmpi.config.schema import defaults, group_config
 from drlmpi.envs.make import make_env
 from drlmpi.envs.spec import env_spec
+from drlmpi.outputs.run_log import RunLog
 from drlmpi.roles.actor import Actor
 from drlmpi.roles.learner import Learner
 
@@ -72,6 +74,36 @@ def test_learner_counts_logs_and_excludes_eval_time():
     assert logged.count("eval") == 2 and "episode" in logged
     assert learner.clock.paused_s > 0
     assert learner.clock.elapsed() < learner.clock.wall()
+
+
+class _TickingClock:
+    """A training clock that moves 10 ms at every read (a host busy between two reads)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def elapsed(self) -> float:
+        self.t += 0.01
+        return self.t
+
+    def wall(self) -> float:
+        return self.t
+
+
+def test_an_episode_s_row_and_its_pace_note_share_one_moment(tmp_path):
+    """The summary's second half names rows of metrics.csv by their (seconds, steps): the note
+    and the row must be stamped from one read of the clock, however busy the host."""
+    log = RunLog(tmp_path, progress_every_s=0)
+    learner = Learner(_algo(), lambda: [make_env("CartPole-v1")], defaults("run"),
+                      reward_threshold=None, log=log)
+    log.attach(learner)
+    learner.clock = _TickingClock()
+    learner.env_steps = 40
+    learner.record_episode(10.0, 10, source_rank=1)
+    log.close()
+    (seconds, steps), = learner.pace.points
+    (row,) = csv.DictReader(open(tmp_path / "metrics.csv"))
+    assert (float(row["train_seconds"]), int(row["env_steps"])) == (seconds, steps) == (0.01, 40)
 
 
 class _SlowStep(gym.Wrapper):

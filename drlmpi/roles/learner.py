@@ -251,11 +251,14 @@ class Learner(Training):
     def record_episode(self, episode_return: float, length: int, source_rank: int) -> None:
         """Count and log one finished training episode run by ``source_rank``."""
         self.episodes += 1
-        self.pace.note(self.clock.elapsed(), self.env_steps)
+        # One moment stamps the pace's note and the row (two reads of the clock differ on a
+        # loaded host, and the summary's second half must name rows of metrics.csv).
+        at = self.moment()
+        self.pace.note(at.train_seconds, at.env_steps)
         self.recent_returns.append(episode_return)
         del self.recent_returns[:-self.recent_window]
         if self.log is not None:
-            self.log("episode", return_=episode_return, length=length, rank=source_rank)
+            self.log("episode", return_=episode_return, length=length, rank=source_rank, at=at)
 
     def finite_weights(self) -> bool:
         """Whether every parameter of every trained network is finite (one check per flat
