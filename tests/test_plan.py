@@ -4,6 +4,7 @@ command a user runs (probe, table, plan.json, refusals, --compare)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from drlmpi.config.schema import SCHEMA, defaults
-from drlmpi.planner.model import Prediction, load_at, predict
+from drlmpi.planner.model import RECHECK, Prediction, load_at, predict
 from drlmpi.planner.probe import Probe
 from drlmpi.topologies.allgather import Allgather
 from drlmpi.topologies.asynchronous import Asynchronous
@@ -213,6 +214,55 @@ def test_the_calibrated_load_spreads_geometrically_over_the_sizes():
     cell = predict(Star, 4, probe(), cfg("star"), calibration)
     assert cell.env_steps_per_s == pytest.approx(500 * 2 ** -0.5, rel=1e-3)
     assert cell.load == pytest.approx(2 ** -0.5)
+
+
+def test_a_load_measured_at_a_smaller_size_too_is_followed_through_it():
+    """allgather's CUDA learners on one GPU: x0.14 on 16 ranks, x0.44 on 8 (a knee the
+    geometric spread from 16 alone puts at x0.23); between two sizes measured the spread is
+    geometric, at and beyond the largest its load, a one-rank calibration stays one rank's."""
+    knee = {"ranks": 16, "load": 0.14, "points": [{"ranks": 8, "load": 0.44}]}
+    assert load_at(8, knee) == pytest.approx(0.44)
+    assert load_at(4, knee) == pytest.approx(0.44 ** (2 / 3))
+    assert load_at(12, knee) == pytest.approx(0.44 * (0.14 / 0.44) ** (math.log(1.5) / math.log(2)))
+    assert load_at(16, knee) == load_at(32, knee) == pytest.approx(0.14) and load_at(1, knee) == 1.0
+    assert load_at(8, {"ranks": 16, "load": 0.14}) == pytest.approx(0.14 ** 0.75)  # no point: as before
+    assert load_at(1, {"ranks": 1, "load": 0.8, "points": []}) == pytest.approx(0.8)
+
+
+def test_a_load_far_from_one_is_measured_again_at_half_the_size(tmp_path, monkeypatch):
+    """A fake launch measures star at x0.1 on 16 ranks and allgather at x0.8: only star runs a
+    second job, at 8 ranks (the largest size asked for up to half), in a second launch; its load
+    there becomes the calibration's point, and a cell on 4 ranks follows it."""
+    from drlmpi.planner import calibration
+
+    launches, rates = [], {("star", 16): 50.0, ("star", 4): 300.0, ("allgather", 16): 1.0}
+
+    def fake_launch(jobs, timeout_s):
+        launches.append([(job["run_dir"].rsplit("/", 1)[-1]) for job in jobs])
+        for job in jobs:
+            name, n = job["run_dir"].rsplit("/", 1)[-1].removeprefix("calibrate_").rsplit("_n", 1)
+            run_dir = tmp_path / "runs" / f"{len(launches)}_{name}_{n}"
+            run_dir.mkdir(parents=True)
+            rate = rates[(name, int(n))]
+            (run_dir / "summary.json").write_text(json.dumps({
+                "env_steps_per_s": rate * (1 if name == "star" else 400), "env_steps": 10_000,
+                "per_rank": []}))
+            job["run_dir"] = str(run_dir)
+        return [job["run_dir"] for job in jobs]
+
+    monkeypatch.setattr(calibration, "launch", fake_launch)
+    monkeypatch.setattr(calibration, "sizes_to_calibrate", lambda cfgs, why: {"star": 16, "allgather": 16})
+    monkeypatch.setattr(calibration, "topology_class", lambda c: Star)
+    why = {(name, n): None for name in ("star", "allgather") for n in (1, 4, 8, 16)}
+    why[("star", 8)] = "not this size"  # the largest size up to half that it accepts: 4
+    result = calibration.calibrate({"star": cfg("star"), "allgather": cfg("star")}, [], why, probe(), 1.0,
+                                   tmp_path)
+    assert launches == [["calibrate_star_n16", "calibrate_allgather_n16"], ["calibrate_star_n4"]]
+    star, allgather = result["star"], result["allgather"]
+    assert "points" not in allgather and RECHECK[0] <= allgather["load"] <= RECHECK[1]
+    assert star["load"] < RECHECK[0] and [q["ranks"] for q in star["points"]] == [4]
+    assert load_at(4, star) == pytest.approx(star["points"][0]["load"])
+    assert load_at(2, star) == pytest.approx(star["points"][0]["load"] ** 0.5)
 
 
 def test_a_cells_range_comes_from_the_probes_spread():
@@ -433,10 +483,14 @@ def test_the_calibration_lines_show_each_jobs_load_and_warm_up_within_the_width(
         "parameter_server": {"ranks": 16, "measured": 8_002.4, "modelled": 6_522.0, "load": 1.227,
                              "warmup_s": 7.01, "seconds": 45.2},
         "sequential": {"ranks": 1, "measured": 451.0, "modelled": 574.0, "load": 0.786, "seconds": 9.0},
-        "star": {"ranks": 16, "error": "the calibration job did not finish"}})
+        "star": {"ranks": 16, "error": "the calibration job did not finish"},
+        "allgather": {"ranks": 16, "measured": 94.0, "modelled": 670.0, "load": 0.14, "seconds": 11.0,
+                      "points": [{"ranks": 8, "measured": 456.0, "modelled": 1044.0, "load": 0.437}]}})
     assert max(map(len, lines)) <= WIDTH
     row = next(line for line in lines if line.strip().startswith("parameter_server"))
     assert row.split()[1:] == ["16", "8,002", "6,522", "x1.23", "7.0", "s"]
+    assert [line.split()[1:5] for line in lines if line.strip().startswith("allgather")] == [
+        ["16", "94", "670", "x0.14"], ["8", "456", "1,044", "x0.44"]]  # then again at half the size
     assert any("star on 16 ranks: not calibrated" in line for line in lines)
 
 

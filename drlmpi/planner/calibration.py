@@ -8,8 +8,10 @@ observations; no evaluation) at the largest size asked for, all of them in a sin
 (:mod:`drlmpi.planner.jobs`), and compares its env steps/s over the job's second half (its
 summary's ``second_half``: :func:`steady`) with the model's over the same steps. The ratio is the
 topology's load factor at that size; the model spreads it over the smaller sizes
-(:func:`drlmpi.planner.model.load_at`). The job's seconds beyond what the loaded model gives its
-steps are its warm-up (graphs captured, kernels chosen, the first rollout or round:
+(:func:`drlmpi.planner.model.load_at`). A load far from 1 (outside
+:data:`~drlmpi.planner.model.RECHECK`) need not spread so: that topology runs a second job at half
+the size, in a second launch, and the model goes through both. The job's seconds beyond what the
+loaded model gives its steps are its warm-up (graphs captured, kernels chosen, the first rollout or round:
 ``warmup_s``), which every prediction of that topology pays once. A job's first seconds can run
 at a third of its later pace (PPO Breakout, central on 16 ranks), so a load measured over the
 whole of a short job mistook the warm-up for the pace. What the job's ranks spent per update and
@@ -25,7 +27,7 @@ from typing import Any
 
 from drlmpi.planner.cells import topology_class
 from drlmpi.planner.jobs import calibration_jobs, launch
-from drlmpi.planner.model import bounded, model_seconds, paced_seconds
+from drlmpi.planner.model import RECHECK, bounded, model_seconds, paced_seconds
 from drlmpi.sweep.jobs import read_summary
 
 #: seconds of training of each calibration job, per --seconds
@@ -86,14 +88,42 @@ def in_job_costs(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def recheck_sizes(first: dict[str, dict[str, Any]], why: dict[tuple[str, int], str | None]) -> dict[str, int]:
+    """Topologies whose load at their largest size N lies outside :data:`RECHECK`: the largest
+    size of more than one rank, at most N / 2, that the plan asks for and they accept."""
+    sizes = {}
+    for name, c in first.items():
+        if "load" not in c or RECHECK[0] <= c["load"] <= RECHECK[1]:
+            continue
+        fits = [n for (topology, n), reason in why.items()
+                if topology == name and reason is None and 1 < n <= c["ranks"] // 2]
+        if fits:
+            sizes[name] = max(fits)
+    return sizes
+
+
 def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, int], str | None], p: Any,
               seconds: float, root: Path) -> dict[str, dict[str, Any]]:
     """Per topology: ``{"ranks", "measured", "modelled", "load", "warmup_s", "job_rate",
     "job_seconds", "seconds", "env_steps", "in_job"}`` (``measured`` and ``modelled``: env steps/s
     over the job's second half; ``job_rate`` over the whole job), or ``{"ranks", "error"}``
-    where its job did not finish."""
+    where its job did not finish. A load outside :data:`RECHECK` is measured again at half the
+    size in a second launch (:func:`recheck_sizes`), kept as ``"points"`` (the same keys; a
+    job that did not finish there leaves the first alone)."""
+    out = _run_jobs(sizes_to_calibrate(cfgs, why), cfgs, overrides, p, seconds, root)
+    again = recheck_sizes(out, why)
+    if again:
+        for name, c in _run_jobs(again, cfgs, overrides, p, seconds, root).items():
+            out[name]["seconds"] += c.get("seconds", 0.0)
+            if "load" in c:
+                out[name]["points"] = [c]
+    return out
 
-    sizes = sizes_to_calibrate(cfgs, why)
+
+def _run_jobs(sizes: dict[str, int], cfgs: dict[str, Any], overrides: list[str], p: Any, seconds: float,
+              root: Path) -> dict[str, dict[str, Any]]:
+    """One calibration job per topology at its size in ``sizes``, in one launch, each against
+    the model (:func:`calibrate`'s keys)."""
     train_s = job_seconds(seconds, p.image)
     jobs = calibration_jobs(overrides, sizes, train_s, root)
     started = time.perf_counter()

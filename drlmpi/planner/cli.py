@@ -4,8 +4,9 @@ before running any.
 
 A short probe of the composed config on this machine (:mod:`drlmpi.planner.probe`: env step,
 acting, update and message costs) feeds every registered topology's own pace model
-(:mod:`drlmpi.planner.model`); a calibration (short real jobs at the largest size, one launch:
-:mod:`drlmpi.planner.jobs`) adds how a full job loads this machine. It prints, in lines of at
+(:mod:`drlmpi.planner.model`); a calibration (short real jobs at the largest size, one launch,
+then at half of it where a load lay far from 1: :mod:`drlmpi.planner.jobs`) adds how a full job
+loads this machine. It prints, in lines of at
 most :data:`WIDTH` characters, what the probe and the calibration measured, a table of the env
 steps/s and the speedup over sequential of each topology at each number of ranks, why a topology
 does not run at the largest size, a recommendation (never a topology other than sequential on one
@@ -32,7 +33,7 @@ from drlmpi.config.inputs import ArgumentParser
 from drlmpi.outputs.figures import aligned
 from drlmpi.planner.cells import cell_refusals, configs, plan_cells
 from drlmpi.planner.compare import check_compared, compare_saved, comparison, config_of, fmt_rate, measured
-from drlmpi.planner.model import Prediction, recommended, sequential_in_name_only, topology_names
+from drlmpi.planner.model import RECHECK, Prediction, recommended, sequential_in_name_only, topology_names
 
 #: the probe's first figure measured again at the end: a change beyond this is reported as drift
 DRIFT_TOLERANCE = 0.10
@@ -316,11 +317,13 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
         if "error" in c:
             why = f"- {name} on {plural(c['ranks'], 'rank')}: not calibrated ({c['error']})"
             failed += wrapped(why, 2, 2)
-        else:
-            rows.append([name, str(c["ranks"]), fmt_rate(c["measured"]), fmt_rate(c["modelled"]),
-                         f"x{c['load']:.2f}", f"{c.get('warmup_s', 0.0):.1f} s"])
-    lines = wrapped(f"Calibration ({seconds:.0f} s, one short job per topology at its largest size; env "
-                    "steps/s over each job's second half, and the seconds its start cost beyond that pace):")
+        else:  # the job at the largest size, then any again at a smaller one (a load far from 1)
+            rows += [[name, str(q["ranks"]), fmt_rate(q["measured"]), fmt_rate(q["modelled"]),
+                      f"x{q['load']:.2f}", f"{q.get('warmup_s', 0.0):.1f} s"]
+                     for q in [c, *c.get("points", [])]]
+    lines = wrapped(f"Calibration ({seconds:.0f} s, one short job per topology at its largest size, again "
+                    f"at half of it where the load lay outside x{RECHECK[0]:g}-x{RECHECK[1]:g}; env steps/s "
+                    "over each job's second half, and the seconds its start cost beyond that pace):")
     if rows:
         lines += aligned(["topology", "ranks", "measured", "modelled", "load", "warm-up"], rows,
                          right={1, 2, 3, 4, 5})

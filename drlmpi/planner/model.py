@@ -11,7 +11,8 @@ the probe cannot see in one process - how a full job slows its own ranks down, a
 moments cost - a calibration (:mod:`drlmpi.planner.calibration`) measures in a short real job at
 the largest size: its ratio of measured to modelled throughput over the job's second half is the
 topology's load factor there, spread over the sizes in between geometrically in the number of
-ranks (none at one rank, all of it at the calibrated size), and its seconds beyond the loaded
+ranks (none at one rank, all of it at the calibrated size; through a second job's at half the
+size where the first lay far from 1), and its seconds beyond the loaded
 model are a warm-up every run of that topology pays, spread the same way.
 """
 
@@ -32,6 +33,10 @@ TOLERANCE = 0.25
 RECOMMEND_MARGIN = 0.03
 #: a calibration's load factor is kept within these bounds (beyond them the job was disturbed)
 LOAD_BOUNDS = (0.05, 20.0)
+#: a load factor at the largest size outside these bounds is measured again at half that size (a
+#: load that far from 1 need not spread geometrically: allgather's CUDA learners on one GPU lost
+#: x0.14 on 16 ranks but x0.44 on 8, where the geometric spread gave x0.23)
+RECHECK = (0.5, 2.0)
 #: the cheap end of a cell's range scales the costs by 1 - spread, but never below this: a spread
 #: of the probe's repeats beyond 90% (one repeat hit a pause) would otherwise make costs negative
 CHEAPEST_END = 0.1
@@ -98,11 +103,19 @@ def bounded(load: float) -> float:
 
 def load_at(ranks: int, calibration: dict[str, Any] | None) -> float:
     """The load factor at ``ranks`` from a calibration ``{"ranks": N, "load": r}``: ``r **
-    (log n / log N)`` up to N (1 at one rank), ``r`` beyond."""
+    (log n / log N)`` up to N (1 at one rank), ``r`` beyond. A calibration that also measured
+    smaller sizes (``"points": [{"ranks": m, "load": q}, ...]``, :data:`RECHECK`) is followed
+    through them: geometric in the ranks between two neighbouring sizes measured."""
     share = _share(ranks, calibration)
     if not share:
         return 1.0
-    return bounded(float(calibration["load"])) ** share
+    top, load = int(calibration["ranks"]), bounded(float(calibration["load"]))
+    if ranks >= top:
+        return load
+    between = ((int(q["ranks"]), bounded(float(q["load"]))) for q in calibration.get("points") or ())
+    known = sorted({(1, 1.0), (top, load), *((n, q) for n, q in between if 1 < n < top)})
+    (a, la), (b, lb) = next((lo, hi) for lo, hi in zip(known, known[1:]) if ranks <= hi[0])
+    return la * (lb / la) ** (math.log(ranks / a) / math.log(b / a))
 
 
 def warmup_at(ranks: int, calibration: dict[str, Any] | None) -> float:
