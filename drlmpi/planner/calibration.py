@@ -114,8 +114,8 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
     again = recheck_sizes(out, why)
     if again:
         for name, c in _run_jobs(again, cfgs, overrides, p, seconds, root).items():
-            out[name]["seconds"] += c.get("seconds", 0.0)
             if "load" in c:
+                out[name]["seconds"] += c["seconds"]
                 out[name]["points"] = [c]
     return out
 

@@ -320,7 +320,7 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
         else:  # the job at the largest size, then any again at a smaller one (a load far from 1)
             rows += [[name, str(q["ranks"]), fmt_rate(q["measured"]), fmt_rate(q["modelled"]),
                       f"x{q['load']:.2f}", f"{q.get('warmup_s', 0.0):.1f} s"]
-                     for q in [c, *c.get("points", [])]]
+                     for q in [c, *(c.get("points") or ())]]
     lines = wrapped(f"Calibration ({seconds:.0f} s, one short job per topology at its largest size, again "
                     f"at half of it where the load lay outside x{RECHECK[0]:g}-x{RECHECK[1]:g}; env steps/s "
                     "over each job's second half, and the seconds its start cost beyond that pace):")
