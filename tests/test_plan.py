@@ -177,6 +177,19 @@ def test_a_short_run_pays_the_learners_wait_for_the_first_round():
     assert cell.env_steps_per_s == pytest.approx(1000 / (0.064 + 1000 * 2e-3), rel=1e-3)
 
 
+def test_a_run_with_steps_and_seconds_ends_at_whichever_comes_first():
+    """2,000 steps take sequential 4 s (1,000 before learning starts at 1 ms, 1,000 at 3 ms):
+    with 10 s allowed the steps end it; with 2.5 s the seconds do, and its pace is the one of
+    the steps 2.5 s reach (as a run of 2.5 s alone), not the 2,000 steps' mean."""
+    p = probe(learning_starts=1000)
+    timed = OmegaConf.merge(cfg("sequential", max_env_steps=2000), {"run": {"max_train_seconds": 10.0}})
+    assert predict(Sequential, 1, p, timed).env_steps_per_s == pytest.approx(2000 / 4.0)
+    boxed = OmegaConf.merge(cfg("sequential", max_env_steps=2000), {"run": {"max_train_seconds": 2.5}})
+    alone = OmegaConf.merge(cfg("sequential"), {"run": {"max_train_seconds": 2.5}})
+    assert predict(Sequential, 1, p, boxed).env_steps_per_s == pytest.approx(
+        predict(Sequential, 1, p, alone).env_steps_per_s) == pytest.approx((1000 + 1.5 / 3e-3) / 2.5)
+
+
 @pytest.mark.parametrize("budget", ["steps", "seconds"])
 def test_simulators_that_set_the_pace_step_through_the_learners_first_wait(budget):
     """star on 16 ranks, simulators the slower side (45 ms a step: 3 ms a job-wide step against

@@ -164,7 +164,8 @@ def rates(model: Pace, p: Probe, budget: int | None, seconds: float | None = Non
           warmup_s: float = 0.0) -> tuple[float, float]:
     """(env steps/s, updates/s) of a run of ``budget`` steps, else of ``seconds`` seconds of
     training, else at the learning pace: the model's seconds divided by the calibrated ``load``,
-    plus the calibration's ``warmup_s``. A run without updates steps at its pace."""
+    plus the calibration's ``warmup_s``. With both, the one the run reaches first ends it (a
+    time-boxed run of a slow cell stops at its seconds). A run without updates steps at its pace."""
     learning = model.step_s(True) / load
     rho = p.updates_per_step
     if rho == 0 or (budget is None and not seconds):
@@ -172,7 +173,8 @@ def rates(model: Pace, p: Probe, budget: int | None, seconds: float | None = Non
     if budget is not None:
         warm = min(int(budget), p.learning_starts)
         total = model_seconds(model, p, int(budget)) / load + warmup_s
-        return float(budget) / total, rho * (int(budget) - warm) / total
+        if not seconds or total <= float(seconds):
+            return float(budget) / total, rho * (int(budget) - warm) / total
     steps = model_steps(model, p, max(0.0, float(seconds) - warmup_s) * load)  # at the model's paces
     warm = min(float(p.learning_starts), steps)
     return steps / float(seconds), rho * (steps - warm) / float(seconds)
