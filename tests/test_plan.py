@@ -242,7 +242,7 @@ def test_a_load_measured_at_a_smaller_size_too_is_followed_through_it():
     assert load_at(1, {"ranks": 1, "load": 0.8, "points": []}) == pytest.approx(0.8)
 
 
-def test_a_load_far_from_one_is_measured_again_at_half_the_size(tmp_path, monkeypatch):
+def test_a_load_far_from_one_is_measured_again_at_half_the_size(tmp_path, monkeypatch, capsys):
     """A fake launch measures star at x0.1 on 16 ranks and allgather at x0.8: only star runs a
     second job, at 8 ranks (the largest size asked for up to half), in a second launch; its load
     there becomes the calibration's point, and a cell on 4 ranks follows it."""
@@ -276,6 +276,18 @@ def test_a_load_far_from_one_is_measured_again_at_half_the_size(tmp_path, monkey
     assert star["load"] < RECHECK[0] and [q["ranks"] for q in star["points"]] == [4]
     assert load_at(4, star) == pytest.approx(star["points"][0]["load"])
     assert load_at(2, star) == pytest.approx(star["points"][0]["load"] ** 0.5)
+
+    def second_fails(jobs, timeout_s):  # the second launch fails: the first jobs' loads stand
+        if len(launches) == 3:
+            raise RuntimeError("mpiexec ... ended with exit code 1: out of memory")
+        return fake_launch(jobs, timeout_s)
+
+    monkeypatch.setattr(calibration, "launch", second_fails)
+    again = calibration.calibrate({"star": cfg("star"), "allgather": cfg("star")}, [], why, probe(), 1.0,
+                                  tmp_path / "again")
+    assert "points" not in again["star"] and again["star"]["load"] == pytest.approx(star["load"])
+    assert "calibration at a smaller size (the largest size's loads stand) failed: mpiexec" in \
+        capsys.readouterr().err
 
 
 def test_a_cells_range_comes_from_the_probes_spread():

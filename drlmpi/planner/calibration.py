@@ -110,10 +110,11 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
     where its job did not finish. A load outside :data:`RECHECK` is measured again at half the
     size in a second launch (:func:`recheck_sizes`), kept as ``"points"`` (the same keys; a
     job that did not finish there leaves the first alone)."""
-    out = _run_jobs(sizes_to_calibrate(cfgs, why), cfgs, overrides, p, seconds, root)
+    out = _run_jobs(sizes_to_calibrate(cfgs, why), cfgs, overrides, p, seconds, root, "calibration")
     again = recheck_sizes(out, why)
     if again:
-        for name, c in _run_jobs(again, cfgs, overrides, p, seconds, root).items():
+        what = "calibration at a smaller size (the largest size's loads stand)"
+        for name, c in _run_jobs(again, cfgs, overrides, p, seconds, root, what).items():
             if "load" in c:
                 out[name]["seconds"] += c["seconds"]
                 out[name]["points"] = [c]
@@ -121,16 +122,16 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
 
 
 def _run_jobs(sizes: dict[str, int], cfgs: dict[str, Any], overrides: list[str], p: Any, seconds: float,
-              root: Path) -> dict[str, dict[str, Any]]:
+              root: Path, what: str) -> dict[str, dict[str, Any]]:
     """One calibration job per topology at its size in ``sizes``, in one launch, each against
-    the model (:func:`calibrate`'s keys)."""
+    the model (:func:`calibrate`'s keys); ``what``: the launch's name in a failure's line."""
     train_s = job_seconds(seconds, p.image)
     jobs = calibration_jobs(overrides, sizes, train_s, root)
     started = time.perf_counter()
     try:
         done = set(launch(jobs, timeout_s=120 + (90 + train_s) * len(jobs)))
     except RuntimeError as exc:
-        print(f"drlmpi.plan: calibration failed: {exc}", file=sys.stderr, flush=True)
+        print(f"drlmpi.plan: {what} failed: {exc}", file=sys.stderr, flush=True)
         return {name: {"ranks": n, "error": str(exc)} for name, n in sizes.items()}
     took = (time.perf_counter() - started) / max(1, len(jobs))
     out: dict[str, dict[str, Any]] = {}
