@@ -60,8 +60,9 @@ class CapturedForward:
     def prepare(self) -> int:
         """Capture the pass at every bucket size now (:meth:`sizes`), so that no capture - and its
         device-wide synchronisation, which waits for every queued update - happens once the
-        run serves; the graphs share one memory pool (they never run at once: each call ends in
-        a synchronisation). Returns the number of graphs captured (0: nothing to capture)."""
+        run serves; the graphs share one memory pool (they never run at once: a pass is
+        finished, :meth:`finish`, before the next one starts). Returns the number of graphs
+        captured (0: nothing to capture)."""
         if self.mode != "graph" or self.failure is not None:
             return 0
         if self.pool is None:

@@ -206,7 +206,7 @@ class Learner(Training):
                 self.env_steps += count
                 if policy_lag is not None:
                     self.policy_lags.append(int(policy_lag))
-                last = int(np.searchsorted(ends, stop)) if len(ends) else 0
+                last = int(np.searchsorted(ends, stop))
                 for episode_return, length in episodes[first:last]:
                     self.record_episode(float(episode_return), int(length), source_rank)
                 first = last

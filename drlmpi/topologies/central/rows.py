@@ -36,8 +36,9 @@ class RowBuilder:
 
         #: where the action and step columns go in a row, and where they are in the tail
         self.dst, self.src = columns(layout.slices), columns(wire.slices) - first
-        self.terminated = wire.slices["terminated"].start - first
-        self.truncated = wire.slices["truncated"].start - first
+        #: the step columns' places in the tail (what :meth:`StepWire.ended` reads there)
+        self.in_tail = {name: slice(wire.slices[name].start - first, wire.slices[name].stop - first)
+                        for name in ("terminated", "truncated")}
         self.forced = wire.slices["forced"].start - first
 
     def build(self, groups: list[Group], learner: Any, rows: np.ndarray) -> None:
@@ -59,7 +60,7 @@ class RowBuilder:
             tail = np.concatenate(tails) if len(tails) > 1 else tails[0]
             rows[:, self.dst] = tail[:, self.src]
             rows[:, layout.slices["stream"]] = np.concatenate([group.streams for group in taking])[:, None]
-            ended = (tail[:, self.terminated] + tail[:, self.truncated]) > 0
+            ended = StepWire.ended(tail, self.in_tail)
             if ended.any():
                 self._final_observations(taking, ended, rows)
             if any(group.extras is not None for group in taking):
