@@ -3,7 +3,10 @@
 networks identical on every learner (built from the job's seed, then broadcast), the gradient
 backend resolved (MPI, or NCCL/gloo through torch.distributed) with each learner on its
 node-local device, updates that average every learner's gradients, and the checksums that
-prove the parameters stayed identical."""
+prove the parameters stayed identical. A lone learner (one rank of ``allgather``, ``groups`` with
+one group) averages nothing: its updates are a single learner's (:data:`~drlmpi.algos.exchange.LOCAL`,
+so on a GPU captured whole, ``algo.updates_per_graph`` at a time), not cut around a collective of
+one rank that copies every gradient to the host and back."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from drlmpi.algos.exchange import LOCAL
 from drlmpi.config.settings import Settings, choice, integer
 from drlmpi.mpi.timed import TimedComm
 from drlmpi.roles.learner import Learner
@@ -75,10 +79,11 @@ class DataParallelLearner:
         self.algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
                                   device=learner_device(device, placement))
         self.dist = (DistGroup(comm, self.backend, self.algo.device, placement)
-                     if self.backend != "mpi" else None)
+                     if self.backend != "mpi" and comm.size > 1 else None)
         #: ``topology.reduce`` as it applies (the other backends all-reduce)
         self.reduce = settings.reduce if self.dist is None else "allreduce"
-        exchange = DistExchange(self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm)
+        exchange = (LOCAL if comm.size == 1  # nothing to average: the update a single learner runs
+                    else DistExchange(self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm))
         self.learner: Learner = ctx.make_learner(self.algo, log=log, exchange=exchange)
         self.learner.follow_steps_only()  # every learner must step with the same learning rate
         start_together(comm, self.algo, self.learner.clock)
