@@ -242,25 +242,26 @@ def test_a_load_measured_at_a_smaller_size_too_is_followed_through_it():
     assert load_at(1, {"ranks": 1, "load": 0.8, "points": []}) == pytest.approx(0.8)
 
 
-def test_a_load_far_from_one_is_measured_again_at_half_the_size(tmp_path, monkeypatch, capsys):
-    """A fake launch measures star at x0.1 on 16 ranks and allgather at x0.8: only star runs a
-    second job, at 8 ranks (the largest size asked for up to half), in a second launch; its load
-    there becomes the calibration's point, and a cell on 4 ranks follows it."""
+def test_a_load_far_from_one_is_measured_again_alone_and_at_half_the_size(tmp_path, monkeypatch, capsys):
+    """A fake launch measures star at x0.1 on 16 ranks and allgather at x0.8: only star runs
+    again, in a launch of its own: at 16 ranks (where it now measures three times the rate,
+    which stands, the first kept beside it) and at 8 (the largest size asked for up to half),
+    whose load becomes the calibration's point that a cell on 4 ranks follows."""
     from drlmpi.planner import calibration
 
-    launches, rates = [], {("star", 16): 50.0, ("star", 4): 300.0, ("allgather", 16): 1.0}
+    launches = []
+    rates = {(1, "star", 16): 50.0, (1, "allgather", 16): 1.0, (2, "star", 16): 150.0, (2, "star", 4): 300.0}
 
     def fake_launch(jobs, timeout_s):
         launches.append([(job["run_dir"].rsplit("/", 1)[-1]) for job in jobs])
         for job in jobs:
             name, n = job["run_dir"].rsplit("/", 1)[-1].removeprefix("calibrate_").rsplit("_n", 1)
-            run_dir = tmp_path / "runs" / f"{len(launches)}_{name}_{n}"
+            run_dir = Path(job["run_dir"])  # root/calibrate_*, root/again_star/calibrate_*
             run_dir.mkdir(parents=True)
-            rate = rates[(name, int(n))]
+            rate = rates[(min(len(launches), 2), name, int(n))]
             (run_dir / "summary.json").write_text(json.dumps({
                 "env_steps_per_s": rate * (1 if name == "star" else 400), "env_steps": 10_000,
                 "per_rank": []}))
-            job["run_dir"] = str(run_dir)
         return [job["run_dir"] for job in jobs]
 
     monkeypatch.setattr(calibration, "launch", fake_launch)
@@ -270,24 +271,31 @@ def test_a_load_far_from_one_is_measured_again_at_half_the_size(tmp_path, monkey
     why[("star", 8)] = "not this size"  # the largest size up to half that it accepts: 4
     result = calibration.calibrate({"star": cfg("star"), "allgather": cfg("star")}, [], why, probe(), 1.0,
                                    tmp_path)
-    assert launches == [["calibrate_star_n16", "calibrate_allgather_n16"], ["calibrate_star_n4"]]
+    assert launches == [["calibrate_star_n16", "calibrate_allgather_n16"],
+                        ["calibrate_star_n16", "calibrate_star_n4"]]
     star, allgather = result["star"], result["allgather"]
-    assert "points" not in allgather and RECHECK[0] <= allgather["load"] <= RECHECK[1]
-    assert star["load"] < RECHECK[0] and [q["ranks"] for q in star["points"]] == [4]
+    assert "points" not in allgather and "first" not in allgather
+    assert RECHECK[0] <= allgather["load"] <= RECHECK[1]
+    assert star["ranks"] == 16 and star["load"] == pytest.approx(3 * star["first"]["load"])
+    assert star["first"]["load"] < RECHECK[0] and [q["ranks"] for q in star["points"]] == [4]
+    assert star["seconds"] == pytest.approx(star["first"]["seconds"] + 2 * star["points"][0]["seconds"])
+    assert load_at(16, star) == pytest.approx(star["load"])
     assert load_at(4, star) == pytest.approx(star["points"][0]["load"])
     assert load_at(2, star) == pytest.approx(star["points"][0]["load"] ** 0.5)
 
     def second_fails(jobs, timeout_s):  # the second launch fails: the first jobs' loads stand
-        if len(launches) == 3:
+        if len(launches) == 1:
             raise RuntimeError("mpiexec ... ended with exit code 1: out of memory")
         return fake_launch(jobs, timeout_s)
 
+    launches.clear()
     monkeypatch.setattr(calibration, "launch", second_fails)
     again = calibration.calibrate({"star": cfg("star"), "allgather": cfg("star")}, [], why, probe(), 1.0,
                                   tmp_path / "again")
-    assert "points" not in again["star"] and again["star"]["load"] == pytest.approx(star["load"])
-    assert "calibration at a smaller size (the largest size's loads stand) failed: mpiexec" in \
-        capsys.readouterr().err
+    assert "points" not in again["star"] and "first" not in again["star"]
+    assert again["star"]["load"] == pytest.approx(star["first"]["load"])
+    assert "calibration of star again, alone and at a smaller size (its first load stands) failed: mpiexec" \
+        in capsys.readouterr().err
 
 
 def test_a_cells_range_comes_from_the_probes_spread():
@@ -509,13 +517,16 @@ def test_the_calibration_lines_show_each_jobs_load_and_warm_up_within_the_width(
                              "warmup_s": 7.01, "seconds": 45.2},
         "sequential": {"ranks": 1, "measured": 451.0, "modelled": 574.0, "load": 0.786, "seconds": 9.0},
         "star": {"ranks": 16, "error": "the calibration job did not finish"},
-        "allgather": {"ranks": 16, "measured": 94.0, "modelled": 670.0, "load": 0.14, "seconds": 11.0,
+        "allgather": {"ranks": 16, "measured": 264.0, "modelled": 670.0, "load": 0.394, "seconds": 22.0,
+                      "first": {"ranks": 16, "measured": 94.0, "modelled": 670.0, "load": 0.14},
                       "points": [{"ranks": 8, "measured": 456.0, "modelled": 1044.0, "load": 0.437}]}})
     assert max(map(len, lines)) <= WIDTH
     row = next(line for line in lines if line.strip().startswith("parameter_server"))
     assert row.split()[1:] == ["16", "8,002", "6,522", "x1.23", "7.0", "s"]
-    assert [line.split()[1:5] for line in lines if line.strip().startswith("allgather")] == [
-        ["16", "94", "670", "x0.14"], ["8", "456", "1,044", "x0.44"]]  # then again at half the size
+    assert [line.split()[:5] for line in lines if line.strip().startswith("allgather")] == [
+        ["allgather*", "16", "94", "670", "x0.14"],  # the first job, then the one that stands
+        ["allgather", "16", "264", "670", "x0.39"], ["allgather", "8", "456", "1,044", "x0.44"]]
+    assert any(line.startswith("  * its first job") for line in lines)
     assert any("star on 16 ranks: not calibrated" in line for line in lines)
 
 
@@ -623,7 +634,7 @@ def test_calibration_jobs_train_for_seconds_whatever_the_step_budget(tmp_path):
     from drlmpi.planner.jobs import calibration_jobs
 
     jobs = calibration_jobs(["env=lunarlander", "run.max_env_steps=3000", "topology=star", "world_size=4"],
-                            {"star": 16, "allgather": 8}, 4.0, tmp_path)
+                            [("star", 16), ("allgather", 8)], 4.0, tmp_path)
     assert [(j["ranks"], j["run_dir"]) for j in jobs] == [(16, str(tmp_path / "calibrate_star_n16")),
                                                          (8, str(tmp_path / "calibrate_allgather_n8"))]
     star = jobs[0]["overrides"]

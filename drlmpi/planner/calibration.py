@@ -9,8 +9,9 @@ observations; no evaluation) at the largest size asked for, all of them in a sin
 summary's ``second_half``: :func:`steady`) with the model's over the same steps. The ratio is the
 topology's load factor at that size; the model spreads it over the smaller sizes
 (:func:`drlmpi.planner.model.load_at`). A load far from 1 (outside
-:data:`~drlmpi.planner.model.RECHECK`) need not spread so: that topology runs a second job at half
-the size, in a second launch, and the model goes through both. The job's seconds beyond what the
+:data:`~drlmpi.planner.model.RECHECK`) need not spread so, nor belong to the size: that topology's
+job runs again in a launch of its own, at the same size and at half of it, and the model goes
+through both (:func:`calibrate`). The job's seconds beyond what the
 loaded model gives its steps are its warm-up (graphs captured, kernels chosen, the first rollout or round:
 ``warmup_s``), which every prediction of that topology pays once. A job's first seconds can run
 at a third of its later pace (PPO Breakout, central on 16 ranks), so a load measured over the
@@ -107,38 +108,48 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
     """Per topology: ``{"ranks", "measured", "modelled", "load", "warmup_s", "job_rate",
     "job_seconds", "seconds", "env_steps", "in_job"}`` (``measured`` and ``modelled``: env steps/s
     over the job's second half; ``job_rate`` over the whole job), or ``{"ranks", "error"}``
-    where its job did not finish. A load outside :data:`RECHECK` is measured again at half the
-    size in a second launch (:func:`recheck_sizes`), kept as ``"points"`` (the same keys; a
-    job that did not finish there leaves the first alone)."""
-    out = _run_jobs(sizes_to_calibrate(cfgs, why), cfgs, overrides, p, seconds, root, "calibration")
-    again = recheck_sizes(out, why)
-    if again:
-        what = "calibration at a smaller size (the largest size's loads stand)"
-        for name, c in _run_jobs(again, cfgs, overrides, p, seconds, root, what).items():
-            if "load" in c:
-                out[name]["seconds"] += c["seconds"]
-                out[name]["points"] = [c]
+    where its job did not finish. A load outside :data:`RECHECK` is measured again in a launch
+    of that topology's own: first at the same size, then at the largest size up to half of it
+    (:func:`recheck_sizes`). The job again at the largest size stands for it (the first one's
+    figures kept as ``"first"``): the first launch runs every topology's job one after another,
+    and a job alone tells whether a load far from 1 belongs to the size or to that launch
+    (allgather's 16 CUDA learners on one GPU calibrated x0.16 after the other topologies' jobs,
+    while their measured cell, a launch of its own, ran 2.8 times as fast from its first rows;
+    why is not measured). The smaller size's job is kept as ``"points"`` (the same keys). A job
+    of the second launch that did not finish leaves the first's figures."""
+    sizes = sizes_to_calibrate(cfgs, why)
+    out = dict(zip(sizes, _run_jobs(list(sizes.items()), cfgs, overrides, p, seconds, root, "calibration")))
+    for name, half in recheck_sizes(out, why).items():
+        jobs = [(name, out[name]["ranks"]), (name, half)]
+        what = f"calibration of {name} again, alone and at a smaller size (its first load stands)"
+        top, smaller = _run_jobs(jobs, cfgs, overrides, p, seconds, root / f"again_{name}", what)
+        if "load" in top:
+            first = out[name]
+            out[name] = {**top, "seconds": first["seconds"] + top["seconds"], "first": first}
+        if "load" in smaller:
+            out[name]["seconds"] += smaller["seconds"]
+            out[name]["points"] = [smaller]
     return out
 
 
-def _run_jobs(sizes: dict[str, int], cfgs: dict[str, Any], overrides: list[str], p: Any, seconds: float,
-              root: Path, what: str) -> dict[str, dict[str, Any]]:
-    """One calibration job per topology at its size in ``sizes``, in one launch, each against
-    the model (:func:`calibrate`'s keys); ``what``: the launch's name in a failure's line."""
+def _run_jobs(cells: list[tuple[str, int]], cfgs: dict[str, Any], overrides: list[str], p: Any,
+              seconds: float, root: Path, what: str) -> list[dict[str, Any]]:
+    """One calibration job per (topology, size) of ``cells``, in one launch in that order, each
+    against the model (:func:`calibrate`'s keys); ``what``: the launch's name in a failure's line."""
     train_s = job_seconds(seconds, p.image)
-    jobs = calibration_jobs(overrides, sizes, train_s, root)
+    jobs = calibration_jobs(overrides, cells, train_s, root)
     started = time.perf_counter()
     try:
         done = set(launch(jobs, timeout_s=120 + (90 + train_s) * len(jobs)))
     except RuntimeError as exc:
         print(f"drlmpi.plan: {what} failed: {exc}", file=sys.stderr, flush=True)
-        return {name: {"ranks": n, "error": str(exc)} for name, n in sizes.items()}
+        return [{"ranks": n, "error": str(exc)} for _, n in cells]
     took = (time.perf_counter() - started) / max(1, len(jobs))
-    out: dict[str, dict[str, Any]] = {}
-    for (name, n), job in zip(sizes.items(), jobs):
+    out: list[dict[str, Any]] = []
+    for (name, n), job in zip(cells, jobs):
         summary = read_summary(Path(job["run_dir"])) if job["run_dir"] in done else None
         if not summary or not summary.get("env_steps_per_s"):
-            out[name] = {"ranks": n, "error": "the calibration job did not finish"}
+            out.append({"ranks": n, "error": "the calibration job did not finish"})
             continue
         cls = topology_class(cfgs[name])
         model = cls.pace(n, p, cls.settings_of(cfgs[name].topology))
@@ -151,8 +162,8 @@ def _run_jobs(sizes: dict[str, int], cfgs: dict[str, Any], overrides: list[str],
         else:  # the whole job: its start too
             modelled = total / max(1e-12, whole)
         job_s = float(summary.get("train_seconds") or 0.0)
-        out[name] = {"ranks": n, "measured": measured, "modelled": modelled, "load": measured / modelled,
-                     "warmup_s": max(0.0, job_s - whole / bounded(measured / modelled)),
-                     "job_rate": float(summary["env_steps_per_s"]), "job_seconds": job_s,
-                     "seconds": took, "env_steps": int(total), "in_job": in_job_costs(summary)}
+        out.append({"ranks": n, "measured": measured, "modelled": modelled, "load": measured / modelled,
+                    "warmup_s": max(0.0, job_s - whole / bounded(measured / modelled)),
+                    "job_rate": float(summary["env_steps_per_s"]), "job_seconds": job_s,
+                    "seconds": took, "env_steps": int(total), "in_job": in_job_costs(summary)})
     return out

@@ -317,16 +317,21 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
         if "error" in c:
             why = f"- {name} on {plural(c['ranks'], 'rank')}: not calibrated ({c['error']})"
             failed += wrapped(why, 2, 2)
-        else:  # the job at the largest size, then any again at a smaller one (a load far from 1)
-            rows += [[name, str(q["ranks"]), fmt_rate(q["measured"]), fmt_rate(q["modelled"]),
-                      f"x{q['load']:.2f}", f"{q.get('warmup_s', 0.0):.1f} s"]
-                     for q in [c, *(c.get("points") or ())]]
-    lines = wrapped(f"Calibration ({seconds:.0f} s, one short job per topology at its largest size, again "
-                    f"at half of it where the load lay outside x{RECHECK[0]:g}-x{RECHECK[1]:g}; env steps/s "
-                    "over each job's second half, and the seconds its start cost beyond that pace):")
+        else:  # a first job measured again (a load far from 1), the largest size, a smaller one
+            jobs = [(f"{name}*", c["first"])] if "first" in c else []
+            jobs += [(name, q) for q in [c, *(c.get("points") or ())]]
+            rows += [[label, str(q["ranks"]), fmt_rate(q["measured"]), fmt_rate(q["modelled"]),
+                      f"x{q['load']:.2f}", f"{q.get('warmup_s', 0.0):.1f} s"] for label, q in jobs]
+    lines = wrapped(f"Calibration ({seconds:.0f} s, one short job per topology at its largest size, "
+                    f"where the load lay outside x{RECHECK[0]:g}-x{RECHECK[1]:g} again alone at that size "
+                    "and at half of it; env steps/s over each job's second half, and the seconds its start "
+                    "cost beyond that pace):")
     if rows:
         lines += aligned(["topology", "ranks", "measured", "modelled", "load", "warm-up"], rows,
                          right={1, 2, 3, 4, 5})
+    if any("first" in c for c in calibrations.values()):
+        lines += wrapped("* its first job, in the launch shared with the other topologies' jobs (the job "
+                         "again alone stands for that size)", 2, 4)
     return lines + failed
 
 

@@ -104,13 +104,14 @@ def job(overrides: list[str], topology: str, ranks: int, run_dir: Path, *extra: 
             "ranks": ranks, "run_dir": str(run_dir)}
 
 
-def calibration_jobs(overrides: list[str], sizes: dict[str, int], seconds: float, root: Path) -> list[dict]:
-    """One short job per topology at its size in ``sizes``: ``seconds`` of training whatever
+def calibration_jobs(overrides: list[str], cells: list[tuple[str, int]], seconds: float,
+                     root: Path) -> list[dict]:
+    """One short job per (topology, size) of ``cells``: ``seconds`` of training whatever
     the config's step budget (a job as short as a fast config's budget would weigh its first and
     last rounds as heavily as its noise; the model is compared at the steps the job made)."""
     return [job(overrides, name, ranks, root / f"calibrate_{name}_n{ranks}",
                 "run.max_env_steps=null", f"run.max_train_seconds={seconds:g}")
-            for name, ranks in sizes.items()]
+            for name, ranks in cells]
 
 
 def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[int],
