@@ -11,9 +11,9 @@ topology's load factor at that size; the model spreads it over the smaller sizes
 (:func:`drlmpi.planner.model.load_at`). A load far from 1 (outside
 :data:`~drlmpi.planner.model.RECHECK`) need not spread so, nor belong to the size: that topology's
 job runs again in a launch of its own, at the same size and at half of it, and the model goes
-through both (:func:`calibrate`). The job's seconds beyond what the
-loaded model gives its steps are its warm-up (graphs captured, kernels chosen, the first rollout or round:
-``warmup_s``), which every prediction of that topology pays once. A job's first seconds can run
+through both (:func:`calibrate`). The job's seconds beyond what the loaded model gives its steps
+are its warm-up (graphs captured, kernels chosen, the first rollout or round: ``warmup_s``), which
+every prediction of that topology pays once. A job's first seconds can run
 at a third of its later pace (PPO Breakout, central on 16 ranks), so a load measured over the
 whole of a short job mistook the warm-up for the pace. What the job's ranks spent per update and
 per step is kept beside it (``plan.json``, "calibration"), so a user can see where the load went.

@@ -5,12 +5,12 @@ before running any.
 A short probe of the composed config on this machine (:mod:`drlmpi.planner.probe`: env step,
 acting, update and message costs) feeds every registered topology's own pace model
 (:mod:`drlmpi.planner.model`); a calibration (short real jobs at the largest size, one launch,
-then at half of it where a load lay far from 1: :mod:`drlmpi.planner.jobs`) adds how a full job
-loads this machine. It prints, in lines of at
-most :data:`WIDTH` characters, what the probe and the calibration measured, a table of the env
-steps/s and the speedup over sequential of each topology at each number of ranks, why a topology
-does not run at the largest size, a recommendation (never a topology other than sequential on one
-rank: that is sequential under another name) and the host's drift during the probe, and writes
+where a load lay far from 1 again alone at that size and at half of it: :mod:`drlmpi.planner.jobs`)
+adds how a full job loads this machine. It prints, in lines of at most :data:`WIDTH` characters,
+what the probe and the calibration measured, a table of the env steps/s and the speedup over
+sequential of each topology at each number of ranks, why a topology does not run at the largest
+size, a recommendation (never a topology other than sequential on one rank: that is sequential
+under another name) and the host's drift during the probe, and writes
 ``plan.json`` (:func:`plan_path`: under ``outputs/plan/`` unless ``--out`` says where).
 ``--compare`` puts the measured throughput of finished runs next to the prediction: each cell's
 error, the share within +-25%, the median signed error and how the recommended cell measured.

@@ -33,9 +33,10 @@ TOLERANCE = 0.25
 RECOMMEND_MARGIN = 0.03
 #: a calibration's load factor is kept within these bounds (beyond them the job was disturbed)
 LOAD_BOUNDS = (0.05, 20.0)
-#: a load factor at the largest size outside these bounds is measured again at half that size (a
-#: load that far from 1 need not spread geometrically: allgather's CUDA learners on one GPU lost
-#: x0.14 on 16 ranks but x0.44 on 8, where the geometric spread gave x0.23)
+#: a load factor at the largest size outside these bounds is measured again in a launch of its
+#: own, at that size and at half of it (a load that far from 1 need not spread geometrically:
+#: allgather's CUDA learners on one GPU lost x0.14 on 16 ranks but x0.44 on 8, where the
+#: geometric spread gave x0.23; :func:`drlmpi.planner.calibration.calibrate`)
 RECHECK = (0.5, 2.0)
 #: the cheap end of a cell's range scales the costs by 1 - spread, but never below this: a spread
 #: of the probe's repeats beyond 90% (one repeat hit a pause) would otherwise make costs negative

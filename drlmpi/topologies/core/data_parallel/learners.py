@@ -78,11 +78,12 @@ class DataParallelLearner:
         self.backend = resolve_backend(settings.backend, device, comm, placement)
         self.algo = ctx.make_algo(learner=True, shared_init=True, algo_cfg=rule.algo_cfg,
                                   device=learner_device(device, placement))
+        lone = comm.size == 1  # nothing to average: its updates are a single learner's
         self.dist = (DistGroup(comm, self.backend, self.algo.device, placement)
-                     if self.backend != "mpi" and comm.size > 1 else None)
+                     if self.backend != "mpi" and not lone else None)
         #: ``topology.reduce`` as it applies (the other backends all-reduce)
         self.reduce = settings.reduce if self.dist is None else "allreduce"
-        exchange = (LOCAL if comm.size == 1  # nothing to average: the update a single learner runs
+        exchange = (LOCAL if lone
                     else DistExchange(self.dist) if self.dist is not None else REDUCTIONS[self.reduce](comm))
         self.learner: Learner = ctx.make_learner(self.algo, log=log, exchange=exchange)
         self.learner.follow_steps_only()  # every learner must step with the same learning rate
