@@ -150,6 +150,20 @@ def bind_rank(mode: str, comm, threads: int = 1) -> int | None:
     return cpu
 
 
+def pin_threads(cpus: list[int] | set[int]) -> None:
+    """Every thread of this process onto ``cpus``. ``os.sched_setaffinity(0, ...)`` moves the
+    calling thread only, and threads inherit their pin when they start: a process that binds
+    again after torch or CUDA started threads (the planner's launch, one job after another) moves
+    them all this way (Linux: one call per thread id under ``/proc/self/task``)."""
+    try:
+        tids = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:  # pragma: no cover (not Linux)
+        tids = [0]
+    for tid in tids:
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            os.sched_setaffinity(tid, set(cpus))
+
+
 def cpu_list(cpus: list[int]) -> str:
     """``cpus`` as ranges, the way ``taskset -c`` takes them: ``[0, 1, 2, 5]`` -> ``"0-2,5"``."""
     runs: list[list[int]] = []
