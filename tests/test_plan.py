@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -252,7 +253,7 @@ def test_a_load_far_from_one_is_measured_again_alone_and_at_half_the_size(tmp_pa
     launches = []
     rates = {(1, "star", 16): 50.0, (1, "allgather", 16): 1.0, (2, "star", 16): 150.0, (2, "star", 4): 300.0}
 
-    def fake_launch(jobs, timeout_s):
+    def fake_launch(jobs, timeout_s, on_job=None):
         launches.append([(job["run_dir"].rsplit("/", 1)[-1]) for job in jobs])
         for job in jobs:
             name, n = job["run_dir"].rsplit("/", 1)[-1].removeprefix("calibrate_").rsplit("_n", 1)
@@ -262,6 +263,7 @@ def test_a_load_far_from_one_is_measured_again_alone_and_at_half_the_size(tmp_pa
             (run_dir / "summary.json").write_text(json.dumps({
                 "env_steps_per_s": rate * (1 if name == "star" else 400), "env_steps": 10_000,
                 "per_rank": []}))
+            on_job(job["run_dir"], True)  # as the real launch says each job's end
         return [job["run_dir"] for job in jobs]
 
     monkeypatch.setattr(calibration, "launch", fake_launch)
@@ -273,6 +275,13 @@ def test_a_load_far_from_one_is_measured_again_alone_and_at_half_the_size(tmp_pa
                                    tmp_path)
     assert launches == [["calibrate_star_n16", "calibrate_allgather_n16"],
                         ["calibrate_star_n16", "calibrate_star_n4"]]
+    said = capsys.readouterr().err.splitlines()  # a line as each launch starts and each job ends
+    assert said[0] == ("drlmpi.plan: calibration: 2 jobs of 4 s of training, one after another in one "
+                       "launch of 16 ranks ...")
+    assert said[1].startswith("drlmpi.plan:   star on 16 ranks: 50 env steps/s (")
+    assert said[2].startswith("drlmpi.plan:   allgather on 16 ranks: 400 env steps/s (")
+    assert said[3].startswith("drlmpi.plan: calibration of star again, alone and at a smaller size "
+                              "(its first load stands): 2 jobs of 4 s") and len(said) == 6
     star, allgather = result["star"], result["allgather"]
     assert "points" not in allgather and "first" not in allgather
     assert RECHECK[0] <= allgather["load"] <= RECHECK[1]
@@ -283,10 +292,10 @@ def test_a_load_far_from_one_is_measured_again_alone_and_at_half_the_size(tmp_pa
     assert load_at(4, star) == pytest.approx(star["points"][0]["load"])
     assert load_at(2, star) == pytest.approx(star["points"][0]["load"] ** 0.5)
 
-    def second_fails(jobs, timeout_s):  # the second launch fails: the first jobs' loads stand
+    def second_fails(jobs, timeout_s, on_job=None):  # the second launch fails: the first jobs' loads stand
         if len(launches) == 1:
             raise RuntimeError("mpiexec ... ended with exit code 1: out of memory")
-        return fake_launch(jobs, timeout_s)
+        return fake_launch(jobs, timeout_s, on_job)
 
     launches.clear()
     monkeypatch.setattr(calibration, "launch", second_fails)
@@ -320,7 +329,7 @@ def test_the_calibration_compares_a_real_job_with_the_model(tmp_path, monkeypatc
     load x0.5, and the in-job costs are read from the job's ranks."""
     from drlmpi.planner import calibration
 
-    def fake_launch(jobs, timeout_s):
+    def fake_launch(jobs, timeout_s, on_job=None):
         for job in jobs:
             run_dir = tmp_path / "runs" / job["run_dir"].rsplit("/", 1)[-1]
             run_dir.mkdir(parents=True)
@@ -353,7 +362,7 @@ def test_the_calibration_takes_the_pace_of_the_jobs_second_half_and_its_warm_up(
     from drlmpi.outputs.pace import second_half
     from drlmpi.planner import calibration
 
-    def fake_launch(jobs, timeout_s):
+    def fake_launch(jobs, timeout_s, on_job=None):
         for job in jobs:
             run_dir = tmp_path / "runs" / job["run_dir"].rsplit("/", 1)[-1]
             run_dir.mkdir(parents=True)
@@ -671,11 +680,44 @@ def test_each_job_of_a_planner_launch_binds_its_ranks_as_its_own_launch_would(tm
     from drlmpi.planner.jobs import job, launch
 
     base = [CUE, "algo=dqn", "algo.hidden=[16]", "run.max_env_steps=300", "algo.learning_starts=100"]
+    ended = []
     done = launch([job([*base, "bind_ranks=core"], "allgather", 2, tmp_path / "core"),
-                   job([*base, "bind_ranks=none"], "allgather", 2, tmp_path / "none")], timeout_s=90)
+                   job([*base, "bind_ranks=none"], "allgather", 2, tmp_path / "none")], timeout_s=90,
+                  on_job=lambda run_dir, finished: ended.append((run_dir, finished, (
+                      Path(run_dir) / "summary.json").is_file())))
     assert done == [str(tmp_path / "core"), str(tmp_path / "none")]
+    assert ended == [(d, True, True) for d in done]  # each job's end said as it came, its summary there
     cpus = sorted(os.sched_getaffinity(0))
     pinned, unbound = (json.loads((tmp_path / n / "summary.json").read_text()) for n in ("core", "none"))
     assert [r["cpus"] for r in pinned["per_rank"]] == [str(cpus[0]), str(cpus[1 % len(cpus)])]
     assert [r["cpus"] for r in unbound["per_rank"]] == [cpu_list(cpus)] * 2
     assert pinned["env_steps"] >= 300 and unbound["env_steps"] >= 300  # both ran their steps
+
+
+def test_a_planner_launch_past_its_time_is_ended_with_its_ranks(tmp_path, monkeypatch):
+    """A launch that outlives ``timeout_s`` is killed - the launcher and every process it started
+    (its process group) - and fails in one line; a launcher that exits badly fails with its
+    last words (shell commands stand in for mpiexec: about 1 s)."""
+    import drlmpi.planner.jobs as jobs_module
+
+    started = tmp_path / "child.pid"
+    monkeypatch.setattr(jobs_module, "mpi_command", lambda ranks, module, *args: [
+        "sh", "-c", f"sleep 30 & echo $! > {started}; wait"])
+    with pytest.raises(RuntimeError, match=r"^sh -c .* no result within 1 s$"):
+        jobs_module.launch([{"ranks": 1, "overrides": [], "run_dir": str(tmp_path / "a")}], timeout_s=1)
+    stat = Path(f"/proc/{int(started.read_text())}/stat")
+
+    def running() -> bool:  # a killed child no one reaped yet is a zombie: state Z
+        try:
+            return stat.read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
+    deadline = time.monotonic() + 5
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(), "the launcher's child outlived the timeout"
+    monkeypatch.setattr(jobs_module, "mpi_command", lambda ranks, module, *args: [
+        "sh", "-c", "echo one rank said this >&2; exit 3"])
+    with pytest.raises(RuntimeError, match=r"ended with exit code 3: one rank said this$"):
+        jobs_module.launch([{"ranks": 1, "overrides": [], "run_dir": str(tmp_path / "b")}], timeout_s=30)

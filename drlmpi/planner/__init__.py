@@ -20,3 +20,8 @@ def mpi_command(ranks: int, module: str, *args: str) -> list[str]:
     from drlmpi.job_control.launchers import launch_command
 
     return launch_command(ranks, [sys.executable, "-m", "mpi4py", "-m", module, *args])
+
+
+def plural(n: int, word: str) -> str:
+    """``"1 rank"``, ``"4 ranks"``: a count and its word, as the planner's lines write them."""
+    return f"{n} {word}" + ("" if n == 1 else "s")

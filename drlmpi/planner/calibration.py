@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from drlmpi.planner import plural
 from drlmpi.planner.cells import topology_class
 from drlmpi.planner.jobs import calibration_jobs, launch
 from drlmpi.planner.model import RECHECK, bounded, model_seconds, paced_seconds
@@ -114,8 +115,9 @@ def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, i
     figures kept as ``"first"``): the first launch runs every topology's job one after another,
     and a job alone tells whether a load far from 1 belongs to the size or to that launch
     (allgather's 16 CUDA learners on one GPU calibrated x0.16 after the other topologies' jobs,
-    while their measured cell, a launch of its own, ran 2.8 times as fast from its first rows;
-    why is not measured). The smaller size's job is kept as ``"points"`` (the same keys). A job
+    while their measured cell, a launch of its own, ran 2.8 times as fast from its first rows:
+    the launch's jobs then ran unbound where the cell was pinned, which jobs.bind_for_job ended).
+    The smaller size's job is kept as ``"points"`` (the same keys). A job
     of the second launch that did not finish leaves the first's figures."""
     sizes = sizes_to_calibrate(cfgs, why)
     out = dict(zip(sizes, _run_jobs(list(sizes.items()), cfgs, overrides, p, seconds, root, "calibration")))
@@ -139,8 +141,19 @@ def _run_jobs(cells: list[tuple[str, int]], cfgs: dict[str, Any], overrides: lis
     train_s = job_seconds(seconds, p.image)
     jobs = calibration_jobs(overrides, cells, train_s, root)
     started = time.perf_counter()
+    print(f"drlmpi.plan: {what}: {plural(len(jobs), 'job')} of {train_s:g} s of training, one after another "
+          f"in one launch of {plural(max(n for _, n in cells), 'rank')} ...", file=sys.stderr, flush=True)
+
+    def ended(run_dir: str, finished: bool) -> None:  # a line as each job ends: minutes pass
+        (name, n), job = next((cell, job) for cell, job in zip(cells, jobs) if job["run_dir"] == run_dir)
+        summary = read_summary(Path(run_dir)) if finished else None
+        rate = f"{steady(summary)[0]:,.0f} env steps/s" if summary and summary.get("env_steps_per_s") else \
+            "did not finish"
+        print(f"drlmpi.plan:   {name} on {plural(n, 'rank')}: {rate} ({time.perf_counter() - started:.0f} s)",
+              file=sys.stderr, flush=True)
+
     try:
-        done = set(launch(jobs, timeout_s=120 + (90 + train_s) * len(jobs)))
+        done = set(launch(jobs, timeout_s=120 + (90 + train_s) * len(jobs), on_job=ended))
     except RuntimeError as exc:
         print(f"drlmpi.plan: {what} failed: {exc}", file=sys.stderr, flush=True)
         return [{"ranks": n, "error": str(exc)} for _, n in cells]

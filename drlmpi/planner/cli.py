@@ -31,6 +31,7 @@ from omegaconf import DictConfig
 
 from drlmpi.config.inputs import ArgumentParser
 from drlmpi.outputs.figures import aligned
+from drlmpi.planner import plural
 from drlmpi.planner.cells import cell_refusals, configs, plan_cells
 from drlmpi.planner.compare import check_compared, compare_saved, comparison, config_of, fmt_rate, measured
 from drlmpi.planner.model import RECHECK, Prediction, recommended, sequential_in_name_only, topology_names
@@ -85,9 +86,6 @@ def default_ranks(cores: int) -> list[int]:
 
 BOUND_CODES = {"simulators": "s", "learner": "l", "exchange": "x", "stepping and learning in turn": "t"}
 
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def wrapped(text: str, indent: int = 0, hang: int = 2) -> list[str]:

@@ -8,7 +8,9 @@ composed the config (:func:`drlmpi.run.experiment.run_experiment`), writing its 
 its ranks pinned as that launch would pin them (``bind_ranks``, :func:`bind_for_job`).
 Ranks outside a job wait asleep (a nonblocking barrier polled every few milliseconds), never
 spinning inside MPI, so they do not load the machine; one start-up (imports, MPI) serves every
-job. Rank 0 prints one JSON line: the run directory of each job that finished.
+job. Rank 0 prints a JSON line as each job ends (``{"job": RUN_DIR, "finished": true}``), which
+:func:`launch` hands its caller as it comes (the planner's progress lines), and at the end one
+line with the run directory of each job that finished.
 
 ``python -m drlmpi.planner.jobs --measure OUT [--ranks 1,4] [--topologies a,b] [--repeats R]
 [overrides]`` measures the cells of a plan that way: every topology at every size it accepts, one
@@ -18,11 +20,16 @@ job at a time (R rounds of all of them).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,16 +92,21 @@ def run_spec(spec: dict[str, Any]) -> list[str]:
                       flush=True)
                 world.Abort(1)
             comm.Free()
-            if rank == 0 and (run_dir / "summary.json").is_file():
-                done.append(str(run_dir))
+            if rank == 0:
+                finished = (run_dir / "summary.json").is_file()
+                if finished:
+                    done.append(str(run_dir))
+                print(json.dumps({"job": str(run_dir), "finished": finished}), flush=True)
         sleep_until_all_arrive(world)
     return done
 
 
-def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> list[str]:
+def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True,
+           on_job: Callable[[str, bool], None] | None = None) -> list[str]:
     """Run ``jobs`` in one launch of ``DRLMPI_MPIEXEC`` (default ``mpiexec``) over as many
     ranks as the largest needs; the run directories that finished (raises ``RuntimeError`` with
-    the launch's last lines when it failed)."""
+    the launch's last lines when it failed, or when it ran past ``timeout_s``: then its whole
+    process group is killed). ``on_job(run_dir, finished)`` is called as each job ends."""
     if not jobs:
         return []
     ranks = max(int(job["ranks"]) for job in jobs)
@@ -102,20 +114,55 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True) -> 
         spec = Path(tmp) / "spec.json"
         spec.write_text(json.dumps({"jobs": jobs}))
         cmd = mpi_command(ranks, "drlmpi.planner.jobs", str(spec))
+        errors = open(Path(tmp) / "stderr.txt", "w+") if quiet else None  # noqa: SIM115 (closed below)
         try:
-            out = subprocess.run(cmd, env=LAUNCH_ENV, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE if quiet else None,
-                                 text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
-                                 start_new_session=True)
-        except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"{' '.join(cmd[:3])} ...: no result within {timeout_s:.0f} s") from exc
+            proc = subprocess.Popen(cmd, env=LAUNCH_ENV, stdout=subprocess.PIPE, stderr=errors, text=True,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise RuntimeError(f"could not run {' '.join(cmd[:3])} ...: {exc}") from exc
-        lines = (out.stdout or "").strip().splitlines()
-        if out.returncode != 0 or not lines:
-            tail = " | ".join(((out.stderr or "") + (out.stdout or "")).strip().splitlines()[-3:])
-            raise RuntimeError(f"{' '.join(cmd[:3])} ... ended with exit code {out.returncode}: {tail}")
+        expired = threading.Event()
+        timer = threading.Timer(timeout_s, lambda: (expired.set(), end_group(proc)))
+        timer.start()
+        lines: list[str] = []
+        try:
+            for line in proc.stdout:  # as the jobs end
+                lines.append(line.strip())
+                ended = job_line(lines[-1])
+                if ended is not None and on_job is not None:
+                    on_job(*ended)
+            proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None or proc.returncode != 0:
+                end_group(proc)  # the launcher, or ranks it left behind
+            said = ""
+            if errors is not None:
+                errors.seek(0)
+                said = errors.read()
+                errors.close()
+        if expired.is_set():
+            raise RuntimeError(f"{' '.join(cmd[:3])} ...: no result within {timeout_s:.0f} s")
+        if proc.returncode != 0 or not lines or not lines[-1].startswith('{"done"'):
+            tail = " | ".join((said + "\n".join(lines)).strip().splitlines()[-3:])
+            raise RuntimeError(f"{' '.join(cmd[:3])} ... ended with exit code {proc.returncode}: {tail}")
         return list(json.loads(lines[-1])["done"])
+
+
+def job_line(line: str) -> tuple[str, bool] | None:
+    """``(run_dir, finished)`` from the line rank 0 prints as a job ends; ``None`` for any other."""
+    if not line.startswith('{"job"'):
+        return None
+    try:
+        said = json.loads(line)
+        return str(said["job"]), bool(said["finished"])
+    except (ValueError, KeyError):
+        return None
+
+
+def end_group(proc: subprocess.Popen) -> None:
+    """Kill the launch's process group (the launcher and the ranks it started), if still there."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def job(overrides: list[str], topology: str, ranks: int, run_dir: Path, *extra: str) -> dict[str, Any]:
@@ -152,12 +199,18 @@ def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[
     print(f"drlmpi.planner.jobs: {len(jobs)} job(s) in one launch into {out}"
           + (f"; not composed: {', '.join(refused)}" if refused else ""), file=sys.stderr, flush=True)
     try:
-        done = launch(jobs, timeout_s=120 + 120 * len(jobs), quiet=False)
+        done = launch(jobs, timeout_s=120 + 120 * len(jobs), quiet=False, on_job=say_job)
     except RuntimeError as exc:  # the launch failed or timed out: its words, in one line
         print(f"drlmpi.planner.jobs: error: {exc}", file=sys.stderr)
         return 1
     print(f"drlmpi.planner.jobs: {len(done)} of {len(jobs)} finished", file=sys.stderr)
     return 0 if len(done) == len(jobs) else 1
+
+
+def say_job(run_dir: str, finished: bool) -> None:
+    """``--measure``'s line as each job ends."""
+    print(f"drlmpi.planner.jobs: {Path(run_dir).name} {'finished' if finished else 'did not finish'}",
+          file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
