@@ -87,7 +87,6 @@ def default_ranks(cores: int) -> list[int]:
 BOUND_CODES = {"simulators": "s", "learner": "l", "exchange": "x", "stepping and learning in turn": "t"}
 
 
-
 def wrapped(text: str, indent: int = 0, hang: int = 2) -> list[str]:
     """``text`` in lines of at most :data:`WIDTH` characters."""
     return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * (indent + hang),

@@ -119,6 +119,8 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True,
             proc = subprocess.Popen(cmd, env=LAUNCH_ENV, stdout=subprocess.PIPE, stderr=errors, text=True,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
+            if errors is not None:
+                errors.close()
             raise RuntimeError(f"could not run {' '.join(cmd[:3])} ...: {exc}") from exc
         expired = threading.Event()
         timer = threading.Timer(timeout_s, lambda: (expired.set(), end_group(proc)))
@@ -135,6 +137,8 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True,
             timer.cancel()
             if proc.poll() is None or proc.returncode != 0:
                 end_group(proc)  # the launcher, or ranks it left behind
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
             said = ""
             if errors is not None:
                 errors.seek(0)
