@@ -157,3 +157,34 @@ def test_a_ceiling_keeps_its_algorithm_and_topology_while_the_learners_take_the_
     (ceiling, *_) = headline.steps("steady", [])
     cmd = headline.command(ceiling, tmp_path, ["algo=dqn", "world_size=2"])
     assert "algo=random" in cmd and "algo=dqn" not in cmd and "world_size=2" in cmd
+
+
+def test_a_plan_check_run_again_into_its_folder_keeps_the_plan_and_continues(tmp_path, monkeypatch):
+    """A time limit cut the check in its sweep: the same command again keeps the plan (its probe
+    and calibration take minutes on a GPU host) and runs the sweep - whose launcher reuses the
+    jobs that finished - and the comparison. A plan that failed, or one of other overrides,
+    runs again."""
+    ran, status = [], {"drlmpi.plan": 0}
+
+    def fake_run(cmd, log):
+        ran.append(cmd[2])
+        return status["drlmpi.plan"] if cmd[2] == "drlmpi.plan" and "--compare" not in cmd else 0
+
+    monkeypatch.setattr(headline, "run", fake_run)
+    monkeypatch.setattr(headline, "keep_artifacts", lambda out: None)
+    out = str(tmp_path / "out")
+    assert headline.main(["plan_check", out, "seed=0", "world_size=1,2"]) == 0
+    assert ran == ["drlmpi.plan", "drlmpi", "drlmpi.plan"]
+    ran.clear()
+    assert headline.main(["plan_check", out, "seed=0", "world_size=1,2"]) == 0
+    assert ran == ["drlmpi", "drlmpi.plan"]  # the plan kept: only the sweep and the comparison
+    ran.clear()
+    assert headline.main(["plan_check", out, "seed=0", "world_size=1,4"]) == 0  # other cells: plan again
+    assert ran == ["drlmpi.plan", "drlmpi", "drlmpi.plan"]
+    ran.clear()
+    status["drlmpi.plan"] = 2
+    assert headline.main(["plan_check", str(tmp_path / "fails"), "world_size=1,2"]) == 1
+    status["drlmpi.plan"] = 0
+    ran.clear()
+    assert headline.main(["plan_check", str(tmp_path / "fails"), "world_size=1,2"]) == 0
+    assert ran == ["drlmpi.plan", "drlmpi", "drlmpi.plan"]  # a failed plan is not kept

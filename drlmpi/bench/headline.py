@@ -10,6 +10,9 @@ a ``.txt`` beside its JSON, and the report's tables (``report*/``, no plots). Ov
 sweep of the part and replace its own value of a key (``seed=0``, ``world_size=2``, ``device=cpu``
 for a smaller check), except that a raw-stepping ceiling keeps its algorithm and topology: it
 takes no ``algo``/``topology`` key (``algo.autocast=bfloat16`` goes to the learners only).
+Run again into the same OUT - a time limit cut the first run - a part continues: a sweep reuses
+the jobs that finished there and runs the rest, and a step run once (the planner's plan) is kept
+when the same command succeeded there before (``steps_done.json``).
 ``--dry-run`` prints the commands and lets every sweep list its jobs
 (``hydra.launcher.dry_run=true``) without running them. MPI jobs start with the one launch
 command (``DRLMPI_MPIEXEC``; the GPU hosts' runs used ``mpirun --oversubscribe --bind-to none``).
@@ -18,6 +21,7 @@ The parts, their time on the hosts measured and what they reproduce: docs/experi
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -29,6 +33,8 @@ from drlmpi.config.inputs import ArgumentParser, check_output_folder
 
 #: the placeholder for OUT in a step's arguments
 OUT = "{out}"
+#: the file in OUT listing the commands of ``once`` steps that succeeded there
+DONE = "steps_done.json"
 
 
 @dataclass
@@ -41,6 +47,9 @@ class Step:
     into: str | None = None
     log: str | None = None
     keeps: tuple[str, ...] = ()
+    #: run once into an OUT: when the part runs again into it (a time limit cut the first run),
+    #: the step is kept if the same command already succeeded there (:data:`DONE`)
+    once: bool = False
 
     def takes(self, override: str) -> bool:
         """Whether this sweep takes ``override`` (``algo.lr=...`` belongs to the group ``algo``)."""
@@ -227,7 +236,7 @@ def plan_check(overrides: list[str], breakout: bool = False) -> list[Step]:
     plan = f"{OUT}/plan.json"
     first_seed = f"seed={chosen['seed'].split(',')[0]}"
     return [Step(["drlmpi.plan", *config, first_seed, *cells, *planned, "--seconds", "1", "--out", plan],
-                 log="plan.md"),
+                 log="plan.md", once=True),
             sweep("measured", *measured, f"seed={chosen['seed']}", *config, f"topology={chosen['topology']}",
                   f"world_size={chosen['world_size']} hydra.launcher.timeout_s=300"),
             Step(["drlmpi.plan", "--plan", plan, "--compare", f"{OUT}/measured"], log="compare.md")]
@@ -267,6 +276,15 @@ def run(cmd: list[str], log: Path | None) -> int:
     return proc.returncode
 
 
+def read_done(out: Path) -> list[str]:
+    """The commands of ``once`` steps that succeeded in ``out`` (none when it has no list)."""
+    try:
+        done = json.loads((out / DONE).read_text())
+    except (OSError, ValueError):
+        return []
+    return [str(line) for line in done] if isinstance(done, list) else []
+
+
 def keep_artifacts(out: Path) -> None:
     """Trim every run under ``out`` to the artifact layout (see the module docstring)."""
     for summary in out.rglob("summary.json"):
@@ -302,14 +320,22 @@ def main(argv: list[str] | None = None) -> int:
         from drlmpi.sweep import provenance
 
         provenance.write(out, ["python", "-m", "drlmpi.bench.headline", *argv])
-    failed = []
+    failed, done = [], read_done(out)
     for step in commands:
         cmd = command(step, out, args.overrides, args.dry_run)
         print("$ python " + " ".join(cmd[1:]), flush=True)
         if args.dry_run and step.into is None:
             continue
+        line = " ".join(cmd[1:])
+        if step.once and line in done:
+            print(f"(done by an earlier run into this folder: kept; remove {out / DONE} to run it again)",
+                  flush=True)
+            continue
         if run(cmd, None if step.log is None or args.dry_run else out / step.log) != 0:
             failed.append(" ".join(cmd[2:4]))
+        elif step.once and not args.dry_run:
+            done.append(line)
+            (out / DONE).write_text(json.dumps(done, indent=1) + "\n")
     if not args.dry_run and not args.keep_all:
         keep_artifacts(out)
     for what in failed:
