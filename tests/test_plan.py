@@ -696,7 +696,8 @@ def test_each_job_of_a_planner_launch_binds_its_ranks_as_its_own_launch_would(tm
 
 def test_a_planner_launch_past_its_time_is_ended_with_its_ranks(tmp_path, monkeypatch):
     """A launch that outlives ``timeout_s`` is killed - the launcher and every process it started
-    (its process group) - and fails in one line; a launcher that exits badly fails with its
+    (its process group) - and fails in one line; so is one under way when the planner exits (a
+    SIGTERM: :func:`drlmpi.planner.end_on_sigterm`); a launcher that exits badly fails with its
     last words (shell commands stand in for mpiexec: about 1 s)."""
     import drlmpi.planner.jobs as jobs_module
 
@@ -717,7 +718,39 @@ def test_a_planner_launch_past_its_time_is_ended_with_its_ranks(tmp_path, monkey
     while running() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not running(), "the launcher's child outlived the timeout"
+    started.unlink()  # a SIGTERM while the jobs run (the planner's handler raises SystemExit): ended too
+    monkeypatch.setattr(jobs_module, "mpi_command", lambda ranks, module, *args: [
+        "sh", "-c", f'sleep 30 & echo $! > {started}; echo \'{{"job": "x", "finished": true}}\'; wait'])
+
+    def stopped(run_dir, finished):
+        raise SystemExit(143)
+
+    with pytest.raises(SystemExit):
+        jobs_module.launch([{"ranks": 1, "overrides": [], "run_dir": "x"}], timeout_s=30, on_job=stopped)
+    stat = Path(f"/proc/{int(started.read_text())}/stat")
+    deadline = time.monotonic() + 5
+    while running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(), "a launch outlived the planner's exit"
     monkeypatch.setattr(jobs_module, "mpi_command", lambda ranks, module, *args: [
         "sh", "-c", "echo one rank said this >&2; exit 3"])
     with pytest.raises(RuntimeError, match=r"ended with exit code 3: one rank said this$"):
         jobs_module.launch([{"ranks": 1, "overrides": [], "run_dir": str(tmp_path / "b")}], timeout_s=30)
+
+
+def test_sigterm_ends_the_planner_as_an_exception():
+    """The planner's SIGTERM raises SystemExit (so its launches are ended on the way out) instead
+    of Python's default exit at once, which left a calibration's ranks running."""
+    import signal
+
+    from drlmpi.planner import end_on_sigterm
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        end_on_sigterm()
+        with pytest.raises(SystemExit) as stopped:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs between bytecodes: long before this ends
+        assert stopped.value.code == 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, before)

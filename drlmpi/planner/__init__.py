@@ -5,6 +5,7 @@
 :mod:`drlmpi.planner.cli`, its comparison with measured runs :mod:`drlmpi.planner.compare`."""
 
 import os
+import signal
 import sys
 
 #: this process's environment before it initialised MPI for the probe: what the planner's own
@@ -25,3 +26,11 @@ def mpi_command(ranks: int, module: str, *args: str) -> list[str]:
 def plural(n: int, word: str) -> str:
     """``"1 rank"``, ``"4 ranks"``: a count and its word, as the planner's lines write them."""
     return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def end_on_sigterm() -> None:
+    """Make SIGTERM (a batch system's, ``timeout``'s) end the planner as Ctrl-C does: an
+    exception, so a launch it runs is ended with its ranks on the way out. Its launches start in
+    sessions of their own, which neither signal reaches; Python's default for SIGTERM exits at
+    once and left a launch's ranks running on the cores (and GPU) the next command measured."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 
 from drlmpi.config.inputs import ArgumentParser
 from drlmpi.outputs.figures import aligned
-from drlmpi.planner import plural
+from drlmpi.planner import end_on_sigterm, plural
 from drlmpi.planner.cells import cell_refusals, configs, plan_cells
 from drlmpi.planner.compare import check_compared, compare_saved, comparison, config_of, fmt_rate, measured
 from drlmpi.planner.model import RECHECK, Prediction, recommended, sequential_in_name_only, topology_names
@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from drlmpi.job_control.process import set_thread_counts
 
+    end_on_sigterm()  # a launch under way is ended with its ranks
     set_thread_counts(first.get("threads_per_rank"))  # as each rank of the run would
     import torch
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.inputs import ArgumentParser, check_output_folder, positive_int
-from drlmpi.planner import LAUNCH_ENV, mpi_command
+from drlmpi.planner import LAUNCH_ENV, end_on_sigterm, mpi_command
 from drlmpi.planner.cells import cell_overrides, cell_refusals, compose, configs
 
 #: what every planner job sets: no evaluation, no checkpoints, no event files, quiet
@@ -202,6 +202,7 @@ def measure(out: Path, overrides: list[str], topologies: list[str], ranks: list[
             jobs.append(job(overrides, name, n, out / f"{len(jobs)}_{name}_n{n}{suffix}"))
     print(f"drlmpi.planner.jobs: {len(jobs)} job(s) in one launch into {out}"
           + (f"; not composed: {', '.join(refused)}" if refused else ""), file=sys.stderr, flush=True)
+    end_on_sigterm()  # the launch is ended with its ranks
     try:
         done = launch(jobs, timeout_s=120 + 120 * len(jobs), quiet=False, on_job=say_job)
     except RuntimeError as exc:  # the launch failed or timed out: its words, in one line
