@@ -754,3 +754,25 @@ def test_sigterm_ends_the_planner_as_an_exception():
         assert stopped.value.code == 128 + signal.SIGTERM
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_the_planner_warns_when_other_work_keeps_cores_busy(tmp_path):
+    """Busy cores from two readings of /proc/stat (here a file changed between them): CPU 1 busy
+    all the time, CPU 0 idle, CPU 2 not ours; idle and iowait are not busy. One core busy or more
+    is a warning, less is none."""
+    from drlmpi.planner.host import busy_cores, cpu_ticks, describe_busy
+
+    def stat(t: int) -> str:  # user nice system idle iowait irq softirq steal, per CPU
+        return (f"cpu  {9 * t} 0 0 0 0 0 0 0\ncpu0 0 0 0 {100 * t} {t} 0 0 0\n"
+                f"cpu1 {90 * t} 0 {10 * t} 0 0 0 0 0\ncpu2 {100 * t} 0 0 0 0 0 0 0\nintr 5 6\n")
+
+    assert cpu_ticks(stat(1), [0, 1]) == (100, 201)
+    path = tmp_path / "stat"
+    path.write_text(stat(1))
+    waited = []
+    assert busy_cores([0, 1], stat=path, wait=lambda s: (waited.append(s), path.write_text(stat(3)))) == \
+        pytest.approx(2 * 200 / 402)
+    assert waited == [0.5]
+    assert busy_cores([0, 1], stat=tmp_path / "none") is None
+    assert describe_busy(0.99, 16) is None and describe_busy(None, 16) is None
+    assert describe_busy(2.34, 16).startswith("Warning: other work kept 2.3 of 16 cores busy as planning")

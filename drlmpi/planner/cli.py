@@ -234,10 +234,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(int(first.get("threads_per_rank") or 1))
+    from drlmpi.job_control.process import usable_cpus
     from drlmpi.planner.calibration import calibrate
+    from drlmpi.planner.host import busy_cores, describe_busy
     from drlmpi.planner.probe import probe as run_probe
     from drlmpi.planner.probe import remeasure
 
+    cpus = usable_cpus()
+    busy = busy_cores(cpus)
+    busy_warning = describe_busy(busy, len(cpus))
+    if busy_warning:
+        print(f"drlmpi.plan: {busy_warning[0].lower()}{busy_warning[1:]}", file=sys.stderr, flush=True)
     print(f"drlmpi.plan: probing {first.algo.name} on {first.env.id} (device {first.device}) ...",
           file=sys.stderr, flush=True)
     p = run_probe(cfgs, args.seconds)
@@ -254,11 +261,13 @@ def main(argv: list[str] | None = None) -> int:
              *refusal_lines(cells, max(ranks))]
     verdict = recommend(cells)
     lines += ["", *wrapped(f"Recommendation: {verdict}."), *wrapped(describe_drift(drift, DRIFT_TOLERANCE))]
+    if busy_warning:
+        lines += wrapped(busy_warning)
     for note in p.notes:
         lines += wrapped(f"Note: {note}")
     config = {**config_of(first), **({"num_envs": None} if games else {})}  # --games: every setting
     result: dict[str, Any] = {"overrides": overrides, "config": config, "games": games, "probe": p.to_json(),
-                              "calibration": calibrations, "drift": drift,
+                              "calibration": calibrations, "drift": drift, "busy_cores": busy,
                               "cells": [c.to_json() for c in cells], "recommendation": verdict}
     if args.compare:
         found, _ = measured(args.compare, result["config"])
