@@ -36,8 +36,6 @@ from drlmpi.planner.cells import cell_refusals, configs, plan_cells
 from drlmpi.planner.compare import check_compared, compare_saved, comparison, config_of, fmt_rate, measured
 from drlmpi.planner.model import RECHECK, Prediction, recommended, sequential_in_name_only, topology_names
 
-#: the probe's first figure measured again at the end: a change beyond this is reported as drift
-DRIFT_TOLERANCE = 0.10
 #: no line of the plan's text is longer than this (a wider table drops the ranges first)
 WIDTH = 100
 #: where plans go unless --out says: beside the runs' outputs/ (conf/config.yaml's hydra.run.dir)
@@ -236,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(int(first.get("threads_per_rank") or 1))
     from drlmpi.job_control.process import usable_cpus
     from drlmpi.planner.calibration import calibrate
-    from drlmpi.planner.host import busy_cores, describe_busy
+    from drlmpi.planner.host import DRIFT_TOLERANCE, busy_cores, describe_busy, describe_drift
     from drlmpi.planner.probe import probe as run_probe
     from drlmpi.planner.probe import remeasure
 
@@ -340,15 +338,6 @@ def calibration_lines(calibrations: dict[str, dict]) -> list[str]:
         lines += wrapped("* its first job, in the launch shared with the other topologies' jobs (the job "
                          "again alone stands for that size)", 2, 4)
     return lines + failed
-
-
-def describe_drift(drift: float, tolerance: float) -> str:
-    """One line on how far the probe's first figure moved between the start and the end."""
-    if abs(drift) > tolerance:
-        return (f"Warning: the host drifted {drift:+.0%} during planning (a simulator's step measured "
-                f"again at the end; tolerance +-{tolerance:.0%}): predictions are as unsteady as the "
-                "host - plan again on a quieter machine or expect errors of that size.")
-    return f"Host drift during planning: {drift:+.1%} (a simulator's step measured again at the end)."
 
 
 if __name__ == "__main__":

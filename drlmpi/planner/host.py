@@ -1,6 +1,7 @@
-"""Whether other work keeps the host's cores busy when the planner starts: the probe and the
-calibration measure the machine as it is, so a plan made beside another job predicts for a
-machine shared with it (a launch left running by an earlier command made a probe measure the
+"""Whether the host was idle and steady while the planner measured it: other work keeping its
+cores busy when planning starts, and the drift of the probe's first figure by the end. The probe
+and the calibration measure the machine as it is, so a plan made beside another job predicts for
+a machine shared with it (a launch left running by an earlier command made a probe measure the
 slowdown of 16 busy processes at x2.7 where it was x1.0-x1.2 on that host idle)."""
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pathlib import Path
 
 #: other work, in cores, from which the planner warns
 BUSY_WARNING = 1.0
+#: the probe's first figure measured again at the end: a change beyond this is reported as drift
+DRIFT_TOLERANCE = 0.10
 
 
 def cpu_ticks(stat: str, cpus: list[int]) -> tuple[int, int]:
@@ -46,3 +49,12 @@ def describe_busy(busy: float | None, cores: int) -> str | None:
         return None
     return (f"Warning: other work kept {busy:.1f} of {cores} cores busy as planning began: the probe and "
             "the calibration measure the machine with it - plan on an idle machine, or expect its effect.")
+
+
+def describe_drift(drift: float, tolerance: float) -> str:
+    """One line on how far the probe's first figure moved between the start and the end."""
+    if abs(drift) > tolerance:
+        return (f"Warning: the host drifted {drift:+.0%} during planning (a simulator's step measured "
+                f"again at the end; tolerance +-{tolerance:.0%}): predictions are as unsteady as the "
+                "host - plan again on a quieter machine or expect errors of that size.")
+    return f"Host drift during planning: {drift:+.1%} (a simulator's step measured again at the end)."
