@@ -323,10 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     failed, done = [], read_done(out)
     for step in commands:
         cmd = command(step, out, args.overrides, args.dry_run)
-        print("$ python " + " ".join(cmd[1:]), flush=True)
+        line = " ".join(cmd[1:])
+        print(f"$ python {line}", flush=True)
         if args.dry_run and step.into is None:
             continue
-        line = " ".join(cmd[1:])
         if step.once and line in done:
             print(f"(done by an earlier run into this folder: kept; remove {out / DONE} to run it again)",
                   flush=True)

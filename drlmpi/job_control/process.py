@@ -220,6 +220,13 @@ def rank_processes(launcher_pid: int) -> list[int]:
     return ranks
 
 
+def signal_group(leader_pid: int, signum: int) -> None:
+    """Send ``signum`` to the process group of ``leader_pid`` (a launcher started in a session of
+    its own, with the ranks it started), if it is still there."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(leader_pid, signum)
+
+
 def signal_ranks(launcher_pid: int, signum: int) -> bool:
     """Send ``signum`` to the drlmpi ranks a launcher started on this host (:func:`rank_processes`),
     not to the launcher: Open MPI's ``mpirun`` answers SIGTERM and SIGINT by killing its ranks

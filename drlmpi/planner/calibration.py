@@ -145,7 +145,7 @@ def _run_jobs(cells: list[tuple[str, int]], cfgs: dict[str, Any], overrides: lis
           f"in one launch of {plural(max(n for _, n in cells), 'rank')} ...", file=sys.stderr, flush=True)
 
     def ended(run_dir: str, finished: bool) -> None:  # a line as each job ends: minutes pass
-        (name, n), job = next((cell, job) for cell, job in zip(cells, jobs) if job["run_dir"] == run_dir)
+        name, n = next(cell for cell, job in zip(cells, jobs) if job["run_dir"] == run_dir)
         summary = read_summary(Path(run_dir)) if finished else None
         rate = f"{steady(summary)[0]:,.0f} env steps/s" if summary and summary.get("env_steps_per_s") else \
             "did not finish"

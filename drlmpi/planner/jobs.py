@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 
 from drlmpi.config.errors import ConfigError
 from drlmpi.config.inputs import ArgumentParser, check_output_folder, positive_int
+from drlmpi.job_control.process import signal_group
 from drlmpi.planner import LAUNCH_ENV, end_on_sigterm, mpi_command
 from drlmpi.planner.cells import cell_overrides, cell_refusals, compose, configs
 
@@ -123,7 +123,7 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True,
                 errors.close()
             raise RuntimeError(f"could not run {' '.join(cmd[:3])} ...: {exc}") from exc
         expired = threading.Event()
-        timer = threading.Timer(timeout_s, lambda: (expired.set(), end_group(proc)))
+        timer = threading.Timer(timeout_s, lambda: (expired.set(), signal_group(proc.pid, signal.SIGKILL)))
         timer.start()
         lines: list[str] = []
         try:
@@ -136,7 +136,7 @@ def launch(jobs: list[dict[str, Any]], timeout_s: float, quiet: bool = True,
         finally:
             timer.cancel()
             if proc.poll() is None or proc.returncode != 0:
-                end_group(proc)  # the launcher, or ranks it left behind
+                signal_group(proc.pid, signal.SIGKILL)  # the launcher, or ranks it left behind
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=10)
             said = ""
@@ -161,12 +161,6 @@ def job_line(line: str) -> tuple[str, bool] | None:
         return str(said["job"]), bool(said["finished"])
     except (ValueError, KeyError):
         return None
-
-
-def end_group(proc: subprocess.Popen) -> None:
-    """Kill the launch's process group (the launcher and the ranks it started), if still there."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def job(overrides: list[str], topology: str, ranks: int, run_dir: Path, *extra: str) -> dict[str, Any]:

@@ -13,7 +13,6 @@ killed as a whole) would outlive the sweep that started it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -29,7 +28,7 @@ from hydra.core.utils import JobStatus
 from omegaconf import DictConfig
 
 from drlmpi.job_control.abort import SIGNAL_EXIT
-from drlmpi.job_control.process import cpu_list, signal_ranks, usable_cpus
+from drlmpi.job_control.process import cpu_list, signal_group, signal_ranks, usable_cpus
 from drlmpi.sweep.jobs import read_summary, stopped_by_signal, tail
 
 POLL_S = 0.2
@@ -201,8 +200,7 @@ class Scheduler:
         (:func:`~drlmpi.job_control.process.signal_ranks`, as the relaunch of ``python -m drlmpi
         world_size=N`` does); where no rank is found, to the job's process group."""
         if not signal_ranks(job.proc.pid, signum):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(job.proc.pid, signum)
+            signal_group(job.proc.pid, signum)
 
     def _start(self, job: SweepJob, slots: list[int]) -> bool:
         """Start a job on ``slots``; ``False`` (the job recorded as failed) if it cannot start."""
@@ -235,10 +233,7 @@ class Scheduler:
         return True
 
     def _kill(self, job: SweepJob, why: str) -> int:
-        try:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(job.proc.pid, signal.SIGKILL)
         job.proc.wait()
         job.log_file.write(f"\ndrlmpi launcher: {why}\n")
         job.record["reason"] = why
