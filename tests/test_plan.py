@@ -172,10 +172,16 @@ def test_the_steps_before_learning_starts_run_at_the_stepping_rate():
 
 
 def test_a_short_run_pays_the_learners_wait_for_the_first_round():
-    """star, 1,000 steps, rounds of 64 steps: the learner waits 64 x 1 ms before its first
-    rows, then runs at its 2 ms per step."""
+    """star on 16 ranks, a budget of 1,000 steps, rounds of 64 steps: the run ends at the end of
+    the round that reaches its budget - two rounds of 15 x 64 = 960 rows, 1,920 steps (on an
+    H200 host 10,000 steps asked ran 11,520 in rounds of 3,840) - and its learner waits 64 x 1 ms
+    before its first rows, then runs at its 2 ms per step. Rounds ramped up (or of episodes) end
+    nowhere in particular: the budget stands."""
     cell = predict(Star, 16, probe(), cfg("star", max_env_steps=1000))
-    assert cell.env_steps_per_s == pytest.approx(1000 / (0.064 + 1000 * 2e-3), rel=1e-3)
+    assert cell.env_steps_per_s == pytest.approx(1920 / (0.064 + 1920 * 2e-3), rel=1e-3)
+    assert Star.pace(16, probe(), Star.settings_of(cfg("star").topology)).steps_run(1921) == 2880
+    ramped = predict(Star, 16, probe(), cfg("star", max_env_steps=1000, ramp_from=8))
+    assert ramped.env_steps_per_s == pytest.approx(1000 / (0.064 + 1000 * 2e-3), rel=1e-3)
 
 
 def test_a_run_with_steps_and_seconds_ends_at_whichever_comes_first():

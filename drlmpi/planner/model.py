@@ -166,12 +166,15 @@ def rates(model: Pace, p: Probe, budget: int | None, seconds: float | None = Non
     """(env steps/s, updates/s) of a run of ``budget`` steps, else of ``seconds`` seconds of
     training, else at the learning pace: the model's seconds divided by the calibrated ``load``,
     plus the calibration's ``warmup_s``. With both, the one the run reaches first ends it (a
-    time-boxed run of a slow cell stops at its seconds). A run without updates steps at its pace."""
+    time-boxed run of a slow cell stops at its seconds). A budget counts the steps the run makes:
+    star's and p2p's runs end at the end of a round (:meth:`~drlmpi.topologies.core.pace.Pace.steps_run`;
+    10,000 steps ran 11,520 on 16 ranks). A run without updates steps at its pace."""
     learning = model.step_s(True) / load
     rho = p.updates_per_step
     if rho == 0 or (budget is None and not seconds):
         return 1.0 / learning, rho / learning
     if budget is not None:
+        budget = model.steps_run(int(budget))  # the steps the run makes: whole rounds
         warm = min(int(budget), p.learning_starts)
         total = model_seconds(model, p, int(budget)) / load + warmup_s
         if not seconds or total <= float(seconds):

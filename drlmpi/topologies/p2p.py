@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from drlmpi.config.scopes import TopologySettings, label, target
 from drlmpi.config.settings import integer
-from drlmpi.topologies.core.base import SyncFields, Topology, check_ramp, ramp_from
+from drlmpi.topologies.core.base import SyncFields, Topology, check_ramp, ramp_from, whole_rounds
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Pace, Probe, star_pace
 from drlmpi.topologies.core.reports import RankReport
@@ -56,7 +56,7 @@ class PointToPoint(Topology):
     @classmethod
     def pace(cls, ranks: int, p: Probe, settings: PointToPointSettings) -> Pace:
         """Star's model with one simulator: max(s, c + rho u) + a round's messages per row."""
-        return star_pace(1, p, settings.sync_every, p.slowdown_at(ranks))
+        return star_pace(1, p, settings.sync_every, p.slowdown_at(ranks), whole_rounds(settings))
 
     def run(self, ctx: RunContext) -> RankReport:
         link = PointToPointLink(ctx.comm)

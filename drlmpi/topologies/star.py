@@ -27,7 +27,7 @@ from drlmpi.config.errors import ConfigError
 from drlmpi.config.scopes import TopologySettings, label, target
 from drlmpi.config.settings import integer, options_of
 from drlmpi.mpi.wire import Control
-from drlmpi.topologies.core.base import SyncFields, Topology, check_ramp, ramp_from
+from drlmpi.topologies.core.base import SyncFields, Topology, check_ramp, ramp_from, whole_rounds
 from drlmpi.topologies.core.context import RunContext
 from drlmpi.topologies.core.pace import Pace, Probe, star_pace
 from drlmpi.topologies.core.reports import RankReport
@@ -119,7 +119,7 @@ class Star(Topology):
         """N-1 simulators step while the learner trains: max(s/(N-1), c + rho u) + a round's
         messages per row."""
         steps = cls.round_steps(settings, ranks - 1, p.num_envs)
-        return star_pace(ranks - 1, p, steps, p.slowdown_at(ranks))
+        return star_pace(ranks - 1, p, steps, p.slowdown_at(ranks), whole_rounds(settings))
 
     def run(self, ctx: RunContext) -> RankReport:
         link = CollectiveLink(ctx.comm)

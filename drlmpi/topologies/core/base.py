@@ -56,6 +56,12 @@ def round_sizes(every: int, ramp_from: int | None) -> Iterator[int]:
         size = min(every, 2 * size)
 
 
+def whole_rounds(settings: Any) -> bool:
+    """Every round of p2p's or star's ``settings`` is the same number of steps (none of
+    episodes, none ramped up): a run then ends at the end of the round that reaches its budget."""
+    return settings.sync_unit == "steps" and settings.ramp_from is None
+
+
 def check_ramp(name: str, ramp_from: int | None, sync_unit: str) -> None:
     """Refuse ``ramp_from`` where rounds count episodes (a ramp counts steps)."""
     if ramp_from is not None and sync_unit != "steps":
