@@ -364,7 +364,8 @@ def test_the_calibration_takes_the_pace_of_the_jobs_second_half_and_its_warm_up(
     star's model says 500 a second once learning, so the load is x0.8 (400 / 500, not the whole
     job's 250 / 500) and the 7.4 s the job spent beyond the loaded model is its warm-up. A
     prediction for the same 20 s gives the job's own 250 steps/s; a 60 s run, whose first
-    seconds weigh less, 350."""
+    seconds weigh less, 350. The warm-up fell in the job's first 1,000 steps: a run of fewer
+    (one round of 960 rows) pays that share of it, a longer one all of it."""
     from drlmpi.outputs.pace import second_half
     from drlmpi.planner import calibration
 
@@ -390,6 +391,11 @@ def test_the_calibration_takes_the_pace_of_the_jobs_second_half_and_its_warm_up(
     for seconds, rate in ((20, 250), (60, 350)):
         timed = OmegaConf.merge(cfg("star"), {"run": {"max_train_seconds": seconds}})
         assert predict(Star, 16, probe(), timed, star).env_steps_per_s == pytest.approx(rate, rel=1e-3)
+    assert star["warmup_steps"] == 1000
+    for budget, steps, share in ((480, 960, 0.96), (5000, 5760, 1.0)):
+        expected = steps / ((0.064 + steps * 2e-3) / 0.8 + share * star["warmup_s"])
+        cell = predict(Star, 16, probe(), cfg("star", max_env_steps=budget), star)
+        assert cell.env_steps_per_s == pytest.approx(expected, rel=1e-6)
     # half the warm-up and the load's square root on 4 ranks (log 4 / log 16)
     four = predict(Star, 4, probe(), OmegaConf.merge(cfg("star"), {"run": {"max_train_seconds": 60}}), star)
     assert four.load == pytest.approx(0.8 ** 0.5)

@@ -13,7 +13,8 @@ topology's load factor at that size; the model spreads it over the smaller sizes
 job runs again in a launch of its own, at the same size and at half of it, and the model goes
 through both (:func:`calibrate`). The job's seconds beyond what the loaded model gives its steps
 are its warm-up (graphs captured, kernels chosen, the first rollout or round: ``warmup_s``), which
-every prediction of that topology pays once. A job's first seconds can run
+every prediction of that topology pays once - a run shorter than the job's first half
+(``warmup_steps``, where the warm-up fell) in that share. A job's first seconds can run
 at a third of its later pace (PPO Breakout, central on 16 ranks), so a load measured over the
 whole of a short job mistook the warm-up for the pace. What the job's ranks spent per update and
 per step is kept beside it (``plan.json``, "calibration"), so a user can see where the load went.
@@ -106,7 +107,7 @@ def recheck_sizes(first: dict[str, dict[str, Any]], why: dict[tuple[str, int], s
 
 def calibrate(cfgs: dict[str, Any], overrides: list[str], why: dict[tuple[str, int], str | None], p: Any,
               seconds: float, root: Path) -> dict[str, dict[str, Any]]:
-    """Per topology: ``{"ranks", "measured", "modelled", "load", "warmup_s", "job_rate",
+    """Per topology: ``{"ranks", "measured", "modelled", "load", "warmup_s", "warmup_steps", "job_rate",
     "job_seconds", "seconds", "env_steps", "in_job"}`` (``measured`` and ``modelled``: env steps/s
     over the job's second half; ``job_rate`` over the whole job), or ``{"ranks", "error"}``
     where its job did not finish. A load outside :data:`RECHECK` is measured again in a launch
@@ -177,6 +178,7 @@ def _run_jobs(cells: list[tuple[str, int]], cfgs: dict[str, Any], overrides: lis
         job_s = float(summary.get("train_seconds") or 0.0)
         out.append({"ranks": n, "measured": measured, "modelled": modelled, "load": measured / modelled,
                     "warmup_s": max(0.0, job_s - whole / bounded(measured / modelled)),
+                    "warmup_steps": int(begun or total),
                     "job_rate": float(summary["env_steps_per_s"]), "job_seconds": job_s,
                     "seconds": took, "env_steps": int(total), "in_job": in_job_costs(summary)})
     return out

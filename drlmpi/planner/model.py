@@ -125,6 +125,16 @@ def warmup_at(ranks: int, calibration: dict[str, Any] | None) -> float:
     return float((calibration or {}).get("warmup_s") or 0.0) * _share(ranks, calibration)
 
 
+def warmup_steps(calibration: dict[str, Any] | None) -> float | None:
+    """The job-wide env steps the calibration job's warm-up fell in: its first half, before the
+    steady pace was taken (``warmup_steps``; a plan written before it was kept: half the job's
+    steps). ``None``: no calibration."""
+    if not calibration or "load" not in calibration:
+        return None
+    steps = calibration.get("warmup_steps") or 0.5 * float(calibration.get("env_steps") or 0)
+    return float(steps) or None
+
+
 def model_seconds(model: Pace, p: Probe, steps: float) -> float:
     """The model's seconds for a run's first ``steps`` env steps: the steps before
     ``learning_starts`` at the stepping pace, the rest at the learning pace - or, where the
@@ -162,13 +172,17 @@ def model_steps(model: Pace, p: Probe, seconds: float) -> float:
 
 
 def rates(model: Pace, p: Probe, budget: int | None, seconds: float | None = None, load: float = 1.0,
-          warmup_s: float = 0.0) -> tuple[float, float]:
+          warmup_s: float = 0.0, warm_steps: float | None = None) -> tuple[float, float]:
     """(env steps/s, updates/s) of a run of ``budget`` steps, else of ``seconds`` seconds of
     training, else at the learning pace: the model's seconds divided by the calibrated ``load``,
     plus the calibration's ``warmup_s``. With both, the one the run reaches first ends it (a
     time-boxed run of a slow cell stops at its seconds). A budget counts the steps the run makes:
     star's and p2p's runs end at the end of a round (:meth:`~drlmpi.topologies.core.pace.Pace.steps_run`;
-    10,000 steps ran 11,520 on 16 ranks). A run without updates steps at its pace."""
+    10,000 steps ran 11,520 on 16 ranks). A run of fewer steps than ``warm_steps`` (where the
+    calibration job's warm-up fell) pays that share of ``warmup_s``: the first rounds of a CUDA
+    learner run slower than its later ones, and a run of three rounds has fewer of them (star on
+    16 ranks, 1 ms a step: 11,520 steps paid 0.3 s beyond the pace and the first round, 53,760
+    steps 0.4 s, the calibration's 38,400 0.56 s). A run without updates steps at its pace."""
     learning = model.step_s(True) / load
     rho = p.updates_per_step
     if rho == 0 or (budget is None and not seconds):
@@ -176,6 +190,8 @@ def rates(model: Pace, p: Probe, budget: int | None, seconds: float | None = Non
     if budget is not None:
         budget = model.steps_run(int(budget))  # the steps the run makes: whole rounds
         warm = min(int(budget), p.learning_starts)
+        if warm_steps:
+            warmup_s *= min(1.0, budget / warm_steps)
         total = model_seconds(model, p, int(budget)) / load + warmup_s
         if not seconds or total <= float(seconds):
             return float(budget) / total, rho * (int(budget) - warm) / total
@@ -196,12 +212,13 @@ def predict(cls: type, ranks: int, p: Probe, cfg: DictConfig, calibration: dict[
     if budget == -1:
         run = RunSettings.coerce(cfg.run)
         budget, seconds = run.max_env_steps, run.max_train_seconds
-    load, warmup = load_at(ranks, calibration), warmup_at(ranks, calibration)
+    load = load_at(ranks, calibration)
+    costs = (load, warmup_at(ranks, calibration), warmup_steps(calibration))  # what the calibration adds
     settings = cls.settings_of(cfg.topology)  # the typed settings each pace model reads
     model = cls.pace(ranks, p, settings)
-    env_rate, update_rate = rates(model, p, budget, seconds, load, warmup)
+    env_rate, update_rate = rates(model, p, budget, seconds, *costs)
     spread = max(p.spread.values(), default=0.0)
-    ends = [rates(cls.pace(ranks, p.scaled(factor), settings), p, budget, seconds, load, warmup)[0]
+    ends = [rates(cls.pace(ranks, p.scaled(factor), settings), p, budget, seconds, *costs)[0]
             for factor in (1 + spread, max(1 - spread, CHEAPEST_END))]
     return Prediction(name, ranks, env_steps_per_s=env_rate, updates_per_s=update_rate,
                       bound=model.bound(), low=min(ends), high=max(ends), load=load)
