@@ -46,3 +46,9 @@ for cell in plan["cells"]:
           f"| {predicted / rate - 1:+.0%} |")
 pick = recommended(list(again.values()))
 print(f"\nRecommended again: {pick.topology} on {pick.ranks} ranks ({pick.env_steps_per_s:,.0f} env steps/s)")
+rates = {key: statistics.mean(values) for key, values in measured.items() if key in again}
+best = max(rates, key=rates.get)
+if (pick.topology, pick.ranks) in rates:
+    print(f"measured {rates[(pick.topology, pick.ranks)]:,.0f}: "
+          f"{rates[(pick.topology, pick.ranks)] / rates[best]:.0%} of the best measured cell "
+          f"({best[0]} on {best[1]} ranks, {rates[best]:,.0f})")
