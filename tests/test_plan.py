@@ -465,7 +465,8 @@ def test_a_plan_over_games_predicts_and_compares_each_setting():
     """``--games 1,4``: every topology and size at each env.num_envs, from one probe - star's
     simulators act for 4 games in one forward pass, so its steps cost less per game - refused per
     setting, labelled with their games, compared with the runs of the same games only."""
-    from drlmpi.planner.cli import games_cells, recommend, table
+    from drlmpi.planner.cells import games_cells
+    from drlmpi.planner.cli import recommend, table
     from drlmpi.planner.compare import comparison
 
     p = probe(sim_step_s=1.8e-3, act_s={1: 1e-3, 4: 1.2e-3, 256: 2e-2}, updates_per_step=0.1)
@@ -603,6 +604,40 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
     assert "1 of 2 cells within +-25% (50%); median signed error" in compared.stdout
     other = _plan(tmp_path, "algo.lr=0.5", "--plan", "plan.json", "--compare", "runs")
     assert other.returncode == 2 and other.stderr.count("\n") == 1 and "was made for" in other.stderr
+
+
+def test_a_saved_plan_is_predicted_again_by_this_versions_model(tmp_path, capsys):
+    """``--plan FILE --again --compare DIR``: the plan's cells predicted again from its own probe
+    and calibration (star's load of x0.5 on 2 ranks halves its pace), whatever the file says,
+    next to the measured runs; the file is left as it was. Without --plan, --again is refused."""
+    from drlmpi.planner.cells import configs
+    from drlmpi.planner.cli import main
+    from drlmpi.planner.compare import compare_saved
+    from drlmpi.planner.model import warmup_steps
+
+    assert Probe.from_json(json.loads(json.dumps(probe().to_json()))) == probe()
+    overrides = [CUE, "algo.hidden=[16]", "run.max_env_steps=2000"]
+    star_load = {"ranks": 2, "load": 0.5, "warmup_s": 0.0, "env_steps": 4000}
+    plan = {"overrides": overrides, "config": None, "games": None, "probe": probe().to_json(),
+            "calibration": {"star": star_load},
+            "cells": [Prediction("sequential", 1, 1.0).to_json(), Prediction("star", 2, 1.0).to_json()]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    written = (tmp_path / "plan.json").read_bytes()
+    for name, ranks in (("sequential", 1), ("star", 2)):
+        (tmp_path / "runs" / name).mkdir(parents=True)
+        (tmp_path / "runs" / name / "summary.json").write_text(json.dumps(
+            {"topology": name, "world_size": ranks, "algo": "dqn", "env_steps_per_s": 100.0}))
+    assert compare_saved(tmp_path / "plan.json", [tmp_path / "runs"], [], again=True) == 0
+    out = capsys.readouterr().out
+    cfgs, _ = configs(overrides, ["star"])
+    star = predict(Star, 2, probe(), cfgs["star"], star_load)
+    assert warmup_steps(star_load) == 2000 and star.load == 0.5
+    rate = f"{star.env_steps_per_s:,.0f}"
+    assert f"| star | 2 | {rate} ({rate}-{rate}) | 100 |" in out
+    assert "| star | 2 | 1 |" not in out and (tmp_path / "plan.json").read_bytes() == written
+    assert main(["--again"]) == 2
+    assert capsys.readouterr().err == ("drlmpi.plan: error: --again predicts a saved plan's cells again: "
+                                       "give the plan with --plan FILE\n")
 
 
 @pytest.mark.parametrize("args, says", [(["algo.lr=-1"], "algo.lr"),

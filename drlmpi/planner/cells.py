@@ -89,3 +89,41 @@ def plan_cells(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None], pro
             else predict(topology_class(cfgs[name]), n, probe, cfgs[name],
                          single if n == 1 and single else calibrations.get(name))
             for (name, n), reason in why.items()]
+
+
+def games_cells(overrides: list[str], topologies: list[str], ranks: list[int], games: list[int],
+                p: Any, calibrations: dict[str, dict]) -> list[Prediction]:
+    """``--games``: every topology and size at each setting of ``env.num_envs``, from the one probe
+    (each environment's step as measured, acting at each setting's batch:
+    :meth:`~drlmpi.topologies.core.pace.Probe.with_games`) and calibration."""
+    cells = []
+    for n in games:
+        cfgs, refused = configs([*overrides, f"env.num_envs={n}"], topologies)
+        why = cell_refusals(cfgs, refused, ranks)
+        for cell in plan_cells(cfgs, why, p.with_games(n), calibrations):
+            cell.games = n
+            cells.append(cell)
+    return cells
+
+
+def predict_again(saved: dict[str, Any], extra: list[str] | None = None) -> list[Prediction]:
+    """A plan.json's cells predicted again by this version's model, from the plan's own probe
+    and calibration (``--plan FILE --again``: a change of the model scored on checks measured
+    before it, on any machine): each cell the plan refused stays refused with its reason (the
+    refusals were the planning host's: a CUDA cell is refused on a machine without one), the
+    others are predicted for the plan's overrides followed by ``extra`` (another budget, say)."""
+    from drlmpi.topologies.core.pace import Probe
+
+    p = Probe.from_json(saved["probe"])
+    overrides = [*saved["overrides"], *(extra or [])]
+    calibrations = saved.get("calibration") or {}
+    cells: list[Prediction] = []
+    for games in dict.fromkeys(cell.get("games") for cell in saved["cells"]):
+        why = {(str(c["topology"]), int(c["ranks"])): c.get("refused")
+               for c in saved["cells"] if c.get("games") == games}
+        setting = [f"env.num_envs={games}"] if games is not None else []
+        cfgs, _ = configs([*overrides, *setting], list(dict.fromkeys(name for name, _ in why)))
+        for cell in plan_cells(cfgs, why, p.with_games(games) if games is not None else p, calibrations):
+            cell.games = games
+            cells.append(cell)
+    return cells

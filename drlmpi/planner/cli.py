@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 from drlmpi.config.inputs import ArgumentParser
 from drlmpi.outputs.figures import aligned
 from drlmpi.planner import end_on_sigterm, plural
-from drlmpi.planner.cells import cell_refusals, configs, plan_cells
+from drlmpi.planner.cells import cell_refusals, configs, games_cells, plan_cells
 from drlmpi.planner.compare import check_compared, compare_saved, comparison, config_of, fmt_rate, measured
 from drlmpi.planner.model import RECHECK, Prediction, recommended, sequential_in_name_only, topology_names
 
@@ -68,6 +68,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--plan", type=Path, default=None,
                         help="compare a plan.json written earlier instead of probing again "
                              "(with --compare)")
+    parser.add_argument("--again", action="store_true",
+                        help="with --plan: predict its cells again by this version's model, from the "
+                             "plan's probe and calibration, for its overrides followed by any given "
+                             "(the file is left as it was)")
     parser.add_argument("--compare", type=Path, nargs="+", default=[],
                         help="run or sweep directories whose measured env steps/s go next to "
                              "the prediction")
@@ -184,6 +188,8 @@ def check_request(args: argparse.Namespace, overrides: list[str]
     if not args.seconds > 0 or args.seconds == float("inf"):  # nan too: a probe that never ends
         raise ConfigError(f"--seconds {args.seconds:g}: must be a finite number > 0")
     check_compared(args.compare)
+    if args.again:
+        raise ConfigError("--again predicts a saved plan's cells again: give the plan with --plan FILE")
     return topologies, ranks, games
 
 
@@ -203,7 +209,7 @@ def whole_numbers(option: str, text: str, what: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     args, overrides = parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.plan is not None:
-        return compare_saved(args.plan, args.compare, overrides)
+        return compare_saved(args.plan, args.compare, overrides, again=args.again)
     from drlmpi.config.errors import ConfigError
 
     try:
@@ -277,21 +283,6 @@ def main(argv: list[str] | None = None) -> int:
               *wrapped(f"(next to measured runs: python -m drlmpi.plan --plan {out} --compare RUN_DIR ...)")]
     print("\n".join(lines), flush=True)
     return 0
-
-
-def games_cells(overrides: list[str], topologies: list[str], ranks: list[int], games: list[int],
-                p: Any, calibrations: dict[str, dict]) -> list[Prediction]:
-    """``--games``: every topology and size at each setting of ``env.num_envs``, from the one probe
-    (each environment's step as measured, acting at each setting's batch:
-    :meth:`~drlmpi.topologies.core.pace.Probe.with_games`) and calibration."""
-    cells = []
-    for n in games:
-        cfgs, refused = configs([*overrides, f"env.num_envs={n}"], topologies)
-        why = cell_refusals(cfgs, refused, ranks)
-        for cell in plan_cells(cfgs, why, p.with_games(n), calibrations):
-            cell.games = n
-            cells.append(cell)
-    return cells
 
 
 def probe_lines(p: Any) -> list[str]:

@@ -133,15 +133,21 @@ def check_compared(paths: list[Path]) -> None:
             raise ConfigError(f"--compare {path}: {why} (name run or sweep directories)")
 
 
-def compare_saved(path: Path, runs: list[Path], overrides: list[str]) -> int:
-    """``--plan FILE --compare DIR ...``: the saved plan's cells next to measured runs."""
+def compare_saved(path: Path, runs: list[Path], overrides: list[str], again: bool = False) -> int:
+    """``--plan FILE --compare DIR ...``: the saved plan's cells next to measured runs (``again``:
+    predicted again by this version's model for the plan's overrides followed by ``overrides``,
+    :func:`~drlmpi.planner.cells.predict_again`; the file is then left as it was)."""
     try:
         saved = json.loads(path.read_text())
         cells = [Prediction(**cell) for cell in saved["cells"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"drlmpi.plan: error: --plan {path}: not a plan.json ({exc})", file=sys.stderr)
         return 2
-    if overrides and sorted(overrides) != sorted(saved.get("overrides", [])):
+    if again:  # the overrides follow the plan's own
+        from drlmpi.planner.cells import predict_again
+
+        cells = predict_again(saved, overrides)
+    elif overrides and sorted(overrides) != sorted(saved.get("overrides", [])):
         made_for = ' '.join(saved.get('overrides', [])) or 'no overrides'
         print(f"drlmpi.plan: error: --plan {path} was made for {made_for}"
               f", not {' '.join(overrides)}", file=sys.stderr)
@@ -163,5 +169,6 @@ def compare_saved(path: Path, runs: list[Path], overrides: list[str]) -> int:
     if other:
         lines.append(f"({other} run(s) of another config left out)")
     print("\n".join(lines), flush=True)
-    path.write_text(json.dumps(saved, indent=2) + "\n")
+    if not again:  # a plan keeps the comparison of its own predictions
+        path.write_text(json.dumps(saved, indent=2) + "\n")
     return 0

@@ -17,7 +17,7 @@ as "not modelled". This module imports nothing of drlmpi: topologies and the pla
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -128,6 +128,16 @@ class Probe:
     def to_json(self) -> dict[str, Any]:
         return {k: ({str(b): t for b, t in v.items()} if isinstance(v, dict) else v)
                 for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Probe:
+        """The probe :meth:`to_json` wrote (a plan.json's ``probe``); keys it does not know are
+        left out, fields it lacks take their defaults."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        for key in ("act_s", "update_s", "slowdown", "allreduce_s"):  # sizes -> seconds
+            values[key] = {int(size): float(t) for size, t in (values.get(key) or {}).items()}
+        return cls(**values)
 
 
 #: the norm of a coupled pace's two sides (:meth:`Pace.step_s`): at equal paces a step takes
