@@ -609,28 +609,34 @@ def test_the_plan_command_probes_predicts_and_compares(tmp_path):
 def test_a_saved_plan_is_predicted_again_by_this_versions_model(tmp_path, capsys):
     """``--plan FILE --again --compare DIR``: the plan's cells predicted again from its own probe
     and calibration (star's load of x0.5 on 2 ranks halves its pace), whatever the file says,
-    next to the measured runs; the file is left as it was. Without --plan, --again is refused."""
+    next to the measured runs, for the plan's overrides followed by those given; the cells the
+    plan refused stay refused, the others are not refused again here (a CUDA plan, this machine
+    without a GPU); the file is left as it was. Without --plan, --again is refused."""
     from drlmpi.planner.cells import configs
     from drlmpi.planner.cli import main
     from drlmpi.planner.compare import compare_saved
     from drlmpi.planner.model import warmup_steps
 
     assert Probe.from_json(json.loads(json.dumps(probe().to_json()))) == probe()
-    overrides = [CUE, "algo.hidden=[16]", "run.max_env_steps=2000"]
+    overrides = [CUE, "algo.hidden=[16]", "run.max_env_steps=2000", "device=cuda"]
     star_load = {"ranks": 2, "load": 0.5, "warmup_s": 0.0, "env_steps": 4000}
     plan = {"overrides": overrides, "config": None, "games": None, "probe": probe().to_json(),
             "calibration": {"star": star_load},
-            "cells": [Prediction("sequential", 1, 1.0).to_json(), Prediction("star", 2, 1.0).to_json()]}
+            "cells": [Prediction("sequential", 1, 1.0).to_json(), Prediction("star", 2, 1.0).to_json(),
+                      Prediction("sequential", 2, refused="needs exactly 1 rank").to_json()]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     written = (tmp_path / "plan.json").read_bytes()
     for name, ranks in (("sequential", 1), ("star", 2)):
         (tmp_path / "runs" / name).mkdir(parents=True)
         (tmp_path / "runs" / name / "summary.json").write_text(json.dumps(
             {"topology": name, "world_size": ranks, "algo": "dqn", "env_steps_per_s": 100.0}))
-    assert compare_saved(tmp_path / "plan.json", [tmp_path / "runs"], [], again=True) == 0
+    longer = "run.max_env_steps=4000"
+    assert compare_saved(tmp_path / "plan.json", [tmp_path / "runs"], [longer], again=True) == 0
     out = capsys.readouterr().out
-    cfgs, _ = configs(overrides, ["star"])
+    cfgs, _ = configs([*overrides, longer], ["star"])
     star = predict(Star, 2, probe(), cfgs["star"], star_load)
+    assert star.env_steps_per_s != predict(Star, 2, probe(), configs(overrides, ["star"])[0]["star"],
+                                           star_load).env_steps_per_s
     assert warmup_steps(star_load) == 2000 and star.load == 0.5
     rate = f"{star.env_steps_per_s:,.0f}"
     assert f"| star | 2 | {rate} ({rate}-{rate}) | 100 |" in out
