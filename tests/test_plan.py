@@ -641,6 +641,9 @@ def test_a_saved_plan_is_predicted_again_by_this_versions_model(tmp_path, capsys
     rate = f"{star.env_steps_per_s:,.0f}"
     assert f"| star | 2 | {rate} ({rate}-{rate}) | 100 |" in out
     assert "| star | 2 | 1 |" not in out and (tmp_path / "plan.json").read_bytes() == written
+    assert compare_saved(tmp_path / "plan.json", [tmp_path / "runs"], ["algo.nosuch=3"], again=True) == 2
+    assert capsys.readouterr().err == (f"drlmpi.plan: error: --plan {tmp_path / 'plan.json'} --again: "
+                                       "algo.nosuch is not an option of any algo, got 3\n")
     assert main(["--again"]) == 2
     assert capsys.readouterr().err == ("drlmpi.plan: error: --again predicts a saved plan's cells again: "
                                        "give the plan with --plan FILE\n")

@@ -111,10 +111,13 @@ def predict_again(saved: dict[str, Any], extra: list[str] | None = None) -> list
     and calibration (``--plan FILE --again``: a change of the model scored on checks measured
     before it, on any machine): each cell the plan refused stays refused with its reason (the
     refusals were the planning host's: a CUDA cell is refused on a machine without one), the
-    others are predicted for the plan's overrides followed by ``extra`` (another budget, say)."""
+    others are predicted for the plan's overrides followed by ``extra`` (another budget, say);
+    :class:`~drlmpi.config.errors.ConfigError` where they do not compose."""
+    from drlmpi.run.arguments import check_command_line
     from drlmpi.topologies.core.pace import Probe
 
     p = Probe.from_json(saved["probe"])
+    check_command_line(list(extra or []))  # the plan's own were checked when it was made
     overrides = [*saved["overrides"], *(extra or [])]
     calibrations = saved.get("calibration") or {}
     cells: list[Prediction] = []
@@ -122,7 +125,12 @@ def predict_again(saved: dict[str, Any], extra: list[str] | None = None) -> list
         why = {(str(c["topology"]), int(c["ranks"])): c.get("refused")
                for c in saved["cells"] if c.get("games") == games}
         setting = [f"env.num_envs={games}"] if games is not None else []
-        cfgs, _ = configs([*overrides, *setting], list(dict.fromkeys(name for name, _ in why)))
+        cfgs, refused = configs([*overrides, *setting], list(dict.fromkeys(name for name, _ in why)))
+        if refused:
+            from drlmpi.config.errors import ConfigError
+
+            raise ConfigError(f"the plan's overrides{' with ' + ' '.join(extra) if extra else ''} "
+                              f"do not compose: {next(iter(refused.values()))}")
         for cell in plan_cells(cfgs, why, p.with_games(games) if games is not None else p, calibrations):
             cell.games = games
             cells.append(cell)

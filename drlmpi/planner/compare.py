@@ -137,23 +137,26 @@ def compare_saved(path: Path, runs: list[Path], overrides: list[str], again: boo
     """``--plan FILE --compare DIR ...``: the saved plan's cells next to measured runs (``again``:
     predicted again by this version's model for the plan's overrides followed by ``overrides``,
     :func:`~drlmpi.planner.cells.predict_again`; the file is then left as it was)."""
+    from drlmpi.config.errors import ConfigError
+
     try:
         saved = json.loads(path.read_text())
         cells = [Prediction(**cell) for cell in saved["cells"]]
+        if again:  # the overrides follow the plan's own
+            from drlmpi.planner.cells import predict_again
+
+            cells = predict_again(saved, overrides)
+    except ConfigError as exc:
+        print(f"drlmpi.plan: error: --plan {path} --again: {exc}", file=sys.stderr)
+        return 2
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"drlmpi.plan: error: --plan {path}: not a plan.json ({exc})", file=sys.stderr)
         return 2
-    if again:  # the overrides follow the plan's own
-        from drlmpi.planner.cells import predict_again
-
-        cells = predict_again(saved, overrides)
-    elif overrides and sorted(overrides) != sorted(saved.get("overrides", [])):
+    if not again and overrides and sorted(overrides) != sorted(saved.get("overrides", [])):
         made_for = ' '.join(saved.get('overrides', [])) or 'no overrides'
         print(f"drlmpi.plan: error: --plan {path} was made for {made_for}"
               f", not {' '.join(overrides)}", file=sys.stderr)
         return 2
-    from drlmpi.config.errors import ConfigError
-
     try:
         check_compared(runs)
     except ConfigError as exc:
