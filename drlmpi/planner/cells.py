@@ -98,11 +98,23 @@ def games_cells(overrides: list[str], topologies: list[str], ranks: list[int], g
     :meth:`~drlmpi.topologies.core.pace.Probe.with_games`) and calibration."""
     cells = []
     for n in games:
-        cfgs, refused = configs([*overrides, f"env.num_envs={n}"], topologies)
-        why = cell_refusals(cfgs, refused, ranks)
-        for cell in plan_cells(cfgs, why, p.with_games(n), calibrations):
-            cell.games = n
-            cells.append(cell)
+        cfgs, refused = configs(with_games(overrides, n), topologies)
+        cells += cells_with_games(cfgs, cell_refusals(cfgs, refused, ranks), p, calibrations, n)
+    return cells
+
+
+def with_games(overrides: list[str], games: int | None) -> list[str]:
+    """``overrides`` at one setting of ``env.num_envs`` (``None``: the config's own)."""
+    return [*overrides, f"env.num_envs={games}"] if games is not None else list(overrides)
+
+
+def cells_with_games(cfgs: dict[str, Any], why: dict[tuple[str, int], str | None], p: Any,
+                     calibrations: dict[str, dict], games: int | None) -> list[Prediction]:
+    """:func:`plan_cells` at one setting of ``env.num_envs`` (``None``: the config's own), each
+    cell labelled with it."""
+    cells = plan_cells(cfgs, why, p if games is None else p.with_games(games), calibrations)
+    for cell in cells:
+        cell.games = games
     return cells
 
 
@@ -113,25 +125,20 @@ def predict_again(saved: dict[str, Any], extra: list[str] | None = None) -> list
     refusals were the planning host's: a CUDA cell is refused on a machine without one), the
     others are predicted for the plan's overrides followed by ``extra`` (another budget, say);
     :class:`~drlmpi.config.errors.ConfigError` where they do not compose."""
+    from drlmpi.config.errors import ConfigError
     from drlmpi.run.arguments import check_command_line
     from drlmpi.topologies.core.pace import Probe
 
     p = Probe.from_json(saved["probe"])
     check_command_line(list(extra or []))  # the plan's own were checked when it was made
     overrides = [*saved["overrides"], *(extra or [])]
-    calibrations = saved.get("calibration") or {}
     cells: list[Prediction] = []
     for games in dict.fromkeys(cell.get("games") for cell in saved["cells"]):
         why = {(str(c["topology"]), int(c["ranks"])): c.get("refused")
                for c in saved["cells"] if c.get("games") == games}
-        setting = [f"env.num_envs={games}"] if games is not None else []
-        cfgs, refused = configs([*overrides, *setting], list(dict.fromkeys(name for name, _ in why)))
+        cfgs, refused = configs(with_games(overrides, games), list(dict.fromkeys(name for name, _ in why)))
         if refused:
-            from drlmpi.config.errors import ConfigError
-
             raise ConfigError(f"the plan's overrides{' with ' + ' '.join(extra) if extra else ''} "
                               f"do not compose: {next(iter(refused.values()))}")
-        for cell in plan_cells(cfgs, why, p.with_games(games) if games is not None else p, calibrations):
-            cell.games = games
-            cells.append(cell)
+        cells += cells_with_games(cfgs, why, p, saved.get("calibration") or {}, games)
     return cells

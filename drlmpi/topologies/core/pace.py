@@ -133,9 +133,9 @@ class Probe:
     def from_json(cls, data: dict[str, Any]) -> Probe:
         """The probe :meth:`to_json` wrote (a plan.json's ``probe``); keys it does not know are
         left out, fields it lacks take their defaults."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name: f.type for f in fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        for key in ("act_s", "update_s", "slowdown", "allreduce_s"):  # sizes -> seconds
+        for key in (name for name, kind in known.items() if kind == "dict[int, float]"):  # sizes -> seconds
             values[key] = {int(size): float(t) for size, t in (values.get(key) or {}).items()}
         return cls(**values)
 
