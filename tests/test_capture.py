@@ -506,11 +506,12 @@ def test_ppo_fused_learns_what_eager_learns(monkeypatch, encoder):
     assert fused.capture == "fused" and fused._gradient.fused
     assert fused._gradient.program.compiled and fused.policy._fused_step.compiled
     assert_same_state(eager, fused, atol=1e-4 if encoder == "mlp" else 1e-2)
-    # bfloat16: inductor's rounding is not eager's; one minibatch's value loss differed by 1.2% on
-    # an H200, by 4.0% in another run there (docs/results/h200host_device_check/, 2026-12-03)
-    for a, b in zip(m_eager, m_fused):
-        assert a["value_loss"] == pytest.approx(b["value_loss"], rel=6e-2 if encoder == "impala" else 1e-4,
-                                                abs=1e-5)
+    # bfloat16: inductor's rounding is not eager's. The first update starts from the same weights
+    # (0.1% apart on an H200); the weights then drift apart within the bound above, and the later
+    # minibatches' value losses with them (up to 4.3% there: docs/results/h200host_device_check/)
+    for i, (a, b) in enumerate(zip(m_eager, m_fused)):
+        rel = 1e-4 if encoder == "mlp" else 1e-2 if i == 0 else 6e-2
+        assert a["value_loss"] == pytest.approx(b["value_loss"], rel=rel, abs=1e-5)
 
 
 def test_ppo_auto_captures_graphs_and_fuses_when_asked():
