@@ -650,18 +650,43 @@ def test_a_saved_plan_is_predicted_again_by_this_versions_model(tmp_path, capsys
 
 
 @pytest.mark.parametrize("args, says", [(["algo.lr=-1"], "algo.lr"),
-                                        (["--topologies", "star,ring"], "unknown topology ring"),
-                                        (["--topologies", "stra"],
-                                         "unknown topology stra (did you mean star?"),
-                                        (["--ranks", "0,2"], "world sizes must be >= 1"),
-                                        (["--ranks", "two"], "comma-separated whole numbers"),
-                                        (["--games", "0,8"], "games per simulator must be >= 1"),
                                         (["--out", "/dev/null/plan.json"],
                                          "--out is not a writable directory")])
 def test_bad_input_is_refused_in_one_line(tmp_path, args, says):
     proc = _plan(tmp_path, *args)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and says in proc.stderr
+
+
+OWN_OPTIONS = [(["--topologies", "star,ring"], "unknown topology ring"),
+               (["--topologies", "stra"], "unknown topology stra (did you mean star?"),
+               (["--ranks", "0,2"], "world sizes must be >= 1"),
+               (["--ranks", "two"], "comma-separated whole numbers"),
+               (["--games", "0,8"], "games per simulator must be >= 1"),
+               (["--seconds", "0"], "--seconds 0: must be a finite number > 0")]
+
+
+def test_the_planners_own_options_are_refused_in_one_line_before_torch_is_imported(tmp_path):
+    """Each bad option of the planner's own, in one fresh process: one line, exit code 2, and
+    torch (1.5 s of the refusal otherwise) never imported - registering the topologies for the
+    overrides' check imports it, so that check comes after the planner's own."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from drlmpi.planner.cli import main\n"
+        "out = []\n"
+        f"for args in {[args for args, _ in OWN_OPTIONS]!r}:\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        rc = main(args)\n"
+        "    out.append([rc, err.getvalue(), 'torch' in sys.modules])\n"
+        "print(json.dumps(out))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for (args, says), (rc, err, torch_imported) in zip(OWN_OPTIONS, json.loads(proc.stdout), strict=True):
+        assert rc == 2 and err.count("\n") == 1 and says in err, (args, err)
+        assert not torch_imported, args
 
 
 def test_the_probe_runs_for_a_topology_of_several_ranks(tmp_path):

@@ -175,8 +175,7 @@ def check_request(args: argparse.Namespace, overrides: list[str]
     from drlmpi.config.errors import ConfigError, did_you_mean
     from drlmpi.run.arguments import check_command_line
 
-    check_command_line(overrides)
-    known = topology_names()
+    known = topology_names()  # the planner's own options first: checked without importing torch
     topologies = [t for t in (args.topologies or ",".join(known)).split(",") if t]
     unknown = sorted(set(topologies) - set(known))
     if unknown:
@@ -190,6 +189,7 @@ def check_request(args: argparse.Namespace, overrides: list[str]
     check_compared(args.compare)
     if args.again:
         raise ConfigError("--again predicts a saved plan's cells again: give the plan with --plan FILE")
+    check_command_line(overrides)  # registers every topology (imports their classes)
     return topologies, ranks, games
 
 

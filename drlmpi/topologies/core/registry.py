@@ -19,6 +19,7 @@ import importlib
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from drlmpi.config import scopes
 from drlmpi.config.errors import ConfigError
@@ -26,7 +27,9 @@ from drlmpi.config.inputs import read_yaml
 from drlmpi.config.plugins import CONF_DIR, group_files, plugin_dirs
 from drlmpi.config.schema import SCHEMA, add_scope
 from drlmpi.config.settings import declaration_problem, options_of
-from drlmpi.topologies.core.base import Topology
+
+if TYPE_CHECKING:
+    from drlmpi.topologies.core.base import Topology
 
 #: where a topology's settings are declared, for the refusal of one that declares them otherwise
 WRITING_A_TOPOLOGY = "docs/topologies.md, 'Writing a topology'"
@@ -50,6 +53,8 @@ def import_target(target: str) -> object:
 def load_class(target: str) -> type[Topology]:
     """The topology class ``module.Class``, refused in one line if it is none or if its settings
     class is declared wrongly (:func:`settings_problem`)."""
+    from drlmpi.topologies.core.base import Topology  # imports torch: not for names()
+
     try:
         cls = import_target(target)
     except Exception as exc:  # noqa: BLE001 (a plugin's module may fail in any way: one line)
