@@ -649,13 +649,10 @@ def test_a_saved_plan_is_predicted_again_by_this_versions_model(tmp_path, capsys
                                        "give the plan with --plan FILE\n")
 
 
-@pytest.mark.parametrize("args, says", [(["algo.lr=-1"], "algo.lr"),
-                                        (["--out", "/dev/null/plan.json"],
-                                         "--out is not a writable directory")])
-def test_bad_input_is_refused_in_one_line(tmp_path, args, says):
-    proc = _plan(tmp_path, *args)
+def test_a_bad_override_is_refused_in_one_line(tmp_path):
+    proc = _plan(tmp_path, "algo.lr=-1")
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and says in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "algo.lr" in proc.stderr
 
 
 OWN_OPTIONS = [(["--topologies", "star,ring"], "unknown topology ring"),
@@ -663,12 +660,13 @@ OWN_OPTIONS = [(["--topologies", "star,ring"], "unknown topology ring"),
                (["--ranks", "0,2"], "world sizes must be >= 1"),
                (["--ranks", "two"], "comma-separated whole numbers"),
                (["--games", "0,8"], "games per simulator must be >= 1"),
-               (["--seconds", "0"], "--seconds 0: must be a finite number > 0")]
+               (["--seconds", "0"], "--seconds 0: must be a finite number > 0"),
+               (["--out", "/dev/null/plan.json"], "--out is not a writable directory")]
 
 
 def test_the_planners_own_options_are_refused_in_one_line_before_torch_is_imported(tmp_path):
     """Each bad option of the planner's own, in one fresh process: one line, exit code 2, and
-    torch (1.5 s of the refusal otherwise) never imported - registering the topologies for the
+    torch (1.5-2.8 s of the refusal otherwise) never imported - registering the topologies for the
     overrides' check imports it, so that check comes after the planner's own."""
     code = (
         "import contextlib, io, json, sys\n"

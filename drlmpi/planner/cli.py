@@ -165,6 +165,11 @@ def plan_path(out: str | None, cfg: DictConfig, now: datetime) -> Path:
     ``outputs/``, never the current directory itself."""
     if out is None:
         return Path(PLAN_DIR.format(now=now, algo=cfg.algo.name, env=cfg.env.name)) / "plan.json"
+    return out_path(out)
+
+
+def out_path(out: str) -> Path:
+    """plan.json's path for ``--out OUT``: in OUT if it is a directory or ends with ``/``."""
     path = Path(out).expanduser()
     return path / "plan.json" if out.endswith("/") or path.is_dir() else path
 
@@ -189,6 +194,10 @@ def check_request(args: argparse.Namespace, overrides: list[str]
     check_compared(args.compare)
     if args.again:
         raise ConfigError("--again predicts a saved plan's cells again: give the plan with --plan FILE")
+    if args.out is not None:
+        from drlmpi.config.inputs import check_writable
+
+        check_writable("--out", str(out_path(args.out).parent))
     check_command_line(overrides)  # registers every topology (imports their classes)
     return topologies, ranks, games
 
