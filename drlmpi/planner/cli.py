@@ -233,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
         make_plan(first, smallest_world(first))  # the config itself: one line if it is wrong
         out = plan_path(args.out, first, datetime.now())
-        check_writable("--out" if args.out else "the plan's directory", str(out.parent))
+        if args.out is None:  # --out was checked with the planner's own options
+            check_writable("the plan's directory", str(out.parent))
         from drlmpi.job_control.launchers import mpiexec_command
 
         mpiexec_command()  # the probes' and calibration's launch command (DRLMPI_MPIEXEC)
