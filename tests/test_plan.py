@@ -565,10 +565,15 @@ def test_the_plan_goes_under_outputs_or_where_out_says(tmp_path):
     assert plan_path(f"{tmp_path}/mine.json", cfg, now) == tmp_path / "mine.json"
 
 
-def _plan(tmp_path, *args: str) -> subprocess.CompletedProcess:
+def _python(tmp_path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python ARGS`` in ``tmp_path`` with the repository on the import path."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-m", "drlmpi.plan", *args], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120, env=env)
+    return subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def _plan(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return _python(tmp_path, "-m", "drlmpi.plan", *args)
 
 
 def test_the_plan_command_probes_predicts_and_compares(tmp_path):
@@ -678,9 +683,7 @@ def test_the_planners_own_options_are_refused_in_one_line_before_torch_is_import
         "        rc = main(args)\n"
         "    out.append([rc, err.getvalue(), 'torch' in sys.modules])\n"
         "print(json.dumps(out))\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, env=env)
+    proc = _python(tmp_path, "-c", code, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     for (args, says), (rc, err, torch_imported) in zip(OWN_OPTIONS, json.loads(proc.stdout), strict=True):
         assert rc == 2 and err.count("\n") == 1 and says in err, (args, err)
